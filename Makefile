@@ -1,0 +1,34 @@
+# ccmkit developer targets. `make test` is the README's test command.
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: test demo lint vet fmt staticcheck bench tools
+
+## test: the whole test suite, race detector on (real-router tests need root and miniupnpd).
+test:
+	$(GO) test -race -count=1 ./...
+
+## demo: the README's main job.
+demo:
+	$(GO) run ./examples/demo
+
+## lint: go vet, gofmt and staticcheck, as CI runs them.
+lint: vet fmt staticcheck
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+staticcheck:
+	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	"$$($(GO) env GOPATH)/bin/staticcheck" ./...
+
+## bench: the benchmarks that check the speed targets (real-router ones need root).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./...
+
+## tools: install the Debian packages and Go tools the tests need (as root).
+tools:
+	bash hack/install-deps.sh

@@ -1,0 +1,157 @@
+package igd
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Protocol is the transport protocol of a port mapping, as the router names it.
+type Protocol string
+
+// The protocols a UPnP IGD maps. Routers accept nothing else; miniupnpd 2.3.1
+// silently installs an unknown protocol such as SCTP as TCP, so callers must
+// validate (see Mapping.Validate) before asking.
+const (
+	TCP Protocol = "TCP"
+	UDP Protocol = "UDP"
+)
+
+// Valid reports whether p is TCP or UDP.
+func (p Protocol) Valid() bool { return p == TCP || p == UDP }
+
+// MaxDescriptionLen is the longest description, in bytes, that real routers
+// store intact. miniupnpd keeps 64 bytes including its terminator and returns
+// longer descriptions cut or mangled, so 63 bytes is the safe limit.
+const MaxDescriptionLen = 63
+
+// MaxLease is the longest lease IGD:2 routers store. miniupnpd stores a lease
+// of 0 ("permanent") and any lease above it as exactly this value, so even a
+// permanent mapping disappears after seven days unless it is renewed.
+const MaxLease = 604800 * time.Second
+
+// Mapping is one entry of a router's port-mapping table.
+//
+// The zero RemoteHost means the wildcard (any remote host), which is what
+// almost every router supports and what this package sends by default.
+type Mapping struct {
+	// Protocol is TCP or UDP. Required.
+	Protocol Protocol
+	// ExternalPort is the port on the router's external address. Required (non-zero).
+	ExternalPort uint16
+	// InternalClient is the LAN host the router forwards to. Required, IPv4.
+	InternalClient netip.Addr
+	// InternalPort is the port on InternalClient. Required (non-zero).
+	InternalPort uint16
+	// Description is free text stored with the mapping, at most
+	// MaxDescriptionLen bytes. On a router it is the only record of who owns
+	// a mapping.
+	Description string
+	// Lease is how long the router keeps the mapping; 0 means permanent
+	// (which IGD:2 routers still cap at MaxLease). Leases are whole seconds.
+	Lease time.Duration
+	// RemoteHost restricts the mapping to one remote address; the zero value
+	// is the wildcard.
+	RemoteHost netip.Addr
+	// Enabled reports whether the router forwards traffic for the mapping.
+	// AddPortMapping always sends true.
+	Enabled bool
+}
+
+// Key is what identifies a mapping in a router's table.
+type Key struct {
+	Protocol     Protocol
+	ExternalPort uint16
+}
+
+// Key returns the table key of m.
+func (m Mapping) Key() Key { return Key{Protocol: m.Protocol, ExternalPort: m.ExternalPort} }
+
+// String formats k as "TCP/8080".
+func (k Key) String() string { return fmt.Sprintf("%s/%d", k.Protocol, k.ExternalPort) }
+
+// String formats m for logs and error messages.
+func (m Mapping) String() string {
+	return fmt.Sprintf("%s -> %s:%d (%q, lease %s)", m.Key(), m.InternalClient, m.InternalPort, m.Description, m.Lease)
+}
+
+// FieldError reports a Mapping field that a router would refuse or misread.
+type FieldError struct {
+	// Field is the Go field name, for example "ExternalPort".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("igd: invalid mapping field %s=%s: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidMapping) true for every FieldError.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidMapping }
+
+// Validate checks m before it is sent to a router: routers answer some bad
+// values with confusing codes (an empty internal client is 501 on miniupnpd)
+// and silently rewrite others (SCTP becomes TCP). The returned error is a
+// *FieldError naming the field and matches ErrInvalidMapping.
+func (m Mapping) Validate() error {
+	switch {
+	case !m.Protocol.Valid():
+		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", m.Protocol), Reason: "must be TCP or UDP"}
+	case m.ExternalPort == 0:
+		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+	case m.InternalPort == 0:
+		return &FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
+	case !m.InternalClient.IsValid():
+		return &FieldError{Field: "InternalClient", Value: "<none>", Reason: "is required"}
+	case !m.InternalClient.Unmap().Is4():
+		return &FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be an IPv4 address"}
+	case m.InternalClient.Unmap().IsUnspecified():
+		return &FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be a host address"}
+	case len(m.Description) > MaxDescriptionLen:
+		return &FieldError{Field: "Description", Value: fmt.Sprintf("%q", m.Description), Reason: fmt.Sprintf("is %d bytes, routers keep at most %d", len(m.Description), MaxDescriptionLen)}
+	case m.Lease < 0:
+		return &FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must not be negative"}
+	case m.Lease%time.Second != 0:
+		return &FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must be whole seconds"}
+	case m.RemoteHost.IsValid() && !m.RemoteHost.Unmap().Is4():
+		return &FieldError{Field: "RemoteHost", Value: m.RemoteHost.String(), Reason: "must be an IPv4 address or unset"}
+	}
+	return nil
+}
+
+// Client manages the port mappings of one router.
+//
+// Every method takes a context first and returns when it is cancelled or its
+// deadline passes. Implementations are safe for concurrent use.
+type Client interface {
+	// ExternalIP returns the router's address on its WAN side. It may be a
+	// non-public address (see IsPublic) when the router is itself behind NAT.
+	ExternalIP(ctx context.Context) (netip.Addr, error)
+
+	// AddPortMapping creates m, or updates it in place when the same internal
+	// client already holds the key. It returns the mapping as stored: when
+	// the router only takes permanent leases, Lease is 0 in the result.
+	// A key held by another internal client gives an error matching
+	// ErrConflict; invalid input gives ErrInvalidMapping and reaches no router.
+	AddPortMapping(ctx context.Context, m Mapping) (Mapping, error)
+
+	// DeletePortMapping removes the mapping at (proto, externalPort). It is
+	// idempotent: deleting a mapping that does not exist succeeds.
+	DeletePortMapping(ctx context.Context, proto Protocol, externalPort uint16) error
+
+	// GetPortMapping returns the mapping at (proto, externalPort), or an error
+	// matching ErrNoSuchEntry.
+	GetPortMapping(ctx context.Context, proto Protocol, externalPort uint16) (Mapping, error)
+
+	// ListPortMappings returns every mapping in the router's table, TCP and
+	// UDP, in no particular order.
+	ListPortMappings(ctx context.Context) ([]Mapping, error)
+
+	// LocalAddr returns this host's own address toward the router: the only
+	// internal client a router in secure mode lets this host map to.
+	LocalAddr(ctx context.Context) (netip.Addr, error)
+}
