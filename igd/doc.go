@@ -5,4 +5,80 @@
 // on. Mapping is one entry of the router's table; Validate checks it before it
 // is sent. Errors that come from the router are *UPnPError values that match
 // the sentinels (ErrConflict, ErrNoSuchEntry, …) with errors.Is.
+//
+// # The UPnP client
+//
+// UPnPClient (NewClient) implements Client on github.com/huin/goupnp's
+// generated service clients. NewClient does no I/O. The router is found by
+// Discover, or lazily by the first call that needs it, with that call's
+// context; the result is cached and reused until the router stops answering
+// (a transport error or a call timeout, not a UPnP fault), after which the
+// next call discovers again. Every SOAP call and description fetch has its
+// own bound (Config.CallTimeout), goes through the configured HTTP client
+// (never goupnp's global one). Mapping calls wait their turn: the client
+// sends them to the router one at a time, since routers such as miniupnpd
+// serve one request at a time.
+//
+// # Supported routers and service types
+//
+// The client speaks the three WAN connection services real routers expose:
+//
+//   - WANIPConnection:2 (IGD:2), for example miniupnpd 2.x, the daemon of
+//     OpenWrt and many consumer routers. miniupnpd's IGD:2 description holds
+//     only this service. Listing uses GetListOfPortMappings.
+//   - WANIPConnection:1 (IGD:1), most consumer routers, and miniupnpd with
+//     force_igd_desc_v1=yes.
+//   - WANPPPConnection:1, routers that reach the internet over PPPoE (many
+//     DSL routers expose only this one).
+//
+// It is tested against a real miniupnpd 2.3.1 in both its IGD:2 and IGD:1
+// forms, and against captured descriptions of all three types.
+//
+// # How discovery chooses
+//
+// Discovery sends SSDP searches for the three service types from
+// Config.ListenPacket (or, with Config.RootDescURL, fetches that one
+// description and sends no search). For every router that answers it fetches
+// the root description (only from the answering host's own address) and asks
+// each supported service for its status (GetStatusInfo) and external address
+// (GetExternalIPAddress). A service is rejected when it does not answer, has
+// no external address, or says its WAN connection is anything but Connected.
+// Among the others it prefers, in order: a Connected status over an unknown
+// one, a public external address over a private or CGNAT one, the host's
+// default gateway over any other router, and WANIPConnection:2 over :1 over
+// WANPPPConnection:1; ties go to the lowest URL, never to whichever answered
+// first. Discovery returns Config.SettleTime (100 ms) after the first usable
+// answer rather than waiting out a fixed window: about 170 ms on the lab,
+// against 2 s for goupnp's own discovery. Gateway.Reason says why the chosen
+// one won; when none qualifies the error is a *NoGatewayError (matching
+// ErrNoGateway) listing every candidate and why it was rejected.
+//
+// A router whose external address is not public (Gateway.PublicExternalIP is
+// false; CheckPublic names the range) is still used, but its mappings are not
+// reachable from the internet: callers should tell the user.
+//
+// # Router quirks handled
+//
+//   - Leases: a router that answers 725 OnlyPermanentLeasesSupported (or 402
+//     to a non-zero lease) gets the mapping again with lease 0, and the
+//     returned Mapping says Lease 0. IGD:2 routers store lease 0 as MaxLease
+//     (seven days): "permanent" mappings still need renewing.
+//   - Deletes are idempotent: the spec's 714 for a missing mapping is success
+//     (miniupnpd already answers OK).
+//   - Listing reads WANIPConnection:2 tables with one GetListOfPortMappings
+//     call per protocol, paged past 1000 entries, and falls back to the
+//     GetGenericPortMappingEntry walk (until 713, 714 or 402, bounded by
+//     Config.MaxListEntries) elsewhere or when the router refuses the call.
+//   - goupnp's transport errors do not unwrap to the context's error; the
+//     client wraps context.DeadlineExceeded or context.Canceled itself.
+//
+// # Host facts and network namespaces
+//
+// Discovery ranks by the host's default gateway and LocalAddr reports the
+// host's address toward the router; both come from Config.Host (default
+// SystemHost). SystemHost reads /proc/net/route, which shows the routes of
+// the process's network namespace even from a thread switched into another
+// one, so code that runs the client inside a namespace (through
+// Config.DialContext and Config.ListenPacket) should also give it a HostInfo
+// that knows that namespace's gateway.
 package igd

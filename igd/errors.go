@@ -3,6 +3,9 @@ package igd
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
+	"time"
 )
 
 // Sentinel errors that callers branch on with errors.Is. Errors returned by a
@@ -32,12 +35,19 @@ var (
 	ErrNoGateway = errors.New("igd: no gateway found")
 	// ErrInvalidMapping is matched by every *FieldError from Mapping.Validate.
 	ErrInvalidMapping = errors.New("igd: invalid mapping")
+	// ErrNotPublic is matched by every *NotPublicError from CheckPublic: the
+	// router's external address is private, CGNAT or reserved, so the router
+	// is itself behind another NAT and its mappings are not reachable from
+	// the internet.
+	ErrNotPublic = errors.New("igd: external address is not public")
 )
 
 // UPnP error codes this package gives meaning to.
 const (
+	CodeInvalidAction             = 401
 	CodeInvalidArgs               = 402
 	CodeActionFailed              = 501
+	CodeOptionalActionNotImpl     = 602
 	CodeNotAuthorized             = 606
 	CodeInvalidArrayIndex         = 713
 	CodeNoSuchEntry               = 714
@@ -50,6 +60,7 @@ const (
 	CodeExternalPortOnlyWildcard  = 727
 	CodeNoPortMapsAvailable       = 728
 	CodeConflictWithOtherMech     = 729
+	CodePortMappingNotFound       = 730
 	CodeWildCardNotPermittedInInt = 732
 )
 
@@ -76,7 +87,8 @@ type UPnPError struct {
 }
 
 func (e *UPnPError) Error() string {
-	return fmt.Sprintf("igd: %s: UPnP error %d %s", e.Action, e.Code, e.Description)
+	// No "igd:" prefix: callers wrap this with the operation and object.
+	return fmt.Sprintf("router answered %s with UPnP error %d %s", e.Action, e.Code, e.Description)
 }
 
 // Unwrap returns the underlying SOAP error.
@@ -98,3 +110,69 @@ func Code(err error) int {
 	}
 	return 0
 }
+
+// NoGatewayError reports a discovery that found no usable router: what it
+// looked for, everything it found and why each was rejected. It matches
+// ErrNoGateway, and unwraps to the context's error when the caller's context
+// ended the discovery.
+type NoGatewayError struct {
+	// Searched says how discovery looked: "SSDP search" or
+	// "root description URL".
+	Searched string
+	// Timeout is the discovery bound that was in force.
+	Timeout time.Duration
+	// Found lists every service discovery saw, each with its Rejected reason.
+	Found []Candidate
+	// Err is what ended discovery early, if anything: the caller's context
+	// error, or the error that kept the search from being sent.
+	Err error
+}
+
+// Error lists what was found and why each candidate was rejected.
+func (e *NoGatewayError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "igd: no gateway found by %s within %s", e.Searched, e.Timeout)
+	if len(e.Found) == 0 {
+		b.WriteString(": no device answered")
+	} else {
+		fmt.Fprintf(&b, ": found %d, none usable: ", len(e.Found))
+		for i, c := range e.Found {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(c.String())
+		}
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, " (%v)", e.Err)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrNoGateway) true.
+func (e *NoGatewayError) Is(target error) bool { return target == ErrNoGateway }
+
+// Unwrap returns what ended discovery early, if anything.
+func (e *NoGatewayError) Unwrap() error { return e.Err }
+
+// NotPublicError reports an external address that hosts on the internet
+// cannot reach. It matches ErrNotPublic.
+type NotPublicError struct {
+	// Addr is the address.
+	Addr netip.Addr
+	// Range is the non-public block Addr is in; invalid for a non-IPv4 Addr.
+	Range netip.Prefix
+	// Kind names the block, for example "shared address space (CGNAT)".
+	Kind string
+}
+
+// Error names the address, its block and what it means for mappings.
+func (e *NotPublicError) Error() string {
+	if !e.Range.IsValid() {
+		return fmt.Sprintf("igd: external address %s is not a public IPv4 address: mappings are not reachable from the internet", e.Addr)
+	}
+	return fmt.Sprintf("igd: external address %s is not public (%s, %s): the router is behind another NAT and its mappings are not reachable from the internet", e.Addr, e.Range, e.Kind)
+}
+
+// Is makes errors.Is(err, ErrNotPublic) true.
+func (e *NotPublicError) Is(target error) bool { return target == ErrNotPublic }

@@ -1,0 +1,484 @@
+package igd
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/huin/goupnp"
+	"github.com/huin/goupnp/dcps/internetgateway2"
+	"github.com/huin/goupnp/soap"
+)
+
+const (
+	// ssdpGroup is the SSDP multicast group and port M-SEARCH goes to.
+	ssdpGroup = "239.255.255.250:1900"
+	// ssdpResend is how often the search is repeated while no usable router
+	// has answered: SSDP is UDP, and a router may miss the first search.
+	ssdpResend = time.Second
+	// maxDescriptionSize bounds the root description read into memory; real
+	// ones are a few kilobytes (miniupnpd's: 3 KB).
+	maxDescriptionSize = 1 << 20
+	// maxLocations bounds how many distinct answers one discovery probes, so
+	// that a LAN full of devices answering every search cannot make it open
+	// unbounded connections. Real LANs have one router, rarely two or three.
+	maxLocations = 16
+)
+
+// mSearch returns an SSDP search for st. MX 1 asks devices to answer within
+// a second (the smallest the spec allows); miniupnpd answers at once.
+func mSearch(st string) []byte {
+	return []byte("M-SEARCH * HTTP/1.1\r\n" +
+		"HOST: " + ssdpGroup + "\r\n" +
+		"MAN: \"ssdp:discover\"\r\n" +
+		"MX: 1\r\n" +
+		"ST: " + st + "\r\n\r\n")
+}
+
+// ssdpAnswer is one unicast answer to a search.
+type ssdpAnswer struct {
+	location  string
+	responder netip.Addr
+}
+
+// probed is one candidate service and, when usable, its client.
+type probed struct {
+	cand Candidate
+	conn wanConnection
+}
+
+// discover finds the router and chooses its service, bounded by
+// DiscoveryTimeout.
+func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.DiscoveryTimeout)
+	defer cancel()
+	// The default gateway only ranks candidates; without it every candidate
+	// is "not on the default gateway" and the ranking goes on without it.
+	defGW, _ := c.cfg.Host.DefaultGateway(ctx)
+
+	var found []probed
+	how := "SSDP search"
+	if c.cfg.RootDescURL != "" {
+		how = "root description " + c.cfg.RootDescURL
+		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, defGW)
+	} else {
+		var err error
+		found, err = c.search(ctx, defGW)
+		if err != nil {
+			return nil, err
+		}
+	}
+	gw, ok := choose(found)
+	if !ok {
+		nge := &NoGatewayError{Searched: how, Timeout: c.cfg.DiscoveryTimeout}
+		for _, p := range found {
+			nge.Found = append(nge.Found, p.cand)
+		}
+		nge.Err = parent.Err()
+		return nil, nge
+	}
+	return gw, nil
+}
+
+// search sends SSDP searches for every supported service type and probes each
+// router that answers. It returns once a usable router has answered and the
+// settle window after it has passed, or when ctx is done.
+func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, error) {
+	pc, err := c.cfg.ListenPacket(ctx, "udp4", "0.0.0.0:0")
+	if err != nil {
+		return nil, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
+	}
+	answers := make(chan ssdpAnswer)
+	readerDone := make(chan struct{})
+	stopReader := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		readSSDP(pc, answers, stopReader)
+	}()
+	// Closing the socket ends a read, closing stopReader a hand-over nobody
+	// takes any more; wait for the reader so that it does not outlive the
+	// discovery.
+	defer func() {
+		close(stopReader)
+		pc.Close()
+		<-readerDone
+	}()
+
+	group, err := net.ResolveUDPAddr("udp4", ssdpGroup)
+	if err != nil {
+		return nil, fmt.Errorf("igd: discover: %w", err)
+	}
+	send := func() error {
+		var errs []error
+		for _, st := range serviceTypes {
+			if _, err := pc.WriteTo(mSearch(st), group); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) == len(serviceTypes) {
+			return fmt.Errorf("send SSDP search: %w", errors.Join(errs...))
+		}
+		return nil
+	}
+	if err := send(); err != nil {
+		// No route to the multicast group (no LAN link): nothing to find.
+		return nil, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
+	}
+	resend := time.NewTicker(ssdpResend)
+	defer resend.Stop()
+
+	probeCtx, cancelProbes := context.WithCancel(ctx)
+	defer cancelProbes()
+	results := make(chan []probed)
+	pending := 0
+	seen := map[string]bool{}
+	var found []probed
+	var settle <-chan time.Time
+
+loop:
+	for {
+		select {
+		case a := <-answers:
+			// A router answers once per search type; probe each location once
+			// per answering host.
+			key := a.location + " " + a.responder.String()
+			if seen[key] || len(seen) >= maxLocations {
+				continue
+			}
+			seen[key] = true
+			pending++
+			go func() { results <- c.probe(probeCtx, a.location, a.responder, defGW) }()
+		case ps := <-results:
+			pending--
+			found = append(found, ps...)
+			if settle == nil && slices.ContainsFunc(ps, func(p probed) bool { return p.cand.Rejected == "" }) {
+				t := time.NewTimer(c.cfg.SettleTime)
+				defer t.Stop()
+				settle = t.C
+			}
+		case <-resend.C:
+			if settle == nil {
+				_ = send() // a failed repeat changes nothing; the first one went out
+			}
+		case <-settle:
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	// Routers still being probed are not waited for: they had the settle
+	// window to answer. Their probes end at once and say so.
+	cancelProbes()
+	for ; pending > 0; pending-- {
+		found = append(found, <-results...)
+	}
+	return found, nil
+}
+
+// readSSDP reads answers from pc until it is closed or stop is, sending each
+// one with a LOCATION on answers.
+func readSSDP(pc net.PacketConn, answers chan<- ssdpAnswer, stop <-chan struct{}) {
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		a, ok := parseSSDPAnswer(buf[:n], from)
+		if !ok {
+			continue
+		}
+		select {
+		case answers <- a:
+		case <-stop:
+			return
+		}
+	}
+}
+
+func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+	if err != nil {
+		return ssdpAnswer{}, false
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusOK || loc == "" {
+		return ssdpAnswer{}, false
+	}
+	a := ssdpAnswer{location: loc}
+	if ap, err := netip.ParseAddrPort(from.String()); err == nil {
+		a.responder = ap.Addr().Unmap()
+	}
+	return a, true
+}
+
+// probe fetches the root description at location and asks each supported
+// connection service for its status and external IP. When responder is valid
+// (an SSDP answer), the description must be on the responder's own address:
+// an answer must not send this host to fetch URLs elsewhere.
+func (c *UPnPClient) probe(ctx context.Context, location string, responder, defGW netip.Addr) []probed {
+	reject := func(why string, args ...any) []probed {
+		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
+	}
+	loc, err := url.Parse(location)
+	if err != nil || (loc.Scheme != "http" && loc.Scheme != "https") || loc.Host == "" {
+		return reject("location is not an absolute http URL")
+	}
+	if responder.IsValid() {
+		if h, err := netip.ParseAddr(loc.Hostname()); err == nil && h.Unmap() != responder {
+			return reject("location is not on the answering host %s", responder)
+		}
+	}
+	root, err := c.fetchRoot(ctx, loc)
+	if err != nil {
+		return reject("%v", err)
+	}
+	var out []probed
+	for _, st := range serviceTypes {
+		for _, srv := range root.Device.FindService(st) {
+			out = append(out, c.probeService(ctx, root, loc, srv, defGW))
+		}
+	}
+	if len(out) == 0 {
+		return reject("%s (%s) has no WANIPConnection:2, WANIPConnection:1 or WANPPPConnection:1 service",
+			root.Device.FriendlyName, root.Device.DeviceType)
+	}
+	return out
+}
+
+// probeService asks one service for its status and external IP.
+func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, defGW netip.Addr) probed {
+	cand := Candidate{
+		Location:     loc.String(),
+		FriendlyName: root.Device.FriendlyName,
+		ServiceType:  srv.ServiceType,
+	}
+	if !srv.ControlURL.Ok {
+		cand.Rejected = fmt.Sprintf("bad control URL %q", srv.ControlURL.Str)
+		return probed{cand: cand}
+	}
+	cand.ControlURL = srv.ControlURL.URL.String()
+	if a, err := netip.ParseAddr(srv.ControlURL.URL.Hostname()); err == nil {
+		cand.Addr = a.Unmap()
+	}
+	cand.OnDefaultGateway = defGW.IsValid() && cand.Addr == defGW
+	conn := newConn(root, loc, srv, c.cfg.HTTPClient)
+
+	status, err := probeCall(ctx, c.cfg.CallTimeout, "GetStatusInfo", func(ctx context.Context) (string, error) {
+		s, _, _, err := conn.GetStatusInfoCtx(ctx)
+		return s, err
+	})
+	var ue *UPnPError
+	switch {
+	case errors.As(err, &ue):
+		// Some routers do not implement GetStatusInfo; the status stays
+		// unknown and ranks below "Connected".
+	case err != nil:
+		cand.Rejected = rejectReason(ctx, err)
+		return probed{cand: cand}
+	}
+	cand.Status = status
+	ext, err := probeCall(ctx, c.cfg.CallTimeout, "GetExternalIPAddress", conn.GetExternalIPAddressCtx)
+	if err != nil {
+		cand.Rejected = rejectReason(ctx, err)
+		return probed{cand: cand}
+	}
+	cand.ExternalIP = parseAddr(ext)
+	switch {
+	case status != "" && status != "Connected":
+		cand.Rejected = fmt.Sprintf("WAN connection is %q, not Connected", status)
+	case !cand.ExternalIP.IsValid() || cand.ExternalIP.IsUnspecified():
+		cand.Rejected = fmt.Sprintf("no external IP address (GetExternalIPAddress answered %q)", ext)
+	}
+	return probed{cand: cand, conn: conn}
+}
+
+func rejectReason(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return fmt.Sprintf("no answer before discovery ended: %v", err)
+	}
+	return err.Error()
+}
+
+func probeCall(ctx context.Context, timeout time.Duration, action string, fn func(context.Context) (string, error)) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := fn(ctx)
+	if err != nil {
+		err, _ = callError(ctx, action, err)
+	}
+	return s, err
+}
+
+// fetchRoot fetches and parses a root description with the configured HTTP
+// client (goupnp's DeviceByURL would use its global client).
+func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (*goupnp.RootDevice, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch description: %w", err)
+	}
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			return nil, fmt.Errorf("fetch description: %w (%v)", ctxErr, err)
+		}
+		return nil, fmt.Errorf("fetch description: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
+	}
+	root := new(goupnp.RootDevice)
+	dec := xml.NewDecoder(io.LimitReader(resp.Body, maxDescriptionSize))
+	dec.DefaultSpace = goupnp.DeviceXMLNamespace
+	dec.CharsetReader = charsetReader
+	if err := dec.Decode(root); err != nil {
+		return nil, fmt.Errorf("parse description: %w", err)
+	}
+	base := loc
+	if root.URLBaseStr != "" {
+		b, err := url.Parse(root.URLBaseStr)
+		if err != nil {
+			return nil, fmt.Errorf("parse description: URLBase %q: %w", root.URLBaseStr, err)
+		}
+		base = b
+	}
+	root.SetURLBase(base)
+	return root, nil
+}
+
+// charsetReader accepts the one non-UTF-8 encoding routers are seen to
+// declare, ISO-8859-1 (Latin-1), whose bytes are the first 256 code points.
+func charsetReader(label string, r io.Reader) (io.Reader, error) {
+	switch strings.ToLower(label) {
+	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "us-ascii", "ascii":
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		runes := make([]rune, len(b))
+		for i, c := range b {
+			runes[i] = rune(c)
+		}
+		return strings.NewReader(string(runes)), nil
+	}
+	return nil, fmt.Errorf("unsupported charset %q", label)
+}
+
+// newConn builds goupnp's generated client for srv, sending through hc.
+func newConn(root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, hc *http.Client) wanConnection {
+	sc := goupnp.ServiceClient{
+		SOAPClient: &soap.SOAPClient{EndpointURL: srv.ControlURL.URL, HTTPClient: *hc},
+		RootDevice: root,
+		Location:   loc,
+		Service:    srv,
+	}
+	switch srv.ServiceType {
+	case ServiceWANIPConnection2:
+		return &internetgateway2.WANIPConnection2{ServiceClient: sc}
+	case ServiceWANIPConnection1:
+		return &internetgateway2.WANIPConnection1{ServiceClient: sc}
+	default:
+		return &internetgateway2.WANPPPConnection1{ServiceClient: sc}
+	}
+}
+
+// choose picks the best usable candidate: connected over unknown status,
+// public external IP over non-public, on the default gateway over elsewhere,
+// then the newer service type; remaining ties go to the lowest location, so
+// the choice never depends on which router answered first.
+func choose(found []probed) (*gateway, bool) {
+	var usable []probed
+	for _, p := range found {
+		if p.cand.Rejected == "" {
+			usable = append(usable, p)
+		}
+	}
+	if len(usable) == 0 {
+		return nil, false
+	}
+	slices.SortStableFunc(usable, func(a, b probed) int {
+		return cmp.Or(
+			boolRank(a.cand.Connected(), b.cand.Connected()),
+			boolRank(IsPublic(a.cand.ExternalIP), IsPublic(b.cand.ExternalIP)),
+			boolRank(a.cand.OnDefaultGateway, b.cand.OnDefaultGateway),
+			cmp.Compare(slices.Index(serviceTypes, a.cand.ServiceType), slices.Index(serviceTypes, b.cand.ServiceType)),
+			strings.Compare(a.cand.Location, b.cand.Location),
+			strings.Compare(a.cand.ControlURL, b.cand.ControlURL),
+		)
+	})
+	best := usable[0]
+	all := make([]Candidate, len(found))
+	for i, p := range found {
+		all[i] = p.cand
+	}
+	slices.SortStableFunc(all, func(a, b Candidate) int {
+		return cmp.Or(strings.Compare(a.Location, b.Location), strings.Compare(a.ControlURL, b.ControlURL))
+	})
+	return &gateway{
+		conn: best.conn,
+		info: Gateway{
+			Candidate:        best.cand,
+			PublicExternalIP: IsPublic(best.cand.ExternalIP),
+			Reason:           reason(best.cand, len(usable)),
+			Candidates:       all,
+			DiscoveredAt:     time.Now(),
+		},
+	}, true
+}
+
+// boolRank orders true before false.
+func boolRank(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
+func reason(c Candidate, usable int) string {
+	var parts []string
+	if c.Connected() {
+		parts = append(parts, "connected")
+	} else {
+		parts = append(parts, "connection status unknown")
+	}
+	if IsPublic(c.ExternalIP) {
+		parts = append(parts, "public external IP")
+	} else {
+		parts = append(parts, "external IP not public")
+	}
+	if c.OnDefaultGateway {
+		parts = append(parts, "on the default gateway")
+	} else {
+		parts = append(parts, "not the default gateway")
+	}
+	parts = append(parts, shortService(c.ServiceType))
+	return fmt.Sprintf("best of %d usable: %s", usable, strings.Join(parts, ", "))
+}
+
+// shortService turns "urn:schemas-upnp-org:service:WANIPConnection:2" into
+// "WANIPConnection:2".
+func shortService(st string) string {
+	if st == "" {
+		return "device"
+	}
+	return strings.TrimPrefix(st, "urn:schemas-upnp-org:service:")
+}

@@ -1,0 +1,492 @@
+package igd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ssdpDevice is a test IGD that also answers SSDP searches from its own
+// address, after delay.
+type ssdpDevice struct {
+	*testIGD
+	pc       net.PacketConn
+	delay    time.Duration
+	location string // LOCATION to answer with; "" = the IGD's URL
+}
+
+func newSSDPDevice(t *testing.T, dev device, ip string, delay time.Duration) *ssdpDevice {
+	t.Helper()
+	return newSSDPDeviceAt(t, dev, ip, delay, "")
+}
+
+// newSSDPDeviceAt is newSSDPDevice answering with location instead of its
+// own URL.
+func newSSDPDeviceAt(t *testing.T, dev device, ip string, delay time.Duration, location string) *ssdpDevice {
+	t.Helper()
+
+	g := newTestIGD(t, dev, ip+":0")
+	pc, err := net.ListenPacket("udp4", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &ssdpDevice{testIGD: g, pc: pc, delay: delay, location: location}
+	done := make(chan struct{})
+	t.Cleanup(func() { pc.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf[:n])))
+			if err != nil || req.Method != "M-SEARCH" || req.Header.Get("Man") != `"ssdp:discover"` {
+				continue
+			}
+			st := req.Header.Get("St")
+			if !strings.HasPrefix(st, "urn:schemas-upnp-org:service:") {
+				continue
+			}
+			loc := d.location
+			if loc == "" {
+				loc = g.URL
+			}
+			answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: %s\r\nUSN: uuid:test::%s\r\nEXT:\r\nSERVER: test UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: %s\r\n\r\n", st, st, loc)
+			time.AfterFunc(d.delay, func() { pc.WriteTo([]byte(answer), from) })
+		}
+	}()
+	return d
+}
+
+// ssdpNet is an injectable ListenPacket: searches sent to the SSDP group go
+// to every device's responder instead, over loopback.
+type ssdpNet struct {
+	t       *testing.T
+	devices []*ssdpDevice
+
+	mu       sync.Mutex
+	searches []string
+	conns    []*redirectConn
+}
+
+func (n *ssdpNet) ListenPacket(ctx context.Context, network, addr string) (net.PacketConn, error) {
+	if network != "udp4" || addr != "0.0.0.0:0" {
+		n.t.Errorf("ListenPacket(%q, %q), want udp4 0.0.0.0:0", network, addr)
+	}
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc := &redirectConn{PacketConn: pc, net: n, readDone: make(chan struct{})}
+	n.mu.Lock()
+	n.conns = append(n.conns, rc)
+	n.mu.Unlock()
+	return rc, nil
+}
+
+func (n *ssdpNet) Searches() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.searches...)
+}
+
+type redirectConn struct {
+	net.PacketConn
+	net      *ssdpNet
+	once     sync.Once
+	readDone chan struct{} // closed when a ReadFrom returned an error
+}
+
+func (c *redirectConn) WriteTo(b []byte, to net.Addr) (int, error) {
+	if to.String() != ssdpGroup {
+		c.net.t.Errorf("search sent to %s, want %s", to, ssdpGroup)
+	}
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+	if err == nil {
+		c.net.mu.Lock()
+		c.net.searches = append(c.net.searches, req.Header.Get("St"))
+		c.net.mu.Unlock()
+	}
+	for _, d := range c.net.devices {
+		if _, err := c.PacketConn.WriteTo(b, d.pc.LocalAddr()); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+func (c *redirectConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := c.PacketConn.ReadFrom(b)
+	if err != nil {
+		c.once.Do(func() { close(c.readDone) })
+	}
+	return n, from, err
+}
+
+func newSSDPClient(t *testing.T, n *ssdpNet, gw netip.Addr) *UPnPClient {
+	t.Helper()
+	c, err := NewClient(Config{
+		ListenPacket: n.ListenPacket,
+		// Long bounds: the tests prove discovery returns once a usable
+		// router answered, without waiting for them.
+		DiscoveryTimeout: time.Minute,
+		SettleTime:       500 * time.Millisecond, // generous: the race detector on a loaded machine is slow
+		CallTimeout:      5 * time.Second,
+		Host:             fakeHost{gw: gw},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestSSDPDiscoverySearchesEveryServiceType(t *testing.T) {
+	for _, dev := range devices {
+		t.Run(shortService(dev.serviceType), func(t *testing.T) {
+			d := newSSDPDevice(t, dev, "127.0.0.1", 0)
+			n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
+			c := newSSDPClient(t, n, netip.MustParseAddr("127.0.0.1"))
+			gw, err := c.Discover(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.ServiceType != dev.serviceType || gw.Location != d.URL {
+				t.Errorf("discovered %s at %s, want %s at %s", gw.ServiceType, gw.Location, dev.serviceType, d.URL)
+			}
+			searched := n.Searches()
+			for _, st := range serviceTypes {
+				if !strings.Contains(strings.Join(searched, " "), st) {
+					t.Errorf("no search for %s (searched %v)", st, searched)
+				}
+			}
+			// Three answers (one per search) name one location: one fetch.
+			if f := d.DescFetches(); f != 1 {
+				t.Errorf("description fetched %d times, want 1", f)
+			}
+			// The reader goroutine exited: its socket was closed and read.
+			assertReadersDone(t, n)
+		})
+	}
+}
+
+func TestSSDPDiscoveryChooses(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	type spec struct {
+		ip     string
+		dev    device
+		delay  time.Duration
+		status string
+		extIP  string
+	}
+	tests := []struct {
+		name    string
+		devices []spec
+		want    string // IP of the chosen device
+		reason  string
+	}{
+		{"public beats private even when it answers last", []spec{
+			{"127.0.0.2", igd2Device, 0, "Connected", "10.0.0.2"},
+			{"127.0.0.4", igd1Device, 30 * time.Millisecond, "Connected", "198.51.101.7"},
+		}, "127.0.0.4", "public external IP"},
+		{"connected beats unknown status", []spec{
+			{"127.0.0.2", igd2Device, 0, "", "198.51.101.7"},
+			{"127.0.0.4", pppDevice, 20 * time.Millisecond, "Connected", "198.51.101.8"},
+		}, "127.0.0.4", "connected"},
+		{"default gateway breaks the tie", []spec{
+			{"127.0.0.2", igd2Device, 0, "Connected", "198.51.101.7"},
+			{gwIP, igd1Device, 30 * time.Millisecond, "Connected", "198.51.101.8"},
+		}, gwIP, "on the default gateway"},
+		{"disconnected router is never chosen", []spec{
+			{gwIP, igd2Device, 0, "Disconnected", "198.51.101.7"},
+			{"127.0.0.2", igd1Device, 20 * time.Millisecond, "Connected", "192.168.0.2"},
+		}, "127.0.0.2", "external IP not public"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &ssdpNet{t: t}
+			for _, s := range tt.devices {
+				d := newSSDPDevice(t, s.dev, s.ip, s.delay)
+				if s.status == "" {
+					d.handle("GetStatusInfo", fault(CodeInvalidAction))
+				} else {
+					d.handle("GetStatusInfo", reply("NewConnectionStatus", s.status, "NewLastConnectionError", "", "NewUptime", "1"))
+				}
+				d.handle("GetExternalIPAddress", reply("NewExternalIPAddress", s.extIP))
+				n.devices = append(n.devices, d)
+			}
+			c := newSSDPClient(t, n, netip.MustParseAddr(gwIP))
+			gw, err := c.Discover(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.Addr != netip.MustParseAddr(tt.want) {
+				t.Errorf("chose %s (%s), want %s", gw.Addr, gw.Reason, tt.want)
+			}
+			if !strings.Contains(gw.Reason, tt.reason) || !strings.Contains(gw.Reason, "best of") {
+				t.Errorf("Reason = %q, want it to say %q", gw.Reason, tt.reason)
+			}
+			if len(gw.Candidates) != len(tt.devices) {
+				t.Errorf("Candidates = %v, want %d", gw.Candidates, len(tt.devices))
+			}
+		})
+	}
+}
+
+func TestSSDPDiscoveryNoneQualifies(t *testing.T) {
+	d1 := newSSDPDevice(t, igd2Device, "127.0.0.2", 0)
+	d1.handle("GetStatusInfo", reply("NewConnectionStatus", "Disconnected", "NewLastConnectionError", "", "NewUptime", "0"))
+	d2 := newSSDPDeviceAt(t, igd1Device, "127.0.0.4", 0, d1.URL) // points away from its own address
+	n := &ssdpNet{t: t, devices: []*ssdpDevice{d1, d2}}
+	c, err := NewClient(Config{
+		ListenPacket:     n.ListenPacket,
+		DiscoveryTimeout: time.Second,
+		Host:             fakeHost{err: errors.New("no routes here")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Discover(testCtx(t))
+	var nge *NoGatewayError
+	if !errors.Is(err, ErrNoGateway) || !errors.As(err, &nge) {
+		t.Fatalf("Discover() = %v, want a NoGatewayError", err)
+	}
+	text := err.Error()
+	for _, want := range []string{`WAN connection is "Disconnected"`, "not on the answering host 127.0.0.4", "found 2"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("error %q does not say %q", text, want)
+		}
+	}
+	if d2.DescFetches() != 0 {
+		t.Error("followed a LOCATION that pointed away from the answering host")
+	}
+}
+
+func TestSSDPDiscoveryNoAnswer(t *testing.T) {
+	n := &ssdpNet{t: t}
+	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 200 * time.Millisecond, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Discover(testCtx(t))
+	if !errors.Is(err, ErrNoGateway) || !strings.Contains(err.Error(), "no device answered") {
+		t.Fatalf("Discover() = %v, want ErrNoGateway saying no device answered", err)
+	}
+
+	// The caller's own deadline ends discovery too, and shows in the error.
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	c2, _ := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: time.Minute, Host: fakeHost{}})
+	_, err = c2.Discover(ctx)
+	if !errors.Is(err, ErrNoGateway) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Discover(short ctx) = %v, want ErrNoGateway and context.DeadlineExceeded", err)
+	}
+	assertReadersDone(t, n)
+}
+
+// assertReadersDone checks that every SSDP socket was closed and its reader
+// goroutine saw the close.
+func assertReadersDone(t *testing.T, n *ssdpNet) {
+	t.Helper()
+	n.mu.Lock()
+	conns := n.conns
+	n.mu.Unlock()
+	if len(conns) == 0 {
+		t.Fatal("no SSDP socket was opened")
+	}
+	for _, rc := range conns {
+		select {
+		case <-rc.readDone:
+		default:
+			t.Error("SSDP reader still running after Discover returned")
+		}
+	}
+}
+
+func TestSSDPDiscoveryDoesNotWaitForSlowRouters(t *testing.T) {
+	fast := newSSDPDevice(t, igd1Device, "127.0.0.2", 0)
+	slow := newSSDPDevice(t, igd2Device, "127.0.0.4", 0)
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	slow.mu.Lock()
+	slow.block = block // its SOAP calls never answer
+	slow.mu.Unlock()
+	n := &ssdpNet{t: t, devices: []*ssdpDevice{fast, slow}}
+	c := newSSDPClient(t, n, netip.Addr{})
+	gw, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.Location != fast.URL {
+		t.Errorf("chose %s, want the router that answered (%s)", gw.Location, fast.URL)
+	}
+	var slowCand *Candidate
+	for i := range gw.Candidates {
+		if gw.Candidates[i].Location == slow.URL {
+			slowCand = &gw.Candidates[i]
+		}
+	}
+	if slowCand == nil || !strings.Contains(slowCand.Rejected, "no answer before discovery ended") {
+		t.Errorf("slow router candidate = %+v, want rejected as not answering in time", slowCand)
+	}
+	assertReadersDone(t, n)
+}
+
+func TestSSDPDiscoverySocketError(t *testing.T) {
+	boom := errors.New("no sockets here")
+	c, err := NewClient(Config{ListenPacket: func(context.Context, string, string) (net.PacketConn, error) { return nil, boom }, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Discover(testCtx(t)); !errors.Is(err, boom) {
+		t.Fatalf("Discover() = %v, want the socket error", err)
+	}
+}
+
+func TestParseSSDPAnswer(t *testing.T) {
+	from := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1900}
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"miniupnpd", "HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: urn:schemas-upnp-org:service:WANIPConnection:2\r\nUSN: uuid:x::urn:schemas-upnp-org:service:WANIPConnection:2\r\nEXT:\r\nSERVER: Debian/12 UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: http://192.0.2.1:5000/rootDesc.xml\r\nOPT: \"http://schemas.upnp.org/upnp/1/0/\"; ns=01\r\n\r\n", true},
+		{"lower-case header", "HTTP/1.1 200 OK\r\nlocation: http://192.0.2.1:5000/rootDesc.xml\r\n\r\n", true},
+		{"no location", "HTTP/1.1 200 OK\r\nST: x\r\n\r\n", false},
+		{"not a response", "NOTIFY * HTTP/1.1\r\nLOCATION: http://192.0.2.1/\r\n\r\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, ok := parseSSDPAnswer([]byte(tt.in), from)
+			if ok != tt.ok {
+				t.Fatalf("parseSSDPAnswer() ok = %v, want %v", ok, tt.ok)
+			}
+			if ok && (a.location != "http://192.0.2.1:5000/rootDesc.xml" || a.responder != netip.MustParseAddr("192.0.2.1")) {
+				t.Errorf("parseSSDPAnswer() = %+v", a)
+			}
+		})
+	}
+}
+
+func TestCharsetReaderLatin1(t *testing.T) {
+	r, err := charsetReader("ISO-8859-1", strings.NewReader("Fritz\xe4Box"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	b.ReadFrom(r)
+	if b.String() != "FritzäBox" {
+		t.Errorf("charsetReader() = %q", b.String())
+	}
+	if _, err := charsetReader("EBCDIC", strings.NewReader("")); err == nil {
+		t.Error("charsetReader(EBCDIC) succeeded")
+	}
+}
+
+func TestSSDPDiscoverySendError(t *testing.T) {
+	n := &ssdpNet{t: t}
+	listen := func(ctx context.Context, network, addr string) (net.PacketConn, error) {
+		pc, err := n.ListenPacket(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return unreachableConn{pc}, nil
+	}
+	c, err := NewClient(Config{ListenPacket: listen, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Discover(testCtx(t))
+	if !errors.Is(err, ErrNoGateway) || !errors.Is(err, errUnreachable) {
+		t.Fatalf("Discover() = %v, want ErrNoGateway wrapping the send error", err)
+	}
+	assertReadersDone(t, n)
+}
+
+var errUnreachable = errors.New("network is unreachable")
+
+// unreachableConn fails every send, like a host without a multicast route.
+type unreachableConn struct{ net.PacketConn }
+
+func (unreachableConn) WriteTo([]byte, net.Addr) (int, error) { return 0, errUnreachable }
+
+func TestSSDPDiscoveryEndsWhileAnswersKeepComing(t *testing.T) {
+	// A socket that always has another answer: when discovery decides, the
+	// SSDP reader is almost surely handing one over, and must not block on an
+	// answer nobody reads any more (nor wait for DiscoveryTimeout).
+	g := newTestIGD(t, igd2Device, "")
+	answer := []byte("HTTP/1.1 200 OK\r\nST: " + ServiceWANIPConnection2 + "\r\nLOCATION: " + g.URL + "\r\n\r\n")
+	from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1900}
+	var conns []*floodConn
+	listen := func(ctx context.Context, network, addr string) (net.PacketConn, error) {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		fc := &floodConn{PacketConn: pc, answer: answer, from: from, closed: make(chan struct{})}
+		conns = append(conns, fc)
+		return fc, nil
+	}
+	for range 5 {
+		c, err := NewClient(Config{ListenPacket: listen, DiscoveryTimeout: time.Minute, SettleTime: 10 * time.Millisecond, Host: fakeHost{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Discover(testCtx(t))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Discover hung while answers kept arriving")
+		}
+	}
+	for _, fc := range conns {
+		select {
+		case <-fc.closed:
+		default:
+			t.Error("SSDP socket left open")
+		}
+	}
+}
+
+// floodConn answers every read at once with the same SSDP answer, until it
+// is closed.
+type floodConn struct {
+	net.PacketConn
+	answer    []byte
+	from      net.Addr
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (c *floodConn) WriteTo(b []byte, _ net.Addr) (int, error) { return len(b), nil }
+
+func (c *floodConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case <-c.closed:
+		return 0, nil, net.ErrClosed
+	default:
+	}
+	return copy(b, c.answer), c.from, nil
+}
+
+func (c *floodConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.PacketConn.Close()
+}

@@ -1,0 +1,401 @@
+package igd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+)
+
+// These tests run the client against a real miniupnpd (igdtest). They need
+// root, miniupnpd, upnpc, nft and ip; without them they skip, except when
+// CI=true, where they fail.
+
+// labHost is the HostInfo of a lab node: /proc/net/route would show the test
+// process's namespace, not the node's, so the default gateway is given; the
+// local address is found the ordinary way, by a UDP socket made in the node.
+type labHost struct {
+	igd.SystemHost
+	gateway netip.Addr
+}
+
+func (h labHost) DefaultGateway(context.Context) (netip.Addr, error) { return h.gateway, nil }
+
+// labConfig returns a Config that acts from node i of lab, discovering by
+// SSDP (byURL false) or from the root description URL.
+func labConfig(lab *igdtest.Lab, i int, byURL bool) igd.Config {
+	n := lab.Nodes[i]
+	cfg := igd.Config{
+		DialContext:  n.DialContext,
+		ListenPacket: n.ListenPacket,
+		Host:         labHost{SystemHost: igd.SystemHost{DialContext: n.DialContext}, gateway: lab.RouterLAN},
+	}
+	if byURL {
+		cfg.RootDescURL = lab.RootDescURL
+	}
+	return cfg
+}
+
+func labClient(t testing.TB, lab *igdtest.Lab, i int, byURL bool) *igd.UPnPClient {
+	t.Helper()
+	c, err := igd.NewClient(labConfig(lab, i, byURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLabDiscovery(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		v1      bool
+		byURL   bool
+		service string
+	}{
+		{"IGD2 by SSDP", false, false, igd.ServiceWANIPConnection2},
+		{"IGD2 by URL", false, true, igd.ServiceWANIPConnection2},
+		{"IGD1 by SSDP", true, false, igd.ServiceWANIPConnection1},
+		{"IGD1 by URL", true, true, igd.ServiceWANIPConnection1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lab := igdtest.Start(t, igdtest.Options{ForceIGDv1: tt.v1})
+			ctx := testContext(t)
+			c := labClient(t, lab, 0, tt.byURL)
+			gw, err := c.Discover(ctx)
+			if err != nil {
+				t.Fatalf("Discover: %v\nminiupnpd log:\n%s", err, lab.Log())
+			}
+			if gw.Location != lab.RootDescURL || gw.ServiceType != tt.service {
+				t.Errorf("found %s at %s, want %s at %s", gw.ServiceType, gw.Location, tt.service, lab.RootDescURL)
+			}
+			if gw.ControlURL != "http://192.0.2.1:5000/ctl/IPConn" || gw.Addr != lab.RouterLAN {
+				t.Errorf("ControlURL, Addr = %s, %s", gw.ControlURL, gw.Addr)
+			}
+			if !gw.Connected() || gw.ExternalIP != lab.ExternalIP || !gw.PublicExternalIP || !gw.OnDefaultGateway {
+				t.Errorf("gateway = %+v; want connected, external IP %s (public), on the default gateway", gw, lab.ExternalIP)
+			}
+			ip, err := c.ExternalIP(ctx)
+			if err != nil || ip != lab.ExternalIP {
+				t.Errorf("ExternalIP() = %s, %v; want %s", ip, err, lab.ExternalIP)
+			}
+			la, err := c.LocalAddr(ctx)
+			if err != nil || la != lab.Nodes[0].Addr {
+				t.Errorf("LocalAddr() = %s, %v; want %s", la, err, lab.Nodes[0].Addr)
+			}
+		})
+	}
+}
+
+func TestLabMappings(t *testing.T) {
+	for _, v1 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ForceIGDv1=%v", v1), func(t *testing.T) {
+			lab := igdtest.Start(t, igdtest.Options{ForceIGDv1: v1})
+			ctx := testContext(t)
+			c := labClient(t, lab, 0, false)
+			gw, err := c.Discover(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// IGD:1 has no GetListOfPortMappings: listing below walks the
+			// table entry by entry.
+			if wantService := map[bool]string{false: igd.ServiceWANIPConnection2, true: igd.ServiceWANIPConnection1}[v1]; gw.ServiceType != wantService {
+				t.Fatalf("service = %s, want %s", gw.ServiceType, wantService)
+			}
+			node := lab.Nodes[0].Addr
+			want := []igd.Mapping{
+				{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: node, InternalPort: 30080, Description: "ccmkit default/web"},
+				{Protocol: igd.UDP, ExternalPort: 8053, InternalClient: node, InternalPort: 30053, Description: "ccmkit default/dns"},
+				{Protocol: igd.TCP, ExternalPort: 8443, InternalClient: node, InternalPort: 30443, Description: "ccmkit default/tls", Lease: time.Hour},
+			}
+			for _, m := range want {
+				got, err := c.AddPortMapping(ctx, m)
+				if err != nil {
+					t.Fatalf("AddPortMapping(%v): %v\nminiupnpd log:\n%s", m, err, lab.Log())
+				}
+				if got.Lease != m.Lease || !got.Enabled {
+					t.Errorf("AddPortMapping(%v) = %v", m, got)
+				}
+			}
+			for _, m := range want {
+				got, err := c.GetPortMapping(ctx, m.Protocol, m.ExternalPort)
+				if err != nil {
+					t.Fatalf("GetPortMapping(%s): %v", m.Key(), err)
+				}
+				assertSameMapping(t, got, m)
+			}
+			list, err := c.ListPortMappings(ctx)
+			if err != nil {
+				t.Fatalf("ListPortMappings: %v", err)
+			}
+			if len(list) != len(want) {
+				t.Fatalf("ListPortMappings() = %v, want %d mappings", list, len(want))
+			}
+			byKey := map[igd.Key]igd.Mapping{}
+			for _, m := range list {
+				byKey[m.Key()] = m
+			}
+			for _, m := range want {
+				got, ok := byKey[m.Key()]
+				if !ok {
+					t.Errorf("ListPortMappings() lacks %s", m.Key())
+					continue
+				}
+				assertSameMapping(t, got, m)
+			}
+
+			// A peer client sees our mappings with their descriptions.
+			out, err := lab.Upnpc(ctx, 0, "-l")
+			if err != nil {
+				t.Fatalf("upnpc -l: %v\n%s", err, out)
+			}
+			for _, m := range want {
+				line := fmt.Sprintf("%s %5d->%s:%-5d '%s'", m.Protocol, m.ExternalPort, m.InternalClient, m.InternalPort, m.Description)
+				if !strings.Contains(out, line) {
+					t.Errorf("upnpc -l does not show %q:\n%s", line, out)
+				}
+			}
+
+			for _, m := range want {
+				if err := c.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
+					t.Fatalf("DeletePortMapping(%s): %v", m.Key(), err)
+				}
+				if _, err := c.GetPortMapping(ctx, m.Protocol, m.ExternalPort); !errors.Is(err, igd.ErrNoSuchEntry) || igd.Code(err) != igd.CodeNoSuchEntry {
+					t.Errorf("GetPortMapping(%s) after delete = %v, want 714", m.Key(), err)
+				}
+				// Deleting what is gone succeeds.
+				if err := c.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
+					t.Errorf("DeletePortMapping(%s) again = %v, want nil", m.Key(), err)
+				}
+			}
+			if list, err := c.ListPortMappings(ctx); err != nil || len(list) != 0 {
+				t.Errorf("ListPortMappings() after deleting all = %v, %v", list, err)
+			}
+		})
+	}
+}
+
+// assertSameMapping compares what the router returned with what was added;
+// the lease counts down on the router (and 0 reads back as MaxLease).
+func assertSameMapping(t *testing.T, got, want igd.Mapping) {
+	t.Helper()
+	wantLease := want.Lease
+	if wantLease == 0 {
+		wantLease = igd.MaxLease
+	}
+	if got.Lease > wantLease || got.Lease < wantLease-time.Minute {
+		t.Errorf("%s lease = %s, want about %s", want.Key(), got.Lease, wantLease)
+	}
+	got.Lease, want.Lease = 0, 0
+	want.Enabled = true
+	if got != want {
+		t.Errorf("mapping = %v, want %v", got, want)
+	}
+}
+
+func TestLabErrorCodes(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	ctx := testContext(t)
+	c0 := labClient(t, lab, 0, false)
+	c1 := labClient(t, lab, 1, true)
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9000, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080, Description: "ccmkit node0"}
+	if _, err := c0.AddPortMapping(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another internal client on the same external port: 718.
+	other := m
+	other.InternalClient = lab.Nodes[1].Addr
+	_, err := c1.AddPortMapping(ctx, other)
+	var ue *igd.UPnPError
+	if !errors.Is(err, igd.ErrConflict) || !errors.As(err, &ue) || ue.Code != 718 || ue.Action != "AddPortMapping" {
+		t.Fatalf("conflicting AddPortMapping = %v, want UPnP 718 from AddPortMapping", err)
+	}
+
+	// Re-adding by the same internal client updates in place.
+	m.InternalPort, m.Description = 30081, "ccmkit node0 v2"
+	if _, err := c0.AddPortMapping(ctx, m); err != nil {
+		t.Fatalf("re-add by the owner: %v", err)
+	}
+	got, err := c0.GetPortMapping(ctx, igd.TCP, 9000)
+	if err != nil || got.InternalPort != 30081 || got.Description != "ccmkit node0 v2" {
+		t.Errorf("after re-add GetPortMapping() = %v, %v", got, err)
+	}
+
+	// Deleting a mapping that does not exist: success.
+	if err := c1.DeletePortMapping(ctx, igd.UDP, 9999); err != nil {
+		t.Errorf("DeletePortMapping(missing) = %v, want nil", err)
+	}
+	if _, err := c1.GetPortMapping(ctx, igd.UDP, 9999); igd.Code(err) != igd.CodeNoSuchEntry {
+		t.Errorf("GetPortMapping(missing) = %v, want 714", err)
+	}
+	// A port outside the allow rules: 606.
+	low := igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080}
+	if _, err := c0.AddPortMapping(ctx, low); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Errorf("AddPortMapping(port 80) = %v, want 606", err)
+	}
+}
+
+func TestLabSecureMode(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{SecureMode: true, Nodes: 2})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, false)
+	self, err := c.LocalAddr(ctx)
+	if err != nil || self != lab.Nodes[0].Addr {
+		t.Fatalf("LocalAddr() = %s, %v; want %s", self, err, lab.Nodes[0].Addr)
+	}
+	// Mapping to another host on a free port: 718, indistinguishable from a
+	// real conflict.
+	_, err = c.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 9100, InternalClient: lab.Nodes[1].Addr, InternalPort: 30080})
+	if igd.Code(err) != igd.CodeConflict || !errors.Is(err, igd.ErrConflict) {
+		t.Fatalf("AddPortMapping(to another host) in secure mode = %v, want 718", err)
+	}
+	// Mapping to itself works.
+	m := igd.Mapping{Protocol: igd.UDP, ExternalPort: 9100, InternalClient: self, InternalPort: 30080, Description: "ccmkit self"}
+	if _, err := c.AddPortMapping(ctx, m); err != nil {
+		t.Fatalf("AddPortMapping(to itself) in secure mode: %v", err)
+	}
+	got, err := c.GetPortMapping(ctx, igd.UDP, 9100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameMapping(t, got, m)
+
+	// Listing shows the whole table, other hosts' mappings included.
+	c1 := labClient(t, lab, 1, true)
+	m1 := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9101, InternalClient: lab.Nodes[1].Addr, InternalPort: 30080, Description: "ccmkit node1"}
+	if _, err := c1.AddPortMapping(ctx, m1); err != nil {
+		t.Fatalf("node1 AddPortMapping(to itself): %v", err)
+	}
+	list, err := c.ListPortMappings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[igd.Key]bool{}
+	for _, l := range list {
+		keys[l.Key()] = true
+	}
+	if len(list) != 2 || !keys[m.Key()] || !keys[m1.Key()] {
+		t.Errorf("ListPortMappings() in secure mode = %v, want %s and %s", list, m.Key(), m1.Key())
+	}
+	// Deleting another host's mapping is refused in secure mode: 606.
+	if err := c.DeletePortMapping(ctx, igd.TCP, 9101); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Errorf("DeletePortMapping(another host's mapping) in secure mode = %v, want 606", err)
+	}
+}
+
+func TestLabLeases(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, true)
+	node := lab.Nodes[0].Addr
+	for _, tt := range []struct {
+		lease, stored time.Duration
+	}{
+		{0, igd.MaxLease}, // "permanent" is stored as seven days on IGD:2
+		{90 * time.Second, 90 * time.Second},
+		{2 * igd.MaxLease, igd.MaxLease},
+	} {
+		t.Run(tt.lease.String(), func(t *testing.T) {
+			m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9200, InternalClient: node, InternalPort: 30080, Lease: tt.lease}
+			got, err := c.AddPortMapping(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Lease != tt.lease {
+				t.Errorf("AddPortMapping() Lease = %s, want %s (no fallback on miniupnpd)", got.Lease, tt.lease)
+			}
+			read, err := c.GetPortMapping(ctx, igd.TCP, 9200)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if read.Lease > tt.stored || read.Lease < tt.stored-10*time.Second {
+				t.Errorf("stored lease = %s, want about %s", read.Lease, tt.stored)
+			}
+			if err := c.DeletePortMapping(ctx, igd.TCP, 9200); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestLabDataPath(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	node := lab.Nodes[0]
+	ln, err := node.Listen("tcp", netip.AddrPortFrom(node.Addr, 30080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", node.Addr)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	c := labClient(t, lab, 0, false)
+	if _, err := c.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: node.Addr, InternalPort: 30080, Description: "ccmkit data path"}); err != nil {
+		t.Fatal(err)
+	}
+	body, err := lab.InternetGet(ctx, fmt.Sprintf("http://%s:8080/", lab.ExternalIP))
+	if err != nil || body != "hello from "+node.Addr.String() {
+		t.Fatalf("GET from the internet = %q, %v", body, err)
+	}
+	if err := c.DeletePortMapping(ctx, igd.TCP, 8080); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if body, err := lab.InternetGet(short, fmt.Sprintf("http://%s:8080/", lab.ExternalIP)); err == nil {
+		t.Errorf("GET from the internet after delete = %q, want a failure", body)
+	}
+}
+
+func TestLabWorksAfterRouterReboot(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, false)
+	if _, err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := c.Current()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9300, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080}
+	if _, err := c.AddPortMapping(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	lab.Reboot(t)
+	// The router's connections were reset; whatever the first call after the
+	// reboot says, the client answers again without being rebuilt.
+	var err error
+	for range 3 {
+		if _, err = c.ExternalIP(ctx); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("ExternalIP after reboot: %v", err)
+	}
+	if gw, ok := c.Current(); !ok || gw.Location != first.Location {
+		t.Errorf("Current() after reboot = %+v, %v", gw, ok)
+	}
+	// A reboot wipes the table: the client reports it rather than a cached view.
+	if _, err := c.GetPortMapping(ctx, igd.TCP, 9300); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Errorf("GetPortMapping after reboot = %v, want ErrNoSuchEntry", err)
+	}
+}

@@ -1,0 +1,521 @@
+package igd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Defaults for the zero values of Config.
+const (
+	// DefaultDiscoveryTimeout bounds a whole discovery. A router answers an
+	// SSDP search in tens of milliseconds (miniupnpd: about 50 ms) and
+	// discovery returns as soon as one qualifies; the bound only matters when
+	// no router answers, and must cover a lost first search and its repeat.
+	DefaultDiscoveryTimeout = 3 * time.Second
+	// DefaultSettleTime is how long discovery keeps listening after the first
+	// usable router, so that a better one answering a little later (several
+	// routers on one LAN answer within milliseconds of each other) is not
+	// beaten by arrival order.
+	DefaultSettleTime = 100 * time.Millisecond
+	// DefaultCallTimeout bounds one SOAP call or description fetch. Router
+	// calls get slower as the table grows (miniupnpd: 2-18 ms with one
+	// mapping, 100-330 ms with 60) and a router serves one request at a
+	// time, so 2 s leaves room for a busy router while still noticing a dead
+	// one quickly.
+	DefaultCallTimeout = 2 * time.Second
+	// DefaultMaxListEntries bounds the entry-by-entry walk of a router's
+	// table, so that a router that never answers 713 cannot keep ListPortMappings
+	// looping. Real tables hold tens of entries; routers cap them far below this.
+	DefaultMaxListEntries = 4096
+)
+
+// Config configures a UPnPClient. The zero value is usable: SSDP discovery
+// with the operating system's sockets and routes.
+type Config struct {
+	// RootDescURL is the URL of the router's root description, for example
+	// "http://192.168.1.1:5000/rootDesc.xml". When set, discovery fetches it
+	// directly and sends no SSDP search (for networks that filter multicast,
+	// and for tests). Empty means discover by SSDP.
+	RootDescURL string
+
+	// DiscoveryTimeout bounds one discovery, from the first search to the
+	// chosen router. Zero means DefaultDiscoveryTimeout.
+	DiscoveryTimeout time.Duration
+
+	// SettleTime is how long SSDP discovery keeps collecting answers after
+	// the first usable router answered. Zero means DefaultSettleTime.
+	SettleTime time.Duration
+
+	// CallTimeout bounds each SOAP call and each description fetch. Zero
+	// means DefaultCallTimeout. The list call (GetListOfPortMappings) gets
+	// five times this bound, since it returns up to 1000 entries at once.
+	CallTimeout time.Duration
+
+	// MaxListEntries bounds the entry-by-entry walk of the table in
+	// ListPortMappings. Zero means DefaultMaxListEntries.
+	MaxListEntries int
+
+	// HTTPClient makes every HTTP request: description fetches and SOAP
+	// calls. Nil means a private client whose transport dials with
+	// DialContext, uses no proxy and no keep-alive (routers close every
+	// connection anyway). When set, DialContext is not applied to it. goupnp's
+	// global HTTPClientDefault is never used.
+	HTTPClient *http.Client
+
+	// DialContext opens connections for the default HTTP client and the UDP
+	// socket SystemHost.LocalAddr reads. Nil means a zero net.Dialer. Set it to
+	// pin the client to an interface or run it inside a network namespace.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// ListenPacket opens the UDP socket SSDP discovery searches from; it is
+	// called with ("udp4", "0.0.0.0:0"). Nil means a zero net.ListenConfig.
+	// The searches leave through the interface the host routes
+	// 239.255.255.250 to (usually the default route's); to search on
+	// another interface, return a socket set up for it (IP_MULTICAST_IF).
+	ListenPacket func(ctx context.Context, network, addr string) (net.PacketConn, error)
+
+	// Host answers the questions about this host that discovery and LocalAddr
+	// depend on. Nil means SystemHost{DialContext: DialContext}.
+	Host HostInfo
+}
+
+// withDefaults returns cfg with every zero field filled in. This is the only
+// place defaults are set.
+func (cfg Config) withDefaults() Config {
+	if cfg.DiscoveryTimeout == 0 {
+		cfg.DiscoveryTimeout = DefaultDiscoveryTimeout
+	}
+	if cfg.SettleTime == 0 {
+		cfg.SettleTime = DefaultSettleTime
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MaxListEntries == 0 {
+		cfg.MaxListEntries = DefaultMaxListEntries
+	}
+	if cfg.DialContext == nil {
+		cfg.DialContext = (&net.Dialer{}).DialContext
+	}
+	if cfg.ListenPacket == nil {
+		lc := &net.ListenConfig{}
+		cfg.ListenPacket = lc.ListenPacket
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{
+			Transport: &http.Transport{
+				Proxy:             nil, // a LAN router is never reached through a proxy
+				DialContext:       cfg.DialContext,
+				DisableKeepAlives: true,
+			},
+		}
+	}
+	if cfg.Host == nil {
+		cfg.Host = SystemHost{DialContext: cfg.DialContext}
+	}
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	switch {
+	case cfg.DiscoveryTimeout < 0:
+		return fmt.Errorf("igd: invalid Config.DiscoveryTimeout %s: must not be negative", cfg.DiscoveryTimeout)
+	case cfg.SettleTime < 0:
+		return fmt.Errorf("igd: invalid Config.SettleTime %s: must not be negative", cfg.SettleTime)
+	case cfg.CallTimeout < 0:
+		return fmt.Errorf("igd: invalid Config.CallTimeout %s: must not be negative", cfg.CallTimeout)
+	case cfg.MaxListEntries < 0:
+		return fmt.Errorf("igd: invalid Config.MaxListEntries %d: must not be negative", cfg.MaxListEntries)
+	}
+	if cfg.RootDescURL != "" {
+		u, err := url.Parse(cfg.RootDescURL)
+		if err != nil {
+			return fmt.Errorf("igd: invalid Config.RootDescURL %q: %w", cfg.RootDescURL, err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("igd: invalid Config.RootDescURL %q: must be an absolute http URL", cfg.RootDescURL)
+		}
+	}
+	return nil
+}
+
+// Candidate is one connection service that discovery found, and what it
+// learnt about it.
+type Candidate struct {
+	// Location is the URL of the root description that holds the service.
+	Location string
+	// FriendlyName is the device's name from its description.
+	FriendlyName string
+	// ServiceType is the service's URN, one of the Service* constants.
+	ServiceType string
+	// ControlURL is where the service's SOAP calls go.
+	ControlURL string
+	// Addr is the router's LAN address (the host of ControlURL).
+	Addr netip.Addr
+	// Status is what GetStatusInfo answered ("Connected", "Disconnected", …),
+	// or empty when the router does not answer it.
+	Status string
+	// ExternalIP is what GetExternalIPAddress answered.
+	ExternalIP netip.Addr
+	// OnDefaultGateway reports whether Addr is this host's default gateway.
+	OnDefaultGateway bool
+	// Rejected says why the service cannot be used; empty when it can.
+	Rejected string
+}
+
+// Connected reports whether the router said its WAN connection is up.
+func (c Candidate) Connected() bool { return c.Status == "Connected" }
+
+// String describes the candidate for logs and error messages.
+func (c Candidate) String() string {
+	s := fmt.Sprintf("%s at %s", shortService(c.ServiceType), c.Location)
+	if c.ExternalIP.IsValid() {
+		s += fmt.Sprintf(" (external IP %s", c.ExternalIP)
+		if !IsPublic(c.ExternalIP) {
+			s += ", not public"
+		}
+		s += ")"
+	}
+	if c.Rejected != "" {
+		s += ": " + c.Rejected
+	}
+	return s
+}
+
+// Gateway describes the router a UPnPClient talks to: the chosen service,
+// why it was chosen, and everything else discovery saw.
+type Gateway struct {
+	Candidate
+	// PublicExternalIP reports whether ExternalIP is public (IsPublic). When
+	// false, the router is itself behind NAT (private or CGNAT address) and
+	// its mappings are not reachable from the internet: tell the user.
+	PublicExternalIP bool
+	// Reason says why this service was chosen among the candidates.
+	Reason string
+	// Candidates is every service discovery found, the chosen one included,
+	// each with its rejection reason if any.
+	Candidates []Candidate
+	// DiscoveredAt is when discovery chose this gateway.
+	DiscoveredAt time.Time
+}
+
+// gateway is a discovered router with its live service client.
+type gateway struct {
+	info Gateway
+	conn wanConnection
+	// noList is set once GetListOfPortMappings failed in a way that says the
+	// router does not support it, so later listings walk directly.
+	noList atomic.Bool
+}
+
+// UPnPClient is the goupnp-based Client. It finds the router lazily, inside
+// the first call that needs it and with that call's context, caches it, and
+// discovers again after the router stopped answering (a transport error or
+// timeout; a UPnP fault keeps it). It is safe for concurrent use. Its
+// mapping calls go to the router one at a time, since routers such as
+// miniupnpd serve one request at a time; only a discovery started while calls
+// are in flight (Discover, or a rediscovery) probes the router alongside them.
+type UPnPClient struct {
+	cfg Config
+
+	// sem holds one token per request in flight to the router (capacity 1).
+	sem chan struct{}
+	// discovering serialises discoveries (capacity 1), so that concurrent
+	// first calls share one discovery instead of each searching.
+	discovering chan struct{}
+
+	// mu guards gw. It is never held across a network call.
+	mu sync.Mutex
+	gw *gateway
+}
+
+var _ Client = (*UPnPClient)(nil)
+
+// NewClient returns a client configured by cfg. It does no I/O: the router is
+// discovered by Discover or by the first call that needs it. The error is
+// only for an invalid Config.
+func NewClient(cfg Config) (*UPnPClient, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &UPnPClient{
+		cfg:         cfg.withDefaults(),
+		sem:         make(chan struct{}, 1),
+		discovering: make(chan struct{}, 1),
+	}, nil
+}
+
+// Discover finds the router now, replacing any cached one, and returns what it
+// found. With Config.RootDescURL it fetches that description; otherwise it
+// searches by SSDP and chooses among the answers (see the package
+// documentation). When no router qualifies the error matches ErrNoGateway and
+// is a *NoGatewayError listing what was found and why each was rejected; a
+// router cached earlier is then kept.
+func (c *UPnPClient) Discover(ctx context.Context) (Gateway, error) {
+	if err := acquire(ctx, c.discovering); err != nil {
+		return Gateway{}, fmt.Errorf("igd: discover: %w", err)
+	}
+	defer release(c.discovering)
+	gw, err := c.discoverAndCache(ctx)
+	if err != nil {
+		return Gateway{}, err
+	}
+	return gw.info.clone(), nil
+}
+
+// Current returns the cached router, without any I/O. ok is false before the
+// first successful discovery and after the router stopped answering.
+func (c *UPnPClient) Current() (gw Gateway, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gw == nil {
+		return Gateway{}, false
+	}
+	return c.gw.info.clone(), true
+}
+
+func (g Gateway) clone() Gateway {
+	g.Candidates = slices.Clone(g.Candidates)
+	return g
+}
+
+// discoverAndCache runs one discovery and caches its result. The caller holds
+// c.discovering.
+func (c *UPnPClient) discoverAndCache(ctx context.Context) (*gateway, error) {
+	gw, err := c.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.gw = gw
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Discovered internet gateway device",
+		"location", gw.info.Location, "service", gw.info.ServiceType,
+		"externalIP", gw.info.ExternalIP, "publicExternalIP", gw.info.PublicExternalIP,
+		"reason", gw.info.Reason, "candidates", len(gw.info.Candidates))
+	return gw, nil
+}
+
+// gateway returns the cached router, discovering it first if needed.
+func (c *UPnPClient) gateway(ctx context.Context) (*gateway, error) {
+	c.mu.Lock()
+	gw := c.gw
+	c.mu.Unlock()
+	if gw != nil {
+		return gw, nil
+	}
+	if err := acquire(ctx, c.discovering); err != nil {
+		return nil, fmt.Errorf("igd: discover: %w", err)
+	}
+	defer release(c.discovering)
+	// Another caller may have finished a discovery while this one waited.
+	c.mu.Lock()
+	gw = c.gw
+	c.mu.Unlock()
+	if gw != nil {
+		return gw, nil
+	}
+	return c.discoverAndCache(ctx)
+}
+
+// forget drops gw from the cache (if it is still the cached one) so that the
+// next call discovers again.
+func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
+	c.mu.Lock()
+	dropped := c.gw == gw
+	if dropped {
+		c.gw = nil
+	}
+	c.mu.Unlock()
+	if dropped {
+		klog.FromContext(ctx).Info("Internet gateway device stopped answering, will discover again",
+			"location", gw.info.Location, "err", cause)
+	}
+}
+
+func acquire(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func release(sem chan struct{}) { <-sem }
+
+// call runs one SOAP action on the router: it waits for the router to be free
+// (honouring ctx), bounds the call by timeout, and maps the result with
+// callError. A transport error or timeout (but not the caller's own
+// cancellation) makes the client forget the router.
+func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeout time.Duration, fn func(ctx context.Context) error) error {
+	if err := acquire(ctx, c.sem); err != nil {
+		return fmt.Errorf("%s: waiting for the router: %w", action, err)
+	}
+	defer release(c.sem)
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := fn(callCtx)
+	if err == nil {
+		return nil
+	}
+	wrapped, transport := callError(callCtx, action, err)
+	if transport && ctx.Err() == nil {
+		c.forget(ctx, gw, wrapped)
+	}
+	return wrapped
+}
+
+// ExternalIP implements Client. The address may be non-public (see IsPublic,
+// CheckPublic and Gateway.PublicExternalIP); it is returned all the same.
+func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("igd: external IP: %w", err)
+	}
+	var s string
+	err = c.call(ctx, gw, "GetExternalIPAddress", c.cfg.CallTimeout, func(ctx context.Context) (err error) {
+		s, err = gw.conn.GetExternalIPAddressCtx(ctx)
+		return err
+	})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: %w", gw.info.Location, err)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: router answered %q: %w", gw.info.Location, s, err)
+	}
+	return a.Unmap(), nil
+}
+
+// AddPortMapping implements Client. m is validated first and an invalid
+// mapping reaches no router. When the router refuses a finite lease (725, or
+// 402 from routers that reject the lease argument) the mapping is added again
+// with a permanent lease and the result says Lease 0; IGD:2 routers still
+// expire a permanent mapping after MaxLease.
+func (c *UPnPClient) AddPortMapping(ctx context.Context, m Mapping) (Mapping, error) {
+	if err := m.Validate(); err != nil {
+		return Mapping{}, fmt.Errorf("igd: add port mapping %s: %w", m.Key(), err)
+	}
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: add port mapping %s: %w", m.Key(), err)
+	}
+	m.Enabled = true
+	err = c.addPortMapping(ctx, gw, m)
+	if m.Lease != 0 && (errors.Is(err, ErrOnlyPermanentLeases) || Code(err) == CodeInvalidArgs) {
+		m.Lease = 0
+		err = c.addPortMapping(ctx, gw, m)
+	}
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: add port mapping %s on %s: %w", m.Key(), gw.info.Location, err)
+	}
+	return m, nil
+}
+
+func (c *UPnPClient) addPortMapping(ctx context.Context, gw *gateway, m Mapping) error {
+	return c.call(ctx, gw, "AddPortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
+		return gw.conn.AddPortMappingCtx(ctx, remoteHostArg(m.RemoteHost), m.ExternalPort, string(m.Protocol),
+			m.InternalPort, m.InternalClient.Unmap().String(), true, m.Description, uint32(m.Lease/time.Second))
+	})
+}
+
+func remoteHostArg(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.Unmap().String()
+}
+
+// DeletePortMapping implements Client. It is idempotent: the spec's 714 for a
+// missing mapping is success (miniupnpd already answers OK).
+func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, externalPort uint16) error {
+	k := Key{Protocol: proto, ExternalPort: externalPort}
+	if err := validKey(k); err != nil {
+		return fmt.Errorf("igd: delete port mapping %s: %w", k, err)
+	}
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return fmt.Errorf("igd: delete port mapping %s: %w", k, err)
+	}
+	err = c.call(ctx, gw, "DeletePortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
+		return gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
+	})
+	if err != nil && !errors.Is(err, ErrNoSuchEntry) {
+		return fmt.Errorf("igd: delete port mapping %s on %s: %w", k, gw.info.Location, err)
+	}
+	return nil
+}
+
+func validKey(k Key) error {
+	if !k.Protocol.Valid() {
+		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
+	}
+	if k.ExternalPort == 0 {
+		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+	}
+	return nil
+}
+
+// GetPortMapping implements Client. A missing mapping gives an error matching
+// ErrNoSuchEntry.
+func (c *UPnPClient) GetPortMapping(ctx context.Context, proto Protocol, externalPort uint16) (Mapping, error) {
+	k := Key{Protocol: proto, ExternalPort: externalPort}
+	if err := validKey(k); err != nil {
+		return Mapping{}, fmt.Errorf("igd: get port mapping %s: %w", k, err)
+	}
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: get port mapping %s: %w", k, err)
+	}
+	m := Mapping{Protocol: proto, ExternalPort: externalPort}
+	err = c.call(ctx, gw, "GetSpecificPortMappingEntry", c.cfg.CallTimeout, func(ctx context.Context) error {
+		port, client, enabled, desc, lease, err := gw.conn.GetSpecificPortMappingEntryCtx(ctx, "", externalPort, string(proto))
+		if err != nil {
+			return err
+		}
+		m.InternalPort, m.InternalClient, m.Enabled, m.Description = port, parseAddr(client), enabled, desc
+		m.Lease = time.Duration(lease) * time.Second
+		return nil
+	})
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: get port mapping %s on %s: %w", k, gw.info.Location, err)
+	}
+	return m, nil
+}
+
+// parseAddr reads an address a router returned; anything unreadable (a
+// wildcard written as "*", a host name) becomes the zero Addr rather than
+// hiding the entry.
+func parseAddr(s string) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+// LocalAddr implements Client: this host's address toward the router, from
+// Config.Host (no packet is sent).
+func (c *UPnPClient) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("igd: local address: %w", err)
+	}
+	a, err := c.cfg.Host.LocalAddr(ctx, gw.info.Addr)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("igd: local address toward %s: %w", gw.info.Location, err)
+	}
+	return a, nil
+}

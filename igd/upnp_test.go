@@ -1,0 +1,934 @@
+package igd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/huin/goupnp"
+	"github.com/huin/goupnp/dcps/internetgateway2"
+	"github.com/huin/goupnp/soap"
+)
+
+var devices = []device{igd2Device, igd1Device, pppDevice}
+
+func TestNewClientRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative discovery timeout", Config{DiscoveryTimeout: -1}, "Config.DiscoveryTimeout"},
+		{"negative settle", Config{SettleTime: -1}, "Config.SettleTime"},
+		{"negative call timeout", Config{CallTimeout: -1}, "Config.CallTimeout"},
+		{"negative max entries", Config{MaxListEntries: -1}, "Config.MaxListEntries"},
+		{"relative URL", Config{RootDescURL: "/rootDesc.xml"}, "Config.RootDescURL"},
+		{"not http", Config{RootDescURL: "ftp://192.0.2.1/rootDesc.xml"}, "Config.RootDescURL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewClient(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("NewClient() error = %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewClientDoesNoIO(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	c := newTestClient(t, g, nil)
+	if _, ok := c.Current(); ok {
+		t.Fatal("Current() reports a gateway before any call")
+	}
+	if n := g.DescFetches(); n != 0 {
+		t.Fatalf("NewClient fetched the description %d times, want 0", n)
+	}
+	if n := len(g.Calls()); n != 0 {
+		t.Fatalf("NewClient made %d SOAP calls, want 0", n)
+	}
+}
+
+func TestDiscoverByURL(t *testing.T) {
+	for _, dev := range devices {
+		t.Run(shortService(dev.serviceType), func(t *testing.T) {
+			g := newTestIGD(t, dev, "")
+			c := newTestClient(t, g, nil)
+			gw, err := c.Discover(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.ServiceType != dev.serviceType {
+				t.Errorf("ServiceType = %q, want %q", gw.ServiceType, dev.serviceType)
+			}
+			if want := g.srv.URL + dev.controlPath; gw.ControlURL != want {
+				t.Errorf("ControlURL = %q, want %q", gw.ControlURL, want)
+			}
+			if gw.Location != g.URL || gw.FriendlyName != "Debian router" {
+				t.Errorf("Location, FriendlyName = %q, %q", gw.Location, gw.FriendlyName)
+			}
+			if !gw.Connected() || gw.ExternalIP != netip.MustParseAddr("198.51.101.7") || !gw.PublicExternalIP || !gw.OnDefaultGateway {
+				t.Errorf("gateway = %+v, want connected, public 198.51.101.7, on the default gateway", gw)
+			}
+			if gw.Addr != g.addr() {
+				t.Errorf("Addr = %s, want %s", gw.Addr, g.addr())
+			}
+			if !strings.Contains(gw.Reason, "connected, public external IP, on the default gateway") {
+				t.Errorf("Reason = %q", gw.Reason)
+			}
+			cur, ok := c.Current()
+			if !ok || cur.Location != gw.Location {
+				t.Errorf("Current() = %+v, %v; want the discovered gateway", cur, ok)
+			}
+		})
+	}
+}
+
+func TestDiscoverRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		dev    device
+		mod    func(g *testIGD)
+		reject string
+	}{
+		{"not connected", igd2Device, func(g *testIGD) {
+			g.handle("GetStatusInfo", reply("NewConnectionStatus", "Disconnected", "NewLastConnectionError", "ERROR_NONE", "NewUptime", "0"))
+		}, `WAN connection is "Disconnected"`},
+		{"no external IP", igd1Device, func(g *testIGD) {
+			g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", ""))
+		}, "no external IP address"},
+		{"external IP fault", pppDevice, func(g *testIGD) {
+			g.handle("GetExternalIPAddress", fault(CodeActionFailed))
+		}, "UPnP error 501"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, tt.dev, "")
+			tt.mod(g)
+			c := newTestClient(t, g, nil)
+			_, err := c.Discover(testCtx(t))
+			if !errors.Is(err, ErrNoGateway) {
+				t.Fatalf("Discover() error = %v, want ErrNoGateway", err)
+			}
+			var nge *NoGatewayError
+			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, tt.reject) {
+				t.Fatalf("Discover() error = %#v, want one candidate rejected with %q", err, tt.reject)
+			}
+			if !strings.Contains(err.Error(), tt.reject) || !strings.Contains(err.Error(), g.URL) {
+				t.Errorf("error text %q does not say what was found and why it was rejected", err)
+			}
+			if _, ok := c.Current(); ok {
+				t.Error("a rejected gateway was cached")
+			}
+		})
+	}
+}
+
+func TestDiscoverUnknownStatusStillUsable(t *testing.T) {
+	g := newTestIGD(t, igd1Device, "")
+	g.handle("GetStatusInfo", fault(CodeInvalidAction))
+	c := newTestClient(t, g, nil)
+	gw, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.Status != "" || !strings.Contains(gw.Reason, "connection status unknown") {
+		t.Errorf("Status, Reason = %q, %q; want unknown status", gw.Status, gw.Reason)
+	}
+}
+
+func TestNonPublicExternalIPIsReported(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "100.64.3.4"))
+	c := newTestClient(t, g, nil)
+	gw, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.PublicExternalIP || !strings.Contains(gw.Reason, "external IP not public") {
+		t.Errorf("PublicExternalIP, Reason = %v, %q; want not public", gw.PublicExternalIP, gw.Reason)
+	}
+	ip, err := c.ExternalIP(testCtx(t))
+	if err != nil || ip != netip.MustParseAddr("100.64.3.4") {
+		t.Fatalf("ExternalIP() = %s, %v; want 100.64.3.4", ip, err)
+	}
+	err = CheckPublic(ip)
+	var npe *NotPublicError
+	if !errors.Is(err, ErrNotPublic) || !errors.As(err, &npe) || npe.Range != netip.MustParsePrefix("100.64.0.0/10") || !strings.Contains(err.Error(), "CGNAT") {
+		t.Errorf("CheckPublic(%s) = %v, want a NotPublicError naming CGNAT", ip, err)
+	}
+}
+
+func TestCheckPublic(t *testing.T) {
+	tests := []struct {
+		addr  string
+		kind  string // "" = public
+		valid bool   // Range set
+	}{
+		{"198.51.101.7", "", false},
+		{"8.8.8.8", "", false},
+		{"10.1.2.3", "private", true},
+		{"192.168.1.1", "private", true},
+		{"100.127.255.255", "shared address space (CGNAT)", true},
+		{"::ffff:172.16.0.1", "private", true},
+		{"2001:db8::1", "not a public IPv4", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			err := CheckPublic(netip.MustParseAddr(tt.addr))
+			if tt.kind == "" {
+				if err != nil {
+					t.Fatalf("CheckPublic() = %v, want nil", err)
+				}
+				return
+			}
+			var npe *NotPublicError
+			if !errors.As(err, &npe) || !errors.Is(err, ErrNotPublic) {
+				t.Fatalf("CheckPublic() = %v, want *NotPublicError", err)
+			}
+			if npe.Range.IsValid() != tt.valid || !strings.Contains(err.Error(), tt.kind) {
+				t.Errorf("CheckPublic() = %v (range %s), want kind %q", err, npe.Range, tt.kind)
+			}
+		})
+	}
+}
+
+func TestAddPortMappingSendsArguments(t *testing.T) {
+	for _, dev := range devices {
+		t.Run(shortService(dev.serviceType), func(t *testing.T) {
+			g := newTestIGD(t, dev, "")
+			g.handle("AddPortMapping", reply())
+			c := newTestClient(t, g, nil)
+			m := Mapping{Protocol: UDP, ExternalPort: 8053, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30053,
+				Description: "ccmkit default/dns", Lease: time.Hour, RemoteHost: netip.MustParseAddr("203.0.113.9")}
+			got, err := c.AddPortMapping(testCtx(t), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := m
+			want.Enabled = true
+			if got != want {
+				t.Errorf("AddPortMapping() = %v, want %v", got, want)
+			}
+			calls := g.CallsOf("AddPortMapping")
+			if len(calls) != 1 {
+				t.Fatalf("AddPortMapping calls = %d, want 1", len(calls))
+			}
+			wantArgs := map[string]string{
+				"NewRemoteHost": "203.0.113.9", "NewExternalPort": "8053", "NewProtocol": "UDP", "NewInternalPort": "30053",
+				"NewInternalClient": "192.0.2.10", "NewEnabled": "1", "NewPortMappingDescription": "ccmkit default/dns", "NewLeaseDuration": "3600",
+			}
+			if !reflect.DeepEqual(calls[0].Args, wantArgs) {
+				t.Errorf("AddPortMapping args = %v, want %v", calls[0].Args, wantArgs)
+			}
+		})
+	}
+}
+
+func TestAddPortMappingInvalidReachesNoRouter(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	c := newTestClient(t, g, nil)
+	_, err := c.AddPortMapping(testCtx(t), Mapping{Protocol: "SCTP", ExternalPort: 1, InternalPort: 1, InternalClient: netip.MustParseAddr("192.0.2.10")})
+	var fe *FieldError
+	if !errors.Is(err, ErrInvalidMapping) || !errors.As(err, &fe) || fe.Field != "Protocol" {
+		t.Fatalf("AddPortMapping(SCTP) error = %v, want a FieldError for Protocol", err)
+	}
+	if g.DescFetches() != 0 || len(g.Calls()) != 0 {
+		t.Errorf("invalid mapping reached the router: %d fetches, %v", g.DescFetches(), g.Calls())
+	}
+}
+
+func TestAddPortMappingLeaseFallback(t *testing.T) {
+	// leaseFault answers code to every non-zero lease and accepts lease 0.
+	leaseFault := func(code int) action {
+		return func(args map[string]string) ([][2]string, int) {
+			if args["NewLeaseDuration"] != "0" {
+				return nil, code
+			}
+			return nil, 0
+		}
+	}
+	tests := []struct {
+		name      string
+		handler   action
+		lease     time.Duration
+		wantLease time.Duration
+		wantCalls []string // NewLeaseDuration of each call
+		wantErr   error
+		wantCode  int
+	}{
+		{"725 retried permanent", leaseFault(CodeOnlyPermanentLeases), time.Hour, 0, []string{"3600", "0"}, nil, 0},
+		{"402 retried permanent", leaseFault(CodeInvalidArgs), time.Hour, 0, []string{"3600", "0"}, nil, 0},
+		{"finite lease accepted", reply(), time.Hour, time.Hour, []string{"3600"}, nil, 0},
+		{"402 to lease 0 not retried", fault(CodeInvalidArgs), 0, 0, []string{"0"}, nil, CodeInvalidArgs},
+		{"725 twice gives up", fault(CodeOnlyPermanentLeases), time.Minute, 0, []string{"60", "0"}, ErrOnlyPermanentLeases, CodeOnlyPermanentLeases},
+		{"718 conflict not retried", fault(CodeConflict), time.Hour, 0, []string{"3600"}, ErrConflict, CodeConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, igd1Device, "")
+			g.handle("AddPortMapping", tt.handler)
+			c := newTestClient(t, g, nil)
+			m := Mapping{Protocol: TCP, ExternalPort: 8080, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30080, Lease: tt.lease}
+			got, err := c.AddPortMapping(testCtx(t), m)
+			var leases []string
+			for _, call := range g.CallsOf("AddPortMapping") {
+				leases = append(leases, call.Args["NewLeaseDuration"])
+			}
+			if !slices.Equal(leases, tt.wantCalls) {
+				t.Errorf("leases sent = %v, want %v", leases, tt.wantCalls)
+			}
+			if tt.wantCode != 0 {
+				var ue *UPnPError
+				if !errors.As(err, &ue) || ue.Code != tt.wantCode || ue.Action != "AddPortMapping" || ue.Description == "" {
+					t.Fatalf("error = %v, want *UPnPError AddPortMapping %d with a description", err, tt.wantCode)
+				}
+				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+					t.Fatalf("error = %v, want it to match %v", err, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), "TCP/8080") {
+					t.Errorf("error %q does not name the mapping", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Lease != tt.wantLease {
+				t.Errorf("returned Lease = %s, want %s", got.Lease, tt.wantLease)
+			}
+		})
+	}
+}
+
+func TestDeletePortMappingIsIdempotent(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler action
+		wantErr int
+	}{
+		{"deleted", reply(), 0},
+		{"714 missing is success", fault(CodeNoSuchEntry), 0},
+		{"606 is an error", fault(CodeNotAuthorized), CodeNotAuthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, igd2Device, "")
+			g.handle("DeletePortMapping", tt.handler)
+			c := newTestClient(t, g, nil)
+			err := c.DeletePortMapping(testCtx(t), UDP, 8053)
+			if Code(err) != tt.wantErr || (tt.wantErr == 0 && err != nil) {
+				t.Fatalf("DeletePortMapping() = %v, want code %d", err, tt.wantErr)
+			}
+			if tt.wantErr == CodeNotAuthorized && !errors.Is(err, ErrNotAuthorized) {
+				t.Errorf("error %v does not match ErrNotAuthorized", err)
+			}
+			calls := g.CallsOf("DeletePortMapping")
+			want := map[string]string{"NewRemoteHost": "", "NewExternalPort": "8053", "NewProtocol": "UDP"}
+			if len(calls) != 1 || !reflect.DeepEqual(calls[0].Args, want) {
+				t.Errorf("DeletePortMapping calls = %v, want one with %v", calls, want)
+			}
+		})
+	}
+	t.Run("invalid key", func(t *testing.T) {
+		g := newTestIGD(t, igd2Device, "")
+		c := newTestClient(t, g, nil)
+		if err := c.DeletePortMapping(testCtx(t), "tcp", 80); !errors.Is(err, ErrInvalidMapping) {
+			t.Errorf("DeletePortMapping(tcp) = %v, want ErrInvalidMapping", err)
+		}
+		if err := c.DeletePortMapping(testCtx(t), TCP, 0); !errors.Is(err, ErrInvalidMapping) {
+			t.Errorf("DeletePortMapping(port 0) = %v, want ErrInvalidMapping", err)
+		}
+	})
+}
+
+func TestGetPortMapping(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	g.handle("GetSpecificPortMappingEntry", func(args map[string]string) ([][2]string, int) {
+		if args["NewExternalPort"] != "8080" || args["NewProtocol"] != "TCP" {
+			return nil, CodeNoSuchEntry
+		}
+		return reply("NewInternalPort", "30080", "NewInternalClient", "192.0.2.10", "NewEnabled", "1",
+			"NewPortMappingDescription", "ccmkit web", "NewLeaseDuration", "604800")(args)
+	})
+	c := newTestClient(t, g, nil)
+	got, err := c.GetPortMapping(testCtx(t), TCP, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Mapping{Protocol: TCP, ExternalPort: 8080, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30080,
+		Description: "ccmkit web", Lease: MaxLease, Enabled: true}
+	if got != want {
+		t.Errorf("GetPortMapping() = %v, want %v", got, want)
+	}
+	_, err = c.GetPortMapping(testCtx(t), UDP, 8080)
+	var ue *UPnPError
+	if !errors.Is(err, ErrNoSuchEntry) || !errors.As(err, &ue) || ue.Action != "GetSpecificPortMappingEntry" {
+		t.Errorf("GetPortMapping(missing) = %v, want ErrNoSuchEntry from GetSpecificPortMappingEntry", err)
+	}
+}
+
+func TestExternalIPAndLocalAddr(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	local := netip.MustParseAddr("192.0.2.10")
+	c := newTestClient(t, g, func(cfg *Config) { cfg.Host = fakeHost{gw: g.addr(), local: local} })
+	ip, err := c.ExternalIP(testCtx(t))
+	if err != nil || ip != netip.MustParseAddr("198.51.101.7") {
+		t.Fatalf("ExternalIP() = %s, %v", ip, err)
+	}
+	la, err := c.LocalAddr(testCtx(t))
+	if err != nil || la != local {
+		t.Fatalf("LocalAddr() = %s, %v; want %s", la, err, local)
+	}
+	g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "not-an-ip"))
+	if _, err := c.ExternalIP(testCtx(t)); err == nil || !strings.Contains(err.Error(), "not-an-ip") {
+		t.Errorf("ExternalIP(garbage) = %v, want an error quoting the answer", err)
+	}
+}
+
+func TestSystemHostLocalAddr(t *testing.T) {
+	got, err := SystemHost{}.LocalAddr(testCtx(t), netip.MustParseAddr("127.0.0.1"))
+	if err != nil || got != netip.MustParseAddr("127.0.0.1") {
+		t.Fatalf("LocalAddr(127.0.0.1) = %s, %v", got, err)
+	}
+	if _, err := (SystemHost{}).LocalAddr(testCtx(t), netip.Addr{}); err == nil {
+		t.Error("LocalAddr(no router) succeeded")
+	}
+}
+
+func TestSystemHostDefaultGateway(t *testing.T) {
+	tests := []struct {
+		name, file string
+		want       string
+	}{
+		{"default via 192.0.2.1", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+			"eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n" +
+			"eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", "192.0.2.1"},
+		{"no default route", "Iface\tDestination\tGateway \tFlags\n" +
+			"eth0\t000200C0\t00000000\t0001\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := filepath.Join(t.TempDir(), "route")
+			if err := os.WriteFile(name, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := SystemHost{RouteFile: name}.DefaultGateway(testCtx(t))
+			if tt.want == "" {
+				if err == nil {
+					t.Fatalf("DefaultGateway() = %s, want an error", got)
+				}
+				return
+			}
+			if err != nil || got != netip.MustParseAddr(tt.want) {
+				t.Fatalf("DefaultGateway() = %s, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := (SystemHost{RouteFile: filepath.Join(t.TempDir(), "missing")}).DefaultGateway(testCtx(t)); err == nil {
+		t.Error("DefaultGateway(missing file) succeeded")
+	}
+}
+
+// entries returns n PortMappingEntry elements for proto from port first.
+func entries(proto string, first, n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `<p:PortMappingEntry><p:NewRemoteHost></p:NewRemoteHost><p:NewExternalPort>%d</p:NewExternalPort><p:NewProtocol>%s</p:NewProtocol><p:NewInternalPort>30080</p:NewInternalPort><p:NewInternalClient>192.0.2.10</p:NewInternalClient><p:NewEnabled>1</p:NewEnabled><p:NewDescription>d%d</p:NewDescription><p:NewLeaseTime>0</p:NewLeaseTime></p:PortMappingEntry>`, first+i, proto, first+i)
+	}
+	return `<p:PortMappingList xmlns:p="urn:schemas-upnp-org:gw:WANIPConnection">` + b.String() + `</p:PortMappingList>`
+}
+
+func TestListPortMappingsByRange(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	// 1500 TCP mappings (two pages) from port 10000, none for UDP.
+	g.handle("GetListOfPortMappings", func(args map[string]string) ([][2]string, int) {
+		if args["NewProtocol"] == "UDP" {
+			return nil, CodePortMappingNotFound
+		}
+		start, _ := strconv.Atoi(args["NewStartPort"])
+		n, _ := strconv.Atoi(args["NewNumberOfPorts"])
+		first := max(start, 10000)
+		count := min(n, 11500-first)
+		if count <= 0 {
+			return nil, CodePortMappingNotFound
+		}
+		return [][2]string{{"NewPortListing", entries("TCP", first, count)}}, 0
+	})
+	c := newTestClient(t, g, nil)
+	ms, err := c.ListPortMappings(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1500 {
+		t.Fatalf("ListPortMappings() returned %d mappings, want 1500", len(ms))
+	}
+	want := Mapping{Protocol: TCP, ExternalPort: 11499, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30080, Description: "d11499", Enabled: true}
+	if ms[1499] != want {
+		t.Errorf("last mapping = %v, want %v", ms[1499], want)
+	}
+	var got []string
+	for _, call := range g.CallsOf("GetListOfPortMappings") {
+		got = append(got, call.Args["NewProtocol"]+":"+call.Args["NewStartPort"]+"-"+call.Args["NewEndPort"]+"/"+call.Args["NewNumberOfPorts"])
+	}
+	if want := []string{"TCP:0-65535/1000", "TCP:11000-65535/1000", "UDP:0-65535/1000"}; !slices.Equal(got, want) {
+		t.Errorf("GetListOfPortMappings calls = %v, want %v", got, want)
+	}
+	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 0 {
+		t.Errorf("walked the table (%d calls) although the list call worked", n)
+	}
+}
+
+func TestListPortMappingsMiniupnpdFixture(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "miniupnpd-2.3.1-GetListOfPortMappings-TCP.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTestIGD(t, igd2Device, "")
+	// Serve the captured answer verbatim for TCP through a raw handler.
+	listing := extractPortListing(t, string(raw))
+	g.handle("GetListOfPortMappings", func(args map[string]string) ([][2]string, int) {
+		if args["NewProtocol"] == "TCP" {
+			return [][2]string{{"NewPortListing", listing}}, 0
+		}
+		return nil, CodePortMappingNotFound
+	})
+	c := newTestClient(t, g, nil)
+	ms, err := c.ListPortMappings(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := netip.MustParseAddr("192.0.2.10")
+	want := []Mapping{
+		{Protocol: TCP, ExternalPort: 8053, InternalClient: client, InternalPort: 30053, Description: "ccmkit-dns", Lease: 604800 * time.Second, Enabled: true},
+		{Protocol: TCP, ExternalPort: 8080, InternalClient: client, InternalPort: 30080, Lease: 3599 * time.Second, Enabled: true},
+	}
+	if len(ms) != 2 {
+		t.Fatalf("ListPortMappings() = %v, want %v", ms, want)
+	}
+	for i := range want {
+		// Leases count down on the real router; compare the rest exactly.
+		got := ms[i]
+		if got.Lease <= 0 || got.Lease > MaxLease {
+			t.Errorf("mapping %d lease %s out of range", i, got.Lease)
+		}
+		got.Lease, want[i].Lease = 0, 0
+		if got != want[i] {
+			t.Errorf("mapping %d = %v, want %v", i, got, want[i])
+		}
+	}
+}
+
+// extractPortListing returns the NewPortListing text of a captured SOAP
+// response (the CDATA content).
+func extractPortListing(t *testing.T, raw string) string {
+	t.Helper()
+	const open, end = "<![CDATA[", "]]>"
+	i, j := strings.Index(raw, open), strings.Index(raw, end)
+	if i < 0 || j < i {
+		t.Fatal("fixture has no CDATA listing")
+	}
+	return raw[i+len(open) : j]
+}
+
+// walkTable answers GetGenericPortMappingEntry from table and code past its end.
+func walkTable(table []Mapping, endCode int) action {
+	return func(args map[string]string) ([][2]string, int) {
+		i, _ := strconv.Atoi(args["NewPortMappingIndex"])
+		if i >= len(table) {
+			return nil, endCode
+		}
+		m := table[i]
+		return reply("NewRemoteHost", "", "NewExternalPort", strconv.Itoa(int(m.ExternalPort)), "NewProtocol", string(m.Protocol),
+			"NewInternalPort", strconv.Itoa(int(m.InternalPort)), "NewInternalClient", m.InternalClient.String(), "NewEnabled", "1",
+			"NewPortMappingDescription", m.Description, "NewLeaseDuration", strconv.Itoa(int(m.Lease/time.Second)))(args)
+	}
+}
+
+func TestListPortMappingsWalk(t *testing.T) {
+	client := netip.MustParseAddr("192.0.2.10")
+	table := []Mapping{
+		{Protocol: UDP, ExternalPort: 8053, InternalClient: client, InternalPort: 30053, Description: "dns", Lease: time.Hour, Enabled: true},
+		{Protocol: TCP, ExternalPort: 8080, InternalClient: client, InternalPort: 30080, Description: "web", Enabled: true},
+		{Protocol: TCP, ExternalPort: 8443, InternalClient: client, InternalPort: 30443, Description: "tls", Enabled: true},
+	}
+	tests := []struct {
+		name     string
+		dev      device
+		listCode int // fault of GetListOfPortMappings; 0 = not called
+		endCode  int
+		wantList int // GetListOfPortMappings calls over two listings
+	}{
+		{"IGD:1 713 at end", igd1Device, 0, CodeInvalidArrayIndex, 0},
+		{"PPP 714 at end", pppDevice, 0, CodeNoSuchEntry, 0},
+		{"402 at end", igd1Device, 0, CodeInvalidArgs, 0},
+		{"IGD:2 without the list action (401) walks, and remembers", igd2Device, CodeInvalidAction, CodeInvalidArrayIndex, 1},
+		{"IGD:2 list refused (501) walks, tries again next time", igd2Device, CodeActionFailed, CodeInvalidArrayIndex, 2},
+		{"IGD:2 list 402 walks", igd2Device, CodeInvalidArgs, CodeInvalidArrayIndex, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, tt.dev, "")
+			g.handle("GetGenericPortMappingEntry", walkTable(table, tt.endCode))
+			if tt.listCode != 0 {
+				g.handle("GetListOfPortMappings", fault(tt.listCode))
+			}
+			c := newTestClient(t, g, nil)
+			for range 2 {
+				ms, err := c.ListPortMappings(testCtx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(ms, table) {
+					t.Fatalf("ListPortMappings() = %v, want %v", ms, table)
+				}
+			}
+			if n := len(g.CallsOf("GetListOfPortMappings")); n != tt.wantList {
+				t.Errorf("GetListOfPortMappings calls = %d, want %d", n, tt.wantList)
+			}
+			if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 2*(len(table)+1) {
+				t.Errorf("GetGenericPortMappingEntry calls = %d, want %d", n, 2*(len(table)+1))
+			}
+		})
+	}
+}
+
+func TestListPortMappingsWalkIsBounded(t *testing.T) {
+	g := newTestIGD(t, igd1Device, "")
+	// A broken router that answers the same entry at every index.
+	g.handle("GetGenericPortMappingEntry", reply("NewRemoteHost", "", "NewExternalPort", "8080", "NewProtocol", "TCP",
+		"NewInternalPort", "30080", "NewInternalClient", "192.0.2.10", "NewEnabled", "1", "NewPortMappingDescription", "", "NewLeaseDuration", "0"))
+	c := newTestClient(t, g, func(cfg *Config) { cfg.MaxListEntries = 10 })
+	_, err := c.ListPortMappings(testCtx(t))
+	if err == nil || !strings.Contains(err.Error(), "MaxListEntries=10") {
+		t.Fatalf("ListPortMappings() = %v, want an error naming the bound", err)
+	}
+	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 10 {
+		t.Errorf("GetGenericPortMappingEntry calls = %d, want 10", n)
+	}
+}
+
+func TestListPortMappingsOtherFaultIsError(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	g.handle("GetListOfPortMappings", fault(CodeNotAuthorized+1))
+	c := newTestClient(t, g, nil)
+	if _, err := c.ListPortMappings(testCtx(t)); Code(err) != CodeNotAuthorized+1 {
+		t.Fatalf("ListPortMappings() = %v, want the router's 607", err)
+	}
+}
+
+func TestParsePortListingRejectsGarbage(t *testing.T) {
+	for _, s := range []string{
+		"<not xml",
+		`<PortMappingList><PortMappingEntry><NewExternalPort>x</NewExternalPort><NewInternalPort>1</NewInternalPort><NewLeaseTime>0</NewLeaseTime></PortMappingEntry></PortMappingList>`,
+	} {
+		if _, err := parsePortListing(s); err == nil {
+			t.Errorf("parsePortListing(%q) succeeded", s)
+		}
+	}
+}
+
+func TestCallTimeoutWrapsDeadlineAndRediscovers(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	g.handle("GetSpecificPortMappingEntry", fault(CodeNoSuchEntry))
+	c := newTestClient(t, g, func(cfg *Config) { cfg.CallTimeout = 200 * time.Millisecond })
+	ctx := testCtx(t)
+	if _, err := c.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A UPnP fault means the router answered: it stays cached.
+	if _, err := c.GetPortMapping(ctx, TCP, 1234); !errors.Is(err, ErrNoSuchEntry) {
+		t.Fatalf("GetPortMapping() = %v, want ErrNoSuchEntry", err)
+	}
+	if _, ok := c.Current(); !ok || g.DescFetches() != 1 {
+		t.Fatalf("after a UPnP fault: cached=%v, description fetches=%d; want cached, 1", ok, g.DescFetches())
+	}
+
+	// A router that stops answering: the call's own bound fires, the error
+	// says so in a way errors.Is understands, and the router is forgotten.
+	block := make(chan struct{})
+	g.mu.Lock()
+	g.block = block
+	g.mu.Unlock()
+	_, err := c.ExternalIP(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "GetExternalIPAddress") {
+		t.Fatalf("ExternalIP() = %v, want context.DeadlineExceeded naming the action", err)
+	}
+	if _, ok := c.Current(); ok {
+		t.Fatal("router still cached after it stopped answering")
+	}
+	g.mu.Lock()
+	g.block = nil
+	g.mu.Unlock()
+	close(block)
+
+	// The next call discovers again.
+	if _, err := c.ExternalIP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.DescFetches(); n != 2 {
+		t.Errorf("description fetches = %d, want 2 (one rediscovery)", n)
+	}
+}
+
+func TestCallerCancellationIsWrapped(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	c := newTestClient(t, g, nil)
+	if _, err := c.Discover(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	g.mu.Lock()
+	g.block = block
+	g.mu.Unlock()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	go func() {
+		for len(g.CallsOf("DeletePortMapping")) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	err := c.DeletePortMapping(ctx, TCP, 8080)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("DeletePortMapping() = %v, want context.Canceled", err)
+	}
+	if _, ok := c.Current(); !ok {
+		t.Error("the caller's own cancellation made the client forget the router")
+	}
+}
+
+func TestCallsToTheRouterAreSerialised(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	g.handle("GetSpecificPortMappingEntry", func(args map[string]string) ([][2]string, int) {
+		time.Sleep(5 * time.Millisecond) // give overlapping calls a chance to show
+		return nil, CodeNoSuchEntry
+	})
+	c := newTestClient(t, g, nil)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := c.GetPortMapping(testCtx(t), TCP, uint16(8000+i))
+			if !errors.Is(err, ErrNoSuchEntry) {
+				t.Errorf("GetPortMapping() = %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := g.MaxInFlight(); n != 1 {
+		t.Errorf("at most %d SOAP calls were in flight at once, want 1", n)
+	}
+	if n := g.DescFetches(); n != 1 {
+		t.Errorf("concurrent first calls fetched the description %d times, want 1", n)
+	}
+}
+
+func TestWaitingForTheRouterHonoursContext(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	c := newTestClient(t, g, nil)
+	if _, err := c.Discover(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	g.mu.Lock()
+	g.block = block
+	g.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ExternalIP(testCtx(t))
+		done <- err
+	}()
+	for len(g.CallsOf("GetExternalIPAddress")) < 2 { // one from discovery, one in flight
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.GetPortMapping(ctx, TCP, 8080)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for the router") {
+		t.Errorf("GetPortMapping() while the router is busy = %v, want a deadline while waiting", err)
+	}
+	if n := len(g.CallsOf("GetSpecificPortMappingEntry")); n != 0 {
+		t.Errorf("a second call reached the busy router (%d)", n)
+	}
+	close(block)
+	if err := <-done; err != nil {
+		t.Errorf("blocked ExternalIP() = %v", err)
+	}
+}
+
+func TestDiscoverByURLUnreachable(t *testing.T) {
+	g := newTestIGD(t, igd2Device, "")
+	url := g.URL
+	g.srv.Close()
+	c, err := NewClient(Config{RootDescURL: url, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ExternalIP(testCtx(t))
+	var nge *NoGatewayError
+	if !errors.Is(err, ErrNoGateway) || !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, "fetch description") {
+		t.Fatalf("ExternalIP() with the router down = %v, want ErrNoGateway saying the fetch failed", err)
+	}
+}
+
+func TestDiscoverByURLBadDescriptions(t *testing.T) {
+	igd2, err := os.ReadFile(filepath.Join("testdata", igd2Device.file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		reject string
+	}{
+		{"not found", http.StatusNotFound, "", "HTTP 404"},
+		{"not XML", http.StatusOK, "<html><body>login</body>", "parse description"},
+		{"no connection service", http.StatusOK, strings.ReplaceAll(string(igd2), "WANIPConnection:2", "WANFooConnection:2"), "has no WANIPConnection:2, WANIPConnection:1 or WANPPPConnection:1 service"},
+		{"bad URLBase", http.StatusOK, strings.Replace(string(igd2), "<specVersion>", "<URLBase>http://[::1</URLBase><specVersion>", 1), "URLBase"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.status)
+				io.WriteString(w, tt.body)
+			}))
+			t.Cleanup(srv.Close)
+			c, err := NewClient(Config{RootDescURL: srv.URL + "/rootDesc.xml", Host: fakeHost{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Discover(testCtx(t))
+			var nge *NoGatewayError
+			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, tt.reject) {
+				t.Fatalf("Discover() = %v, want the candidate rejected with %q", err, tt.reject)
+			}
+		})
+	}
+}
+
+func TestDiscoverByURLHonoursURLBase(t *testing.T) {
+	g := newTestIGD(t, igd1Device, "")
+	desc, err := os.ReadFile(filepath.Join("testdata", igd1Device.file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A description served from elsewhere whose URLBase points at g.
+	withBase := strings.Replace(string(desc), "<specVersion>", "<URLBase>"+g.srv.URL+"/</URLBase><specVersion>", 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, withBase) }))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(Config{RootDescURL: srv.URL + "/desc.xml", Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := g.srv.URL + "/ctl/IPConn"; gw.ControlURL != want {
+		t.Errorf("ControlURL = %s, want %s (from URLBase)", gw.ControlURL, want)
+	}
+}
+
+func TestSOAPFaultWithoutUPnPDetail(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `<?xml version="1.0"?><s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/"><s:Body><s:Fault><faultcode>s:Server</faultcode><faultstring>Internal Error</faultstring></s:Fault></s:Body></s:Envelope>`)
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &internetgateway2.WANIPConnection1{ServiceClient: goupnp.ServiceClient{SOAPClient: soap.NewSOAPClient(*u)}}
+	_, werr := probeCall(testCtx(t), time.Second, "GetExternalIPAddress", conn.GetExternalIPAddressCtx)
+	var ue *UPnPError
+	if !errors.As(werr, &ue) || ue.Code != 0 || ue.Description != "Internal Error" || ue.Action != "GetExternalIPAddress" {
+		t.Fatalf("error = %#v, want a UPnPError with the fault string", werr)
+	}
+}
+
+// countingTransport counts the requests it carries.
+type countingTransport struct {
+	mu   sync.Mutex
+	n    int
+	next http.RoundTripper
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func TestEveryRequestUsesTheConfiguredClient(t *testing.T) {
+	// goupnp's global client must never be used: make it fail the test.
+	saved := goupnp.HTTPClientDefault
+	goupnp.HTTPClientDefault = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		t.Errorf("goupnp's global HTTP client was used for %s", r.URL)
+		return nil, errors.New("global client used")
+	})}
+	t.Cleanup(func() { goupnp.HTTPClientDefault = saved })
+
+	t.Run("HTTPClient", func(t *testing.T) {
+		g := newTestIGD(t, igd2Device, "")
+		g.handle("DeletePortMapping", reply())
+		ct := &countingTransport{next: http.DefaultTransport}
+		c := newTestClient(t, g, func(cfg *Config) { cfg.HTTPClient = &http.Client{Transport: ct} })
+		if err := c.DeletePortMapping(testCtx(t), TCP, 8080); err != nil {
+			t.Fatal(err)
+		}
+		// description, GetStatusInfo, GetExternalIPAddress, DeletePortMapping
+		if n, want := ct.count(), 1+len(g.Calls()); n != want || n != 4 {
+			t.Errorf("configured client carried %d requests, want %d (all of them)", n, want)
+		}
+	})
+	t.Run("DialContext", func(t *testing.T) {
+		g := newTestIGD(t, igd2Device, "")
+		var mu sync.Mutex
+		dials := 0
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dials++
+			mu.Unlock()
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+		c := newTestClient(t, g, func(cfg *Config) { cfg.DialContext = dial })
+		if _, err := c.ExternalIP(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// No keep-alive: one connection per request (description + 3 calls).
+		if dials != 4 {
+			t.Errorf("DialContext made %d connections, want 4", dials)
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,26 @@
+// Package registry is a thread-safe registry of cloud provider factories,
+// looked up by provider name.
+//
+// It fills the same role as k8s.io/cloud-provider's RegisterCloudProvider
+// and InitCloudProvider, but as a value: a Registry can be created, tested
+// and thrown away, a second registration of a name is an error rather than
+// the end of the process, names can be unregistered, and factories run
+// outside the registry's lock, so a slow factory delays nobody else.
+//
+// Factories are upstream's [cloudprovider.Factory], so the same function can
+// be registered here and upstream unchanged; [Registry.PublishToUpstream]
+// copies registrations into upstream's process-global registry for use with
+// the standard cloud-controller-manager command, without tripping its fatal
+// duplicate check.
+//
+// A provider name becomes the scheme of every node's ProviderID
+// ("NAME://…"), so it must be a lowercase letter followed by lowercase
+// letters, digits and '-'; see [ValidateName].
+//
+// The package-level functions ([Register], [MustRegister], [Build], …) act on
+// a default Registry created with [New]; [Default] returns it. Tests should
+// create their own Registry with New.
+//
+// Errors can be told apart with errors.Is: [ErrInvalidName], [ErrNilFactory],
+// [ErrDuplicate], [ErrUnknown] and [ErrNilProvider].
+package registry
