@@ -1,0 +1,180 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Client is an igd.Client that talks to a Router in memory, acting from one
+// LAN host. Get one with Router.Client. It behaves as the real client does
+// against miniupnpd: see the package documentation.
+type Client struct {
+	router *Router
+	local  netip.Addr
+}
+
+var _ igd.Client = (*Client)(nil)
+
+// Router returns the router c talks to.
+func (c *Client) Router() *Router { return c.router }
+
+// ExternalIP returns the router's external address (which may be
+// non-public).
+func (c *Client) ExternalIP(ctx context.Context) (netip.Addr, error) {
+	call := Call{Method: MethodExternalIP, Client: c.local}
+	err := c.do(ctx, &call, func() error {
+		call.Addr = c.router.ExternalIPAddr()
+		return nil
+	})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return call.Addr, nil
+}
+
+// LocalAddr returns the address this client acts from.
+func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	call := Call{Method: MethodLocalAddr, Client: c.local}
+	err := c.do(ctx, &call, func() error {
+		call.Addr = c.local
+		return nil
+	})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return call.Addr, nil
+}
+
+// AddPortMapping creates m or updates it in place when this host already
+// holds its key. Like the real client it returns m as sent (Enabled true):
+// the router may store a different lease (a lease of 0 or over igd.MaxLease
+// is stored as igd.MaxLease, as on miniupnpd), which GetPortMapping reads
+// back. When the router answers 725 (it only takes permanent leases) the
+// mapping is added again with lease 0, as the real client does, and Lease
+// is 0 in the result. Invalid input gives a *igd.FieldError (matching
+// igd.ErrInvalidMapping), runs no hook and leaves the table alone; the call
+// is still logged.
+func (c *Client) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+	call := Call{Method: MethodAddPortMapping, Client: c.local, Key: m.Key(), Mapping: m}
+	if err := m.Validate(); err != nil {
+		call.Err = fmt.Errorf("add port mapping %s: %w", m.Key(), err)
+		c.router.record(call)
+		return igd.Mapping{}, call.Err
+	}
+	var sent igd.Mapping
+	err := c.do(ctx, &call, func() error {
+		sent = call.Mapping // a hook may have changed it
+		_, err := c.router.add(MethodAddPortMapping, c.local, sent)
+		if sent.Lease != 0 && errors.Is(err, igd.ErrOnlyPermanentLeases) {
+			sent.Lease = 0
+			_, err = c.router.add(MethodAddPortMapping, c.local, sent)
+		}
+		return err
+	})
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	if sent == (igd.Mapping{}) { // a hook handled the call
+		sent = call.Mapping
+	}
+	sent.InternalClient = sent.InternalClient.Unmap()
+	sent.Enabled = true
+	return sent, nil
+}
+
+// DeletePortMapping removes the mapping at (proto, externalPort). Deleting a
+// missing mapping succeeds; in secure mode, deleting another host's mapping
+// fails with 606 (igd.ErrNotAuthorized).
+func (c *Client) DeletePortMapping(ctx context.Context, proto igd.Protocol, externalPort uint16) error {
+	k := igd.Key{Protocol: proto, ExternalPort: externalPort}
+	call := Call{Method: MethodDeletePortMapping, Client: c.local, Key: k}
+	if err := validateKey(k); err != nil {
+		call.Err = fmt.Errorf("delete port mapping %s: %w", k, err)
+		c.router.record(call)
+		return call.Err
+	}
+	return c.do(ctx, &call, func() error {
+		return c.router.remove(MethodDeletePortMapping, c.local, k)
+	})
+}
+
+// GetPortMapping returns the mapping at (proto, externalPort) with the time
+// left on its lease, or a *igd.UPnPError with code 714 (matching
+// igd.ErrNoSuchEntry).
+func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externalPort uint16) (igd.Mapping, error) {
+	k := igd.Key{Protocol: proto, ExternalPort: externalPort}
+	call := Call{Method: MethodGetPortMapping, Client: c.local, Key: k}
+	if err := validateKey(k); err != nil {
+		call.Err = fmt.Errorf("get port mapping %s: %w", k, err)
+		c.router.record(call)
+		return igd.Mapping{}, call.Err
+	}
+	err := c.do(ctx, &call, func() error {
+		var err error
+		call.Mapping, err = c.router.get("GetSpecificPortMappingEntry", k)
+		return err
+	})
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	return call.Mapping, nil
+}
+
+// ListPortMappings returns every mapping in the table, newest first (the
+// order miniupnpd lists them in; callers must not rely on it).
+func (c *Client) ListPortMappings(ctx context.Context) ([]igd.Mapping, error) {
+	call := Call{Method: MethodListPortMappings, Client: c.local}
+	err := c.do(ctx, &call, func() error {
+		call.Mappings = c.router.list()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return call.Mappings, nil
+}
+
+// do runs the hooks for call, then op unless a hook handled the call, and
+// logs the call with its result.
+func (c *Client) do(ctx context.Context, call *Call, op func() error) error {
+	err := ctx.Err()
+	if err == nil {
+		var handled bool
+		handled, err = c.router.runHooks(ctx, call)
+		if !handled {
+			err = ctx.Err()
+			if err == nil {
+				err = op()
+			}
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w", call.Method, describe(call), err)
+	}
+	call.Err = err
+	c.router.record(*call)
+	return err
+}
+
+// describe names the object of call for error messages.
+func describe(call *Call) string {
+	if call.Key != (igd.Key{}) {
+		return call.Key.String()
+	}
+	return "from " + call.Client.String()
+}
+
+// validateKey checks the arguments of DeletePortMapping and GetPortMapping.
+func validateKey(k igd.Key) error {
+	if !k.Protocol.Valid() {
+		return &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
+	}
+	if k.ExternalPort == 0 {
+		return &igd.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+	}
+	return nil
+}

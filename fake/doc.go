@@ -1,0 +1,86 @@
+// Package fake provides in-memory fakes for testing code built on ccmkit: a
+// UPnP router (Router, with an igd.Client per LAN host and an optional real
+// SOAP-over-HTTP Server in front of it) and a recording
+// cloudprovider.LoadBalancer (LoadBalancer).
+//
+// The router fake follows miniupnpd 2.3.1, the daemon most home and edge
+// routers run, as measured in the project's lab, and is held to the same
+// behaviour suite (package igd/igdconformance) as the real client talking
+// to a real miniupnpd. Where miniupnpd differs from the UPnP specification
+// the fake follows miniupnpd:
+//
+//   - The table is keyed by (protocol, external port). Adding a key held by
+//     another internal client fails with 718 (igd.ErrConflict); the same
+//     internal client adding it again updates the mapping in place
+//     (internal port, description, lease).
+//   - A lease of 0 ("permanent") or over 604800 s is stored as 604800 s
+//     (igd.MaxLease), as IGD:2 requires and miniupnpd does: a permanent
+//     mapping that is never renewed expires after seven days.
+//     GetPortMapping reports the time left on the lease.
+//   - Deleting a missing mapping succeeds (the specification says 714);
+//     getting one fails with 714 (igd.ErrNoSuchEntry).
+//   - In secure mode (RouterConfig.SecureMode) a host may only map to its own
+//     address: anything else is 718 even on a free port (606 for
+//     AddAnyPortMapping), and deleting another host's mapping is 606
+//     (igd.ErrNotAuthorized).
+//   - Listing returns the newest mapping first and ends with 713.
+//   - Errors are *igd.UPnPError values with miniupnpd's codes and texts, so
+//     errors.Is(err, igd.ErrConflict) and igd.Code(err) work; the Server sends
+//     them as miniupnpd's SOAP fault bodies.
+//
+// What miniupnpd cannot show, the fake takes from the specification and from
+// answers real routers are known to give: a full table (RouterConfig.Capacity,
+// 728), routers that only take permanent leases
+// (RouterConfig.OnlyPermanentLeases, 725; such a router keeps a lease of 0 as
+// 0) and a non-public external address (RouterConfig.ExternalIP,
+// Router.SetExternalIP).
+//
+// Leases expire on RouterConfig.Clock, so a test steps a
+// k8s.io/utils/clock/testing.FakeClock instead of sleeping. Tests steer the
+// router without forking it: hooks per method (Router.PrependHook, Fail,
+// FailNth, Delay, BlockHook) inject errors, delays and one-off answers;
+// Router.Reboot wipes the table; Router.Calls is a log of every call;
+// Router.Put seeds mappings, for example another host's.
+//
+// All fakes are safe for concurrent use, guard their state with one mutex,
+// and return copies from their accessors.
+//
+// # What the fakes do not model
+//
+// The router fake does not model:
+//   - SSDP discovery (M-SEARCH and NOTIFY): a Server is found by its
+//     RootDescURL only.
+//   - The data path: no packet is forwarded; a mapping is only a table entry.
+//   - miniupnpd's allow/deny rules (606 for ports or hosts outside them):
+//     every port 1-65535 and every internal client is allowed.
+//   - miniupnpd's refusal to map while its own external address is
+//     non-public: the fake maps all the same, like routers that do not check.
+//   - RemoteHost as part of the key: it is stored and returned, but a mapping
+//     is identified by protocol and external port only.
+//   - Disabled mappings (NewEnabled=0): every mapping is stored enabled.
+//   - Description mangling: miniupnpd cuts or garbles descriptions over 63
+//     bytes; the Client rejects them (igd.Mapping.Validate) and the Server
+//     stores whatever it is sent.
+//   - A daemon restart that keeps the table but forgets the leases
+//     (miniupnpd then reports lease 0); Router.Put with Lease 0 seeds such a
+//     mapping by hand.
+//   - The time a rebooting router is unreachable: Reboot is instantaneous;
+//     hooks (Fail, Delay) simulate the outage.
+//   - Transport failures (refused connections, timeouts, truncated
+//     answers) except through hooks.
+//   - NAT-PMP and PCP; IPv6 pinholes (WANIPv6FirewallControl, listed in the
+//     IGD:2 description, answers 401 to every action); the other services of
+//     the description (Layer3Forwarding, WANCommonInterfaceConfig,
+//     DeviceProtection); connection actions beyond the status queries
+//     (RequestConnection, ForceTermination, SetConnectionType); service
+//     descriptions (SCPD) and event subscriptions (404).
+//   - The cost of a call growing with the table's size, and miniupnpd's
+//     one-request-at-a-time HTTP server: the fake answers at once and
+//     concurrently (use hooks to add delay).
+//   - Authentication (DeviceProtection) and malformed HTTP.
+//
+// LoadBalancer does not model any cloud: it keeps one status per Service
+// (namespace/name) with a single ingress IP, ignores ports, nodes and the
+// cluster name except to record them, and never returns
+// cloudprovider.ImplementedElsewhere or api.RetryError unless injected.
+package fake

@@ -1,0 +1,155 @@
+package fake_test
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ccmkit/ccmkit/fake"
+)
+
+func service(ns, name string) *v1.Service {
+	return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)}}
+}
+
+func nodes(names ...string) []*v1.Node {
+	var out []*v1.Node
+	for _, n := range names {
+		out = append(out, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	return out
+}
+
+func TestLoadBalancerLifecycle(t *testing.T) {
+	lb := fake.NewLoadBalancer(netip.MustParseAddr("203.0.113.7"))
+	web, dns := service("default", "web"), service("kube-system", "dns")
+	webKey := types.NamespacedName{Namespace: "default", Name: "web"}
+
+	st, err := lb.EnsureLoadBalancer(t.Context(), "c1", web, nodes("n1", "n2"))
+	if err != nil || len(st.Ingress) != 1 || st.Ingress[0].IP != "203.0.113.7" {
+		t.Fatalf("EnsureLoadBalancer = %v, %v; want ingress 203.0.113.7", st, err)
+	}
+	// The returned status is a copy.
+	st.Ingress[0].IP = "mutated"
+	if got, _ := lb.Status(webKey); got.Ingress[0].IP != "203.0.113.7" {
+		t.Error("EnsureLoadBalancer returned memory shared with the fake")
+	}
+	// One load balancer per Service, not one flag for all.
+	if _, exists, err := lb.GetLoadBalancer(t.Context(), "c1", dns); exists || err != nil {
+		t.Errorf("GetLoadBalancer(dns) exists=%v err=%v before any Ensure for it", exists, err)
+	}
+	if _, exists, _ := lb.GetLoadBalancer(t.Context(), "c1", web); !exists {
+		t.Error("GetLoadBalancer(web) does not exist after Ensure")
+	}
+	if err := lb.UpdateLoadBalancer(t.Context(), "c1", web, nodes("n3")); err != nil {
+		t.Fatal(err)
+	}
+	if got := lb.GetLoadBalancerName(t.Context(), "c1", web); got != "auiddefaultweb" {
+		t.Errorf("GetLoadBalancerName = %q, want cloudprovider's default %q", got, "auiddefaultweb")
+	}
+	if err := lb.EnsureLoadBalancerDeleted(t.Context(), "c1", web); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := lb.Status(webKey); exists {
+		t.Error("load balancer still exists after EnsureLoadBalancerDeleted")
+	}
+	// Deleting again succeeds.
+	if err := lb.EnsureLoadBalancerDeleted(t.Context(), "c1", web); err != nil {
+		t.Errorf("second EnsureLoadBalancerDeleted: %v", err)
+	}
+
+	calls := lb.Calls()
+	var got []string
+	for _, c := range calls {
+		got = append(got, c.Method)
+		if c.Service.Name == "web" && c.Service != webKey {
+			t.Errorf("call %s recorded service %v", c.Method, c.Service)
+		}
+	}
+	want := []string{"EnsureLoadBalancer", "GetLoadBalancer", "GetLoadBalancer", "UpdateLoadBalancer", "GetLoadBalancerName", "EnsureLoadBalancerDeleted", "EnsureLoadBalancerDeleted"}
+	if !slices.Equal(got, want) {
+		t.Errorf("methods %v, want %v", got, want)
+	}
+	if !slices.Equal(calls[0].Nodes, []string{"n1", "n2"}) || !slices.Equal(calls[3].Nodes, []string{"n3"}) || calls[1].Nodes != nil {
+		t.Errorf("recorded nodes %v / %v / %v, want [n1 n2] / [n3] / nil", calls[0].Nodes, calls[3].Nodes, calls[1].Nodes)
+	}
+	if calls[0].ClusterName != "c1" {
+		t.Errorf("cluster name %q", calls[0].ClusterName)
+	}
+	calls[0].Nodes[0] = "mutated"
+	if lb.Calls()[0].Nodes[0] != "n1" {
+		t.Error("Calls returned memory shared with the fake")
+	}
+	if lb.CallCount(fake.MethodEnsureLoadBalancerDeleted) != 2 {
+		t.Errorf("CallCount(EnsureLoadBalancerDeleted) = %d, want 2", lb.CallCount(fake.MethodEnsureLoadBalancerDeleted))
+	}
+}
+
+func TestLoadBalancerInjectedErrors(t *testing.T) {
+	lb := fake.NewLoadBalancer(netip.Addr{})
+	web := service("default", "web")
+	first, second, always := errors.New("first"), errors.New("second"), errors.New("always")
+	lb.FailNext(fake.MethodEnsureLoadBalancer, first)
+	lb.FailNext(fake.MethodEnsureLoadBalancer, second)
+	lb.SetError(fake.MethodEnsureLoadBalancer, always)
+	for _, want := range []error{first, second, always, always} {
+		if _, err := lb.EnsureLoadBalancer(t.Context(), "c", web, nil); !errors.Is(err, want) {
+			t.Errorf("EnsureLoadBalancer error %v, want %v", err, want)
+		}
+	}
+	if len(lb.Services()) != 0 {
+		t.Errorf("a failed Ensure created a load balancer: %v", lb.Services())
+	}
+	lb.SetError(fake.MethodEnsureLoadBalancer, nil)
+	st, err := lb.EnsureLoadBalancer(t.Context(), "c", web, nil)
+	if err != nil || st.Ingress[0].IP != fake.DefaultExternalIP.String() {
+		t.Errorf("after clearing: %v, %v; want ingress %s", st, err, fake.DefaultExternalIP)
+	}
+	// Errors are per method.
+	lb.SetError(fake.MethodEnsureLoadBalancerDeleted, always)
+	if err := lb.EnsureLoadBalancerDeleted(t.Context(), "c", web); !errors.Is(err, always) {
+		t.Errorf("EnsureLoadBalancerDeleted = %v, want injected", err)
+	}
+	if len(lb.Services()) != 1 {
+		t.Error("a failed delete removed the load balancer")
+	}
+	if _, _, err := lb.GetLoadBalancer(t.Context(), "c", web); err != nil {
+		t.Errorf("GetLoadBalancer got another method's error: %v", err)
+	}
+	if n := len(lb.Calls()); n != 7 {
+		t.Errorf("log holds %d calls, want 7 (failed calls are logged)", n)
+	}
+	if c := lb.Calls()[0]; !errors.Is(c.Err, first) {
+		t.Errorf("first call logged error %v, want %v", c.Err, first)
+	}
+}
+
+func TestLoadBalancerConcurrent(t *testing.T) {
+	lb := fake.NewLoadBalancer(netip.Addr{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		svc := service("ns", string(rune('a'+i)))
+		wg.Go(func() {
+			for range 20 {
+				_, _ = lb.EnsureLoadBalancer(t.Context(), "c", svc, nodes("n1"))
+				_, _, _ = lb.GetLoadBalancer(t.Context(), "c", svc)
+				_ = lb.Calls()
+				_ = lb.Services()
+			}
+			_ = lb.EnsureLoadBalancerDeleted(t.Context(), "c", svc)
+		})
+	}
+	wg.Wait()
+	if n := len(lb.Services()); n != 0 {
+		t.Errorf("%d load balancers left after every Service was deleted", n)
+	}
+	if n := lb.CallCount(fake.MethodEnsureLoadBalancer); n != 160 {
+		t.Errorf("CallCount(Ensure) = %d, want 160", n)
+	}
+}

@@ -1,0 +1,410 @@
+package fake
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// DefaultExternalIP is the external address a Router reports when
+// RouterConfig.ExternalIP is unset. It is the WAN address of the lab router
+// (a public-looking address that exists only inside the lab's namespaces).
+var DefaultExternalIP = netip.MustParseAddr("198.51.101.7")
+
+// RouterConfig configures a Router. The zero value is a miniupnpd 2.3.1 router
+// in its default configuration: not in secure mode, any lease accepted, no
+// table limit, the real clock.
+type RouterConfig struct {
+	// ExternalIP is the address the router reports on its WAN side. Zero
+	// means DefaultExternalIP. It may be a non-public address (a router that
+	// is itself behind carrier-grade NAT); the fake still maps ports then.
+	ExternalIP netip.Addr
+
+	// SecureMode makes the router behave like miniupnpd with
+	// secure_mode=yes: a host may only map ports to its own address
+	// (AddPortMapping to another address fails with 718 even on a free port,
+	// AddAnyPortMapping with 606) and may not delete another host's mapping
+	// (606).
+	SecureMode bool
+
+	// OnlyPermanentLeases makes the router refuse every non-zero lease with
+	// 725 OnlyPermanentLeasesSupported, as some IGD:1 routers do. Such a
+	// router stores a lease of 0 as 0: the mapping never expires. miniupnpd
+	// never answers 725, so this mode is checked on the fakes only.
+	OnlyPermanentLeases bool
+
+	// Capacity is the largest number of mappings the table holds; adding a
+	// new key to a full table fails with 728 NoPortMapsAvailable. Zero means
+	// unlimited.
+	Capacity int
+
+	// Clock is what leases expire on. Nil means the real clock; tests pass a
+	// k8s.io/utils/clock/testing.FakeClock and step it.
+	Clock clock.PassiveClock
+}
+
+// Router is an in-memory UPnP IGD port-mapping table with the semantics of
+// miniupnpd 2.3.1 (see the package documentation for the rules and for what
+// it does not model). Hosts talk to it through Client values (an igd.Client)
+// or through a Server (real SOAP over HTTP). It is safe for concurrent use.
+type Router struct {
+	cfg   RouterConfig // read-only after NewRouter
+	clock clock.PassiveClock
+
+	// mu guards every field below it.
+	mu         sync.Mutex
+	externalIP netip.Addr
+	table      map[igd.Key]*entry
+	seq        uint64    // insertion counter; higher is newer
+	booted     time.Time // when the router last (re)started, on its clock
+	hooks      map[string][]Hook
+	calls      []Call
+}
+
+// entry is one stored mapping.
+type entry struct {
+	m       igd.Mapping // Lease is the lease as granted
+	expires time.Time   // zero: never expires
+	seq     uint64
+}
+
+// NewRouter returns an empty router configured by cfg.
+func NewRouter(cfg RouterConfig) *Router {
+	r := &Router{
+		cfg:   cfg,
+		clock: cfg.Clock,
+		table: make(map[igd.Key]*entry),
+		hooks: make(map[string][]Hook),
+	}
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
+	r.booted = r.clock.Now()
+	r.externalIP = cfg.ExternalIP
+	if !r.externalIP.IsValid() {
+		r.externalIP = DefaultExternalIP
+	}
+	return r
+}
+
+// Config returns the configuration the router was created with (Clock and
+// ExternalIP as given, not defaulted).
+func (r *Router) Config() RouterConfig { return r.cfg }
+
+// Client returns an igd.Client that acts from host local: local is the
+// caller's address the router sees, which decides ownership in secure mode,
+// and what LocalAddr returns. Clients of one Router share its table.
+func (r *Router) Client(local netip.Addr) *Client {
+	return &Client{router: r, local: local.Unmap()}
+}
+
+// Mappings returns a copy of the table, without expired entries, sorted by
+// protocol and external port. Each Lease is the time left, rounded up to a
+// whole second (0 for a mapping that never expires), as
+// GetSpecificPortMappingEntry reports it.
+func (r *Router) Mappings() []igd.Mapping {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	r.expireLocked(now)
+	out := make([]igd.Mapping, 0, len(r.table))
+	for _, e := range r.table {
+		out = append(out, e.readLocked(now))
+	}
+	slices.SortFunc(out, func(a, b igd.Mapping) int {
+		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.ExternalPort, b.ExternalPort))
+	})
+	return out
+}
+
+// Put stores m directly, bypassing every check (validation, conflicts,
+// secure mode, capacity, hooks and the call log): a way to seed the table,
+// for example with another host's mapping. A Lease of 0 never expires (as a
+// mapping miniupnpd reads back after a restart); a positive Lease expires
+// that long from now. Put replaces whatever is stored at m's key.
+func (r *Router) Put(m igd.Mapping) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m.InternalClient = m.InternalClient.Unmap()
+	m.Enabled = true
+	e := &entry{m: m}
+	if m.Lease > 0 {
+		e.expires = r.clock.Now().Add(m.Lease)
+	}
+	r.seq++
+	e.seq = r.seq
+	r.table[m.Key()] = e
+}
+
+// Reboot simulates a router reboot: the table is wiped and the uptime
+// (GetStatusInfo through a Server) starts again from 0. The router answers
+// again at once; hooks (Fail, Delay) simulate the outage of a real reboot.
+// Hooks, the call log and the external address are kept.
+func (r *Router) Reboot() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.table)
+	r.booted = r.clock.Now()
+}
+
+// Uptime returns how long the router has run since it was created or last
+// rebooted, on its clock.
+func (r *Router) Uptime() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clock.Since(r.booted)
+}
+
+// SetExternalIP changes the address the router reports on its WAN side; the
+// zero Addr restores DefaultExternalIP. Any address is accepted, including
+// non-public ones.
+func (r *Router) SetExternalIP(a netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !a.IsValid() {
+		a = DefaultExternalIP
+	}
+	r.externalIP = a
+}
+
+// ExternalIPAddr returns the address the router reports on its WAN side.
+func (r *Router) ExternalIPAddr() netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.externalIP
+}
+
+// readLocked returns the stored mapping with Lease set to the time left.
+func (e *entry) readLocked(now time.Time) igd.Mapping {
+	m := e.m
+	if e.expires.IsZero() {
+		m.Lease = 0
+		return m
+	}
+	left := e.expires.Sub(now)
+	// Round up: a mapping with half a second left must not read as lease 0,
+	// which means "permanent".
+	m.Lease = (left + time.Second - 1).Truncate(time.Second)
+	return m
+}
+
+// expireLocked removes the mappings whose lease has run out.
+func (r *Router) expireLocked(now time.Time) {
+	for k, e := range r.table {
+		if !e.expires.IsZero() && !now.Before(e.expires) {
+			delete(r.table, k)
+		}
+	}
+}
+
+// upnpErr returns the error the router answers with code. Descriptions are
+// miniupnpd's.
+func upnpErr(action string, code int) *igd.UPnPError {
+	return &igd.UPnPError{Action: action, Code: code, Description: errorDescription(code)}
+}
+
+// errorDescription is miniupnpd's text for a UPnP error code.
+func errorDescription(code int) string {
+	switch code {
+	case 401:
+		return "Invalid Action"
+	case igd.CodeInvalidArgs:
+		return "Invalid Args"
+	case igd.CodeActionFailed:
+		return "ActionFailed"
+	case igd.CodeNotAuthorized:
+		return "Action not authorized"
+	case igd.CodeInvalidArrayIndex:
+		return "SpecifiedArrayIndexInvalid"
+	case igd.CodeNoSuchEntry:
+		return "NoSuchEntryInArray"
+	case igd.CodeWildCardNotPermittedInExt:
+		return "Wildcard not permited in ExtPort" // sic, as miniupnpd spells it
+	case igd.CodeConflict:
+		return "ConflictInMappingEntry"
+	case igd.CodeSamePortValuesRequired:
+		return "SamePortValuesRequired"
+	case igd.CodeOnlyPermanentLeases:
+		return "OnlyPermanentLeasesSupported"
+	case igd.CodeNoPortMapsAvailable:
+		return "NoPortMapsAvailable"
+	case codePortMappingNotFound:
+		return "PortMappingNotFound"
+	case codeInconsistentParameters:
+		return "InconsistentParameters"
+	}
+	return "ActionFailed"
+}
+
+// codePortMappingNotFound is UPnP 730 (IGD:2), miniupnpd's answer to
+// DeletePortMappingRange and GetListOfPortMappings over an empty range.
+const codePortMappingNotFound = 730
+
+// codeInconsistentParameters is UPnP 733 (IGD:2): a port range whose start
+// is above its end.
+const codeInconsistentParameters = 733
+
+// add stores m for caller. m has been validated. It returns the mapping as
+// stored (Lease as granted).
+func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mapping, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	r.expireLocked(now)
+	m.InternalClient = m.InternalClient.Unmap()
+	if r.cfg.SecureMode && m.InternalClient != caller {
+		// miniupnpd answers 718, not 606, here: indistinguishable from a
+		// real conflict.
+		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
+	}
+	old, exists := r.table[m.Key()]
+	if exists && old.m.InternalClient != m.InternalClient {
+		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
+	}
+	if r.cfg.OnlyPermanentLeases && m.Lease != 0 {
+		return igd.Mapping{}, upnpErr(action, igd.CodeOnlyPermanentLeases)
+	}
+	if !exists && r.cfg.Capacity > 0 && len(r.table) >= r.cfg.Capacity {
+		return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+	}
+	r.storeLocked(now, m, old)
+	return r.table[m.Key()].m, nil
+}
+
+// storeLocked writes m into the table, updating old in place (keeping its
+// position in the listing order) when old is not nil.
+func (r *Router) storeLocked(now time.Time, m igd.Mapping, old *entry) {
+	m.Enabled = true
+	e := &entry{}
+	switch {
+	case r.cfg.OnlyPermanentLeases:
+		// Lease is 0 here: a permanent mapping that never expires.
+	case m.Lease == 0 || m.Lease > igd.MaxLease:
+		// miniupnpd (IGD:2) stores "permanent" and over-long leases as
+		// 604800 s, as the IGD:2 specification requires.
+		m.Lease = igd.MaxLease
+	}
+	if m.Lease > 0 {
+		e.expires = now.Add(m.Lease)
+	}
+	e.m = m
+	if old != nil {
+		e.seq = old.seq
+	} else {
+		r.seq++
+		e.seq = r.seq
+	}
+	r.table[m.Key()] = e
+}
+
+// addAny implements AddAnyPortMapping: like add, but when the key is taken
+// by another host the router picks a free external port instead of failing.
+func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Mapping, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	r.expireLocked(now)
+	m.InternalClient = m.InternalClient.Unmap()
+	if r.cfg.SecureMode && m.InternalClient != caller {
+		return igd.Mapping{}, upnpErr(action, igd.CodeNotAuthorized)
+	}
+	if r.cfg.OnlyPermanentLeases && m.Lease != 0 {
+		return igd.Mapping{}, upnpErr(action, igd.CodeOnlyPermanentLeases)
+	}
+	start := m.ExternalPort
+	for {
+		old, exists := r.table[m.Key()]
+		if !exists || old.m.InternalClient == m.InternalClient {
+			if !exists && r.cfg.Capacity > 0 && len(r.table) >= r.cfg.Capacity {
+				return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+			}
+			r.storeLocked(now, m, old)
+			return r.table[m.Key()].m, nil
+		}
+		m.ExternalPort++
+		if m.ExternalPort == 0 {
+			m.ExternalPort = 1024
+		}
+		if m.ExternalPort == start {
+			return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+		}
+	}
+}
+
+// remove deletes the mapping at k for caller. A missing mapping is not an
+// error (miniupnpd 2.3.1 answers success).
+func (r *Router) remove(action string, caller netip.Addr, k igd.Key) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expireLocked(r.clock.Now())
+	e, ok := r.table[k]
+	if !ok {
+		return nil
+	}
+	if r.cfg.SecureMode && e.m.InternalClient != caller {
+		return upnpErr(action, igd.CodeNotAuthorized)
+	}
+	delete(r.table, k)
+	return nil
+}
+
+// removeRange implements DeletePortMappingRange. With manage false (or in
+// secure mode) only caller's own mappings are removed. A range holding none
+// of them gives 730.
+func (r *Router) removeRange(action string, caller netip.Addr, proto igd.Protocol, start, end uint16, manage bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expireLocked(r.clock.Now())
+	n := 0
+	for k, e := range r.table {
+		if k.Protocol != proto || k.ExternalPort < start || k.ExternalPort > end {
+			continue
+		}
+		if (!manage || r.cfg.SecureMode) && e.m.InternalClient != caller {
+			continue
+		}
+		delete(r.table, k)
+		n++
+	}
+	if n == 0 {
+		return upnpErr(action, codePortMappingNotFound)
+	}
+	return nil
+}
+
+// get returns the mapping at k with the time left on its lease.
+func (r *Router) get(action string, k igd.Key) (igd.Mapping, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	r.expireLocked(now)
+	e, ok := r.table[k]
+	if !ok {
+		return igd.Mapping{}, upnpErr(action, igd.CodeNoSuchEntry)
+	}
+	return e.readLocked(now), nil
+}
+
+// list returns the table newest first, as miniupnpd lists it.
+func (r *Router) list() []igd.Mapping {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	r.expireLocked(now)
+	es := make([]*entry, 0, len(r.table))
+	for _, e := range r.table {
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(b.seq, a.seq) })
+	out := make([]igd.Mapping, len(es))
+	for i, e := range es {
+		out[i] = e.readLocked(now)
+	}
+	return out
+}

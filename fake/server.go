@@ -1,0 +1,569 @@
+package fake
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// ServiceType is the connection service a Server's root description offers.
+type ServiceType string
+
+// The connection services a Server can offer.
+const (
+	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
+	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
+	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
+	WANIPConnection2 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:2"
+	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
+	// as miniupnpd describes itself with force_igd_desc_v1=yes.
+	WANIPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:1"
+	// WANPPPConnection1 is an InternetGatewayDevice:1 with
+	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
+	WANPPPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANPPPConnection:1"
+)
+
+// ServerOptions configures a Server. The zero value is miniupnpd's default
+// IGD:2 description, with the caller identified by its remote address.
+type ServerOptions struct {
+	// Service is the connection service offered. Zero means
+	// WANIPConnection2.
+	Service ServiceType
+
+	// ClientAddr returns the LAN address of the host that made a request:
+	// the caller the router sees, which owns mappings in secure mode. Nil
+	// means the request's remote IP, which is 127.0.0.1 for every client of
+	// an httptest server; tests with several hosts either start one Server
+	// per host over the same Router with a fixed ClientAddr, or read a
+	// header their clients set.
+	ClientAddr func(*http.Request) netip.Addr
+}
+
+// Server is a UPnP IGD over real HTTP: an httptest server that serves a root
+// description and the SOAP control endpoint of one connection service,
+// backed by a Router. Responses, faults included, are byte for byte what
+// miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
+// Router's hooks and call log under their SOAP action names.
+type Server struct {
+	// RootDescURL is the URL of the root description, for
+	// igd.Config.RootDescURL.
+	RootDescURL string
+
+	srv     *httptest.Server
+	handler *handler
+}
+
+// Paths a Server serves, the same as miniupnpd's.
+const (
+	rootDescPath = "/rootDesc.xml"
+	ipConnPath   = "/ctl/IPConn"
+	pppConnPath  = "/ctl/PPPConn"
+)
+
+// NewServer starts a Server for r. Close it when done (t.Cleanup(s.Close)).
+// It panics if opts.Service is not one of the ServiceType constants.
+func NewServer(r *Router, opts ServerOptions) *Server {
+	h := newHandler(r, opts)
+	srv := httptest.NewServer(h)
+	return &Server{RootDescURL: srv.URL + rootDescPath, srv: srv, handler: h}
+}
+
+// NewHandler returns the http.Handler a Server runs, to mount on a server of
+// the caller's own. It panics if opts.Service is not one of the ServiceType
+// constants.
+func NewHandler(r *Router, opts ServerOptions) http.Handler { return newHandler(r, opts) }
+
+// URL returns the base URL of the server, "http://127.0.0.1:PORT".
+func (s *Server) URL() string { return s.srv.URL }
+
+// ControlURL returns the URL of the connection service's SOAP endpoint.
+func (s *Server) ControlURL() string { return s.srv.URL + s.handler.controlPath }
+
+// Close shuts the server down and waits for requests in flight (a request
+// held by a hook ends when its context does: Close cancels it).
+func (s *Server) Close() {
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// handler serves one Router over HTTP.
+type handler struct {
+	router      *Router
+	service     ServiceType
+	controlPath string
+	rootDesc    []byte
+	clientAddr  func(*http.Request) netip.Addr
+}
+
+func newHandler(r *Router, opts ServerOptions) *handler {
+	h := &handler{router: r, service: cmp.Or(opts.Service, WANIPConnection2), clientAddr: opts.ClientAddr}
+	switch h.service {
+	case WANIPConnection2, WANIPConnection1:
+		h.controlPath = ipConnPath
+	case WANPPPConnection1:
+		h.controlPath = pppConnPath
+	default:
+		panic(fmt.Sprintf("fake: unknown ServerOptions.Service %q", opts.Service))
+	}
+	h.rootDesc = rootDescription(h.service)
+	if h.clientAddr == nil {
+		h.clientAddr = remoteAddr
+	}
+	return h
+}
+
+// remoteAddr is the default ServerOptions.ClientAddr.
+func remoteAddr(req *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(req.RemoteAddr)
+	if err != nil {
+		host, _, err := net.SplitHostPort(req.RemoteAddr)
+		if err != nil {
+			return netip.Addr{}
+		}
+		a, _ := netip.ParseAddr(host)
+		return a.Unmap()
+	}
+	return ap.Addr().Unmap()
+}
+
+// writeXML writes an XML response with miniupnpd's headers.
+func writeXML(w http.ResponseWriter, status int, body []byte) {
+	hd := w.Header()
+	hd.Set("Content-Type", `text/xml; charset="utf-8"`)
+	hd.Set("Connection", "close")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Server", "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1")
+	hd["Ext"] = []string{""}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch {
+	case req.URL.Path == rootDescPath && (req.Method == http.MethodGet || req.Method == http.MethodHead):
+		writeXML(w, http.StatusOK, h.rootDesc)
+	case strings.HasPrefix(req.URL.Path, "/ctl/") && req.Method == http.MethodPost:
+		h.serveControl(w, req)
+	case strings.HasPrefix(req.URL.Path, "/ctl/"):
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// serveControl answers one SOAP call.
+func (h *handler) serveControl(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxRequestBody+1))
+	if err != nil {
+		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(errInvalidArgs)))
+		return
+	}
+	sr, err := parseSOAPRequest(req.Header.Get("SOAPAction"), body)
+	if err == nil && req.URL.Path != h.controlPath {
+		// Another service of the description (Layer3Forwarding,
+		// WANCommonInterfaceConfig, ...): none of its actions is modelled.
+		err = errInvalidAction
+	}
+	if err != nil {
+		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
+		return
+	}
+	args, err := h.call(req.Context(), h.clientAddr(req), sr)
+	if err != nil {
+		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
+		return
+	}
+	writeXML(w, http.StatusOK, soapResponse(string(h.service), sr.Action, args))
+}
+
+// argError is a request argument that is missing or malformed: 402.
+func argError(action string) error { return upnpErr(action, igd.CodeInvalidArgs) }
+
+// call runs one action through the Router's hooks, table and call log.
+func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) ([]soapArg, error) {
+	a := args{action: sr.Action, m: sr.Args}
+	call := Call{Method: sr.Action, Client: caller}
+	var op func() ([]soapArg, error)
+	switch sr.Action {
+	case "GetExternalIPAddress":
+		op = func() ([]soapArg, error) {
+			call.Addr = h.router.ExternalIPAddr()
+			return h.externalIPArgs(call.Addr), nil
+		}
+	case "GetStatusInfo":
+		op = func() ([]soapArg, error) {
+			up := int64(h.router.Uptime() / time.Second)
+			return []soapArg{{name: "NewConnectionStatus", value: "Connected"}, {name: "NewLastConnectionError", value: "ERROR_NONE"}, {name: "NewUptime", value: strconv.FormatInt(up, 10)}}, nil
+		}
+	case "GetConnectionTypeInfo":
+		op = func() ([]soapArg, error) {
+			return []soapArg{{name: "NewConnectionType", value: "IP_Routed"}, {name: "NewPossibleConnectionTypes", value: "IP_Routed"}}, nil
+		}
+	case "GetNATRSIPStatus":
+		op = func() ([]soapArg, error) {
+			return []soapArg{{name: "NewRSIPAvailable", value: "0"}, {name: "NewNATEnabled", value: "1"}}, nil
+		}
+	case "AddPortMapping", "AddAnyPortMapping":
+		if sr.Action == "AddAnyPortMapping" && h.service != WANIPConnection2 {
+			return nil, errInvalidAction
+		}
+		m, err := a.mapping()
+		if err != nil {
+			return nil, err
+		}
+		call.Key, call.Mapping = m.Key(), m
+		op = func() ([]soapArg, error) {
+			if sr.Action == "AddPortMapping" {
+				_, err := h.router.add(sr.Action, caller, call.Mapping)
+				return nil, err
+			}
+			stored, err := h.router.addAny(sr.Action, caller, call.Mapping)
+			if err != nil {
+				return nil, err
+			}
+			return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(stored.ExternalPort))}}, nil
+		}
+	case "DeletePortMapping":
+		k, err := a.key()
+		if err != nil {
+			return nil, err
+		}
+		call.Key = k
+		op = func() ([]soapArg, error) { return nil, h.router.remove(sr.Action, caller, k) }
+	case "DeletePortMappingRange":
+		if h.service != WANIPConnection2 {
+			return nil, errInvalidAction
+		}
+		start, end, proto, manage, err := a.portRange()
+		if err != nil {
+			return nil, err
+		}
+		op = func() ([]soapArg, error) {
+			return nil, h.router.removeRange(sr.Action, caller, proto, start, end, manage)
+		}
+	case "GetSpecificPortMappingEntry":
+		k, err := a.key()
+		if err != nil {
+			return nil, err
+		}
+		call.Key = k
+		op = func() ([]soapArg, error) {
+			m, err := h.router.get(sr.Action, k)
+			if err != nil {
+				return nil, err
+			}
+			call.Mapping = m
+			return specificArgs(m), nil
+		}
+	case "GetGenericPortMappingEntry":
+		idx, err := a.uint("NewPortMappingIndex", 16)
+		if err != nil {
+			return nil, err
+		}
+		op = func() ([]soapArg, error) {
+			list := h.router.list()
+			if int(idx) >= len(list) {
+				return nil, upnpErr(sr.Action, igd.CodeInvalidArrayIndex)
+			}
+			call.Mapping = list[idx]
+			call.Key = call.Mapping.Key()
+			return genericArgs(call.Mapping), nil
+		}
+	case "GetListOfPortMappings":
+		if h.service != WANIPConnection2 {
+			return nil, errInvalidAction
+		}
+		start, end, proto, _, err := a.portRange()
+		if err != nil {
+			return nil, err
+		}
+		n, err := a.uint("NewNumberOfPorts", 16)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 || n > 1000 {
+			n = 1000 // miniupnpd's limit per call
+		}
+		op = func() ([]soapArg, error) {
+			var out []igd.Mapping
+			for _, m := range h.router.list() {
+				if m.Protocol == proto && m.ExternalPort >= start && m.ExternalPort <= end {
+					out = append(out, m)
+				}
+			}
+			slices.SortFunc(out, func(a, b igd.Mapping) int { return cmp.Compare(a.ExternalPort, b.ExternalPort) })
+			if len(out) > int(n) {
+				out = out[:n]
+			}
+			call.Mappings = out
+			return []soapArg{{name: "NewPortListing", value: portListing(out), raw: true}}, nil
+		}
+	default:
+		return nil, errInvalidAction
+	}
+
+	handled, err := h.router.runHooks(ctx, &call)
+	var out []soapArg
+	switch {
+	case handled && err == nil:
+		out = h.hookAnswer(sr.Action, &call)
+	case !handled:
+		out, err = op()
+	}
+	call.Err = err
+	h.router.record(call)
+	return out, err
+}
+
+// hookAnswer is the response to a call a hook handled without error: the
+// values the hook left in call.
+func (h *handler) hookAnswer(action string, call *Call) []soapArg {
+	switch action {
+	case "GetExternalIPAddress":
+		return h.externalIPArgs(call.Addr)
+	case "GetSpecificPortMappingEntry":
+		return specificArgs(call.Mapping)
+	case "GetGenericPortMappingEntry":
+		return genericArgs(call.Mapping)
+	case "GetListOfPortMappings":
+		return []soapArg{{name: "NewPortListing", value: portListing(call.Mappings), raw: true}}
+	case "AddAnyPortMapping":
+		return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(call.Mapping.ExternalPort))}}
+	}
+	return nil
+}
+
+func (h *handler) externalIPArgs(a netip.Addr) []soapArg {
+	s := ""
+	if a.IsValid() {
+		s = a.String()
+	}
+	return []soapArg{{name: "NewExternalIPAddress", value: s}}
+}
+
+func leaseSeconds(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
+
+func enabledArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func remoteHostArg(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+func specificArgs(m igd.Mapping) []soapArg {
+	return []soapArg{
+		{name: "NewInternalPort", value: strconv.Itoa(int(m.InternalPort))},
+		{name: "NewInternalClient", value: m.InternalClient.String()},
+		{name: "NewEnabled", value: enabledArg(m.Enabled)},
+		{name: "NewPortMappingDescription", value: m.Description},
+		{name: "NewLeaseDuration", value: leaseSeconds(m.Lease)},
+	}
+}
+
+func genericArgs(m igd.Mapping) []soapArg {
+	return append([]soapArg{
+		{name: "NewRemoteHost", value: remoteHostArg(m.RemoteHost)},
+		{name: "NewExternalPort", value: strconv.Itoa(int(m.ExternalPort))},
+		{name: "NewProtocol", value: string(m.Protocol)},
+	}, specificArgs(m)...)
+}
+
+// portListing renders a PortMappingList as miniupnpd does: the XML document
+// inside a CDATA section. Values are escaped, so the document cannot hold
+// "]]>".
+func portListing(ms []igd.Mapping) string {
+	var b strings.Builder
+	b.WriteString(`<![CDATA[<p:PortMappingList xmlns:p="urn:schemas-upnp-org:gw:WANIPConnection" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:schemaLocation="urn:schemas-upnp-org:gw:WANIPConnection http://www.upnp.org/schemas/gw/WANIPConnection-v2.xsd">`)
+	for _, m := range ms {
+		b.WriteString("<p:PortMappingEntry>")
+		for _, a := range []soapArg{
+			{name: "NewRemoteHost", value: remoteHostArg(m.RemoteHost)},
+			{name: "NewExternalPort", value: strconv.Itoa(int(m.ExternalPort))},
+			{name: "NewProtocol", value: string(m.Protocol)},
+			{name: "NewInternalPort", value: strconv.Itoa(int(m.InternalPort))},
+			{name: "NewInternalClient", value: m.InternalClient.String()},
+			{name: "NewEnabled", value: enabledArg(m.Enabled)},
+			{name: "NewDescription", value: m.Description},
+			{name: "NewLeaseTime", value: leaseSeconds(m.Lease)},
+		} {
+			b.WriteString("<p:" + a.name + ">" + escapeText(a.value) + "</p:" + a.name + ">")
+		}
+		b.WriteString("</p:PortMappingEntry>")
+	}
+	b.WriteString("</p:PortMappingList>]]>")
+	return b.String()
+}
+
+// args reads typed arguments of one action. Missing or malformed arguments
+// are 402 Invalid Args.
+type args struct {
+	action string
+	m      map[string]string
+}
+
+func (a args) str(name string) (string, error) {
+	v, ok := a.m[name]
+	if !ok {
+		return "", argError(a.action)
+	}
+	return strings.TrimSpace(v), nil
+}
+
+func (a args) uint(name string, bits int) (uint64, error) {
+	s, err := a.str(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(s, 10, bits)
+	if err != nil {
+		return 0, argError(a.action)
+	}
+	return n, nil
+}
+
+// protocol reads NewProtocol. Like miniupnpd, anything but UDP is TCP: an
+// SCTP request is silently installed as TCP.
+func (a args) protocol() (igd.Protocol, error) {
+	s, err := a.str("NewProtocol")
+	if err != nil {
+		return "", err
+	}
+	if strings.EqualFold(s, "UDP") {
+		return igd.UDP, nil
+	}
+	return igd.TCP, nil
+}
+
+func (a args) bool(name string) (bool, error) {
+	s, err := a.str(name)
+	if err != nil {
+		return false, err
+	}
+	switch strings.ToLower(s) {
+	case "1", "true", "yes":
+		return true, nil
+	case "0", "false", "no":
+		return false, nil
+	}
+	return false, argError(a.action)
+}
+
+func (a args) remoteHost() (netip.Addr, error) {
+	s, ok := a.m["NewRemoteHost"]
+	s = strings.TrimSpace(s)
+	if !ok || s == "" || s == "*" {
+		return netip.Addr{}, nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, argError(a.action)
+	}
+	return ip.Unmap(), nil
+}
+
+// key reads the arguments that name a mapping.
+func (a args) key() (igd.Key, error) {
+	port, err := a.uint("NewExternalPort", 16)
+	if err != nil {
+		return igd.Key{}, err
+	}
+	proto, err := a.protocol()
+	if err != nil {
+		return igd.Key{}, err
+	}
+	if _, err := a.remoteHost(); err != nil {
+		return igd.Key{}, err
+	}
+	return igd.Key{Protocol: proto, ExternalPort: uint16(port)}, nil
+}
+
+// mapping reads the arguments of AddPortMapping, with miniupnpd's answers
+// to bad values: 402 for missing or unreadable arguments, 716 for external
+// port 0, 501 for an empty internal client.
+func (a args) mapping() (igd.Mapping, error) {
+	k, err := a.key()
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	remote, _ := a.remoteHost()
+	inPort, err := a.uint("NewInternalPort", 16)
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	client, err := a.str("NewInternalClient")
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	if _, err := a.bool("NewEnabled"); err != nil {
+		return igd.Mapping{}, err
+	}
+	desc, ok := a.m["NewPortMappingDescription"]
+	if !ok {
+		return igd.Mapping{}, argError(a.action)
+	}
+	lease, err := a.uint("NewLeaseDuration", 32)
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	if k.ExternalPort == 0 {
+		return igd.Mapping{}, upnpErr(a.action, igd.CodeWildCardNotPermittedInExt)
+	}
+	if client == "" {
+		return igd.Mapping{}, upnpErr(a.action, igd.CodeActionFailed)
+	}
+	ip, err := netip.ParseAddr(client)
+	if err != nil || !ip.Unmap().Is4() || inPort == 0 {
+		return igd.Mapping{}, argError(a.action)
+	}
+	return igd.Mapping{
+		Protocol: k.Protocol, ExternalPort: k.ExternalPort,
+		InternalClient: ip.Unmap(), InternalPort: uint16(inPort),
+		Description: desc, Lease: time.Duration(lease) * time.Second,
+		RemoteHost: remote, Enabled: true,
+	}, nil
+}
+
+// portRange reads the arguments of DeletePortMappingRange and
+// GetListOfPortMappings. NewProtocol is required (miniupnpd answers 402
+// without it).
+func (a args) portRange() (start, end uint16, proto igd.Protocol, manage bool, err error) {
+	s, err := a.uint("NewStartPort", 16)
+	if err != nil {
+		return 0, 0, "", false, err
+	}
+	e, err := a.uint("NewEndPort", 16)
+	if err != nil {
+		return 0, 0, "", false, err
+	}
+	if s > e {
+		return 0, 0, "", false, upnpErr(a.action, codeInconsistentParameters)
+	}
+	proto, err = a.protocol()
+	if err != nil {
+		return 0, 0, "", false, err
+	}
+	manage, err = a.bool("NewManage")
+	if err != nil {
+		return 0, 0, "", false, err
+	}
+	return uint16(s), uint16(e), proto, manage, nil
+}
