@@ -10,12 +10,16 @@
 //
 // UPnPClient (NewClient) implements Client on github.com/huin/goupnp's
 // generated service clients. NewClient does no I/O. The router is found by
-// Discover, or lazily by the first call that needs it, with that call's
-// context; the result is cached and reused until the router stops answering
-// (a transport error or a call timeout, not a UPnP fault), after which the
-// next call discovers again. Every SOAP call and description fetch has its
-// own bound (Config.CallTimeout), goes through the configured HTTP client
-// (never goupnp's global one). Mapping calls wait their turn: the client
+// Discover, or lazily by the first call that needs it; the result is cached
+// and reused until the router stops answering (a transport error or a call
+// timeout, not a UPnP fault), after which the next call discovers again.
+// Concurrent callers share one discovery in flight, each waiting only as long
+// as its own context allows; the discovery is cancelled when the last of them
+// gives up. After a discovery that found no router, calls return its error
+// for Config.DiscoveryBackoff (5 s) instead of each searching again; Discover
+// always searches. Every SOAP call and description fetch has its own bound
+// (Config.CallTimeout) and goes through the configured HTTP client (never
+// goupnp's global one). Mapping calls wait their turn: the client
 // sends them to the router one at a time, since routers such as miniupnpd
 // serve one request at a time.
 //
@@ -67,8 +71,9 @@
 //     (miniupnpd already answers OK).
 //   - Listing reads WANIPConnection:2 tables with one GetListOfPortMappings
 //     call per protocol, paged past 1000 entries, and falls back to the
-//     GetGenericPortMappingEntry walk (until 713, 714 or 402, bounded by
-//     Config.MaxListEntries) elsewhere or when the router refuses the call.
+//     GetGenericPortMappingEntry walk (until 713, 714 or 402) elsewhere or
+//     when the router refuses the call. Both are bounded by
+//     Config.MaxListEntries entries read.
 //   - goupnp's transport errors do not unwrap to the context's error; the
 //     client wraps context.DeadlineExceeded or context.Canceled itself.
 //

@@ -86,8 +86,9 @@ type UPnPError struct {
 	Err error
 }
 
+// Error names the action, the code and the router's description of it. It
+// has no "igd:" prefix: callers wrap it with the operation and the object.
 func (e *UPnPError) Error() string {
-	// No "igd:" prefix: callers wrap this with the operation and object.
 	return fmt.Sprintf("router answered %s with UPnP error %d %s", e.Action, e.Code, e.Description)
 }
 

@@ -61,7 +61,9 @@ type Mapping struct {
 
 // Key is what identifies a mapping in a router's table.
 type Key struct {
-	Protocol     Protocol
+	// Protocol is TCP or UDP.
+	Protocol Protocol
+	// ExternalPort is the port on the router's external address.
 	ExternalPort uint16
 }
 
@@ -70,6 +72,17 @@ func (m Mapping) Key() Key { return Key{Protocol: m.Protocol, ExternalPort: m.Ex
 
 // String formats k as "TCP/8080".
 func (k Key) String() string { return fmt.Sprintf("%s/%d", k.Protocol, k.ExternalPort) }
+
+// validate checks the fields of k the way Mapping.Validate does.
+func (k Key) validate() error {
+	switch {
+	case !k.Protocol.Valid():
+		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
+	case k.ExternalPort == 0:
+		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+	}
+	return nil
+}
 
 // String formats m for logs and error messages.
 func (m Mapping) String() string {
@@ -86,6 +99,7 @@ type FieldError struct {
 	Reason string
 }
 
+// Error names the field, its value and what is wrong with it.
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("igd: invalid mapping field %s=%s: %s", e.Field, e.Value, e.Reason)
 }
@@ -98,11 +112,10 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalidMapping 
 // and silently rewrite others (SCTP becomes TCP). The returned error is a
 // *FieldError naming the field and matches ErrInvalidMapping.
 func (m Mapping) Validate() error {
+	if err := m.Key().validate(); err != nil {
+		return err
+	}
 	switch {
-	case !m.Protocol.Valid():
-		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", m.Protocol), Reason: "must be TCP or UDP"}
-	case m.ExternalPort == 0:
-		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
 	case m.InternalPort == 0:
 		return &FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
 	case !m.InternalClient.IsValid():

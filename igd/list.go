@@ -25,9 +25,10 @@ const listPage = 1000
 // 7.5 s for the entry-by-entry walk. Elsewhere, or when the router does not
 // implement the action (401, 602) or refuses its arguments (402, 501, 606), it
 // walks the table with GetGenericPortMappingEntry until 713 (or 714, or 402,
-// which some routers answer past the end), bounded by Config.MaxListEntries.
-// A mapping seen twice during a walk (the table shifted under it) is returned
-// once.
+// which some routers answer past the end). Both ways are bounded by
+// Config.MaxListEntries entries read, so a misbehaving router cannot keep
+// the listing going. A mapping seen twice (the table shifted during a walk,
+// or a router repeated entries across pages) is returned once.
 func (c *UPnPClient) ListPortMappings(ctx context.Context) ([]Mapping, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {
@@ -59,6 +60,7 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context) ([]Mapping, error) {
 func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister) ([]Mapping, error) {
 	seen := map[Key]bool{}
 	var out []Mapping
+	read := 0 // entries received, duplicates included
 	for _, proto := range []Protocol{TCP, UDP} {
 		start := uint16(0)
 		for {
@@ -79,6 +81,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			if err != nil {
 				return nil, fmt.Errorf("GetListOfPortMappings %s from port %d: %w", proto, start, err)
 			}
+			read += len(page)
 			var last uint16
 			for _, m := range page {
 				last = max(last, m.ExternalPort)
@@ -92,6 +95,11 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			// rather than asking the same range forever.
 			if len(page) < listPage || last == 65535 || last < start {
 				break
+			}
+			// A router whose pages creep forward a port at a time would
+			// otherwise take 65535 calls to finish.
+			if read >= c.cfg.MaxListEntries {
+				return nil, fmt.Errorf("GetListOfPortMappings %s: router still listing from port %d after %d entries; stopped at Config.MaxListEntries=%d", proto, last+1, read, c.cfg.MaxListEntries)
 			}
 			start = last + 1
 		}

@@ -61,6 +61,9 @@ type testIGD struct {
 	maxInFlight int
 	// block, when set, is waited on by every SOAP call (to hold calls open).
 	block chan struct{}
+	// descDown makes the root description answer 503, as a router that is
+	// still booting does.
+	descDown bool
 }
 
 // newTestIGD starts a test IGD for dev listening on addr ("" means
@@ -79,7 +82,12 @@ func newTestIGD(t *testing.T, dev device, addr string) *testIGD {
 	mux.HandleFunc("GET /rootDesc.xml", func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.descFetches++
+		down := g.descDown
 		g.mu.Unlock()
+		if down {
+			http.Error(w, "booting", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "text/xml")
 		w.Write(desc)
 	})
@@ -128,6 +136,20 @@ func (g *testIGD) DescFetches() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.descFetches
+}
+
+// SetDescDown makes the root description unavailable (true) or available.
+func (g *testIGD) SetDescDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.descDown = down
+}
+
+// SetBlock makes every SOAP call wait for ch to close (nil: answer at once).
+func (g *testIGD) SetBlock(ch chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.block = ch
 }
 
 func (g *testIGD) MaxInFlight() int {

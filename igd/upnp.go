@@ -34,9 +34,18 @@ const (
 	// time, so 2 s leaves room for a busy router while still noticing a dead
 	// one quickly.
 	DefaultCallTimeout = 2 * time.Second
-	// DefaultMaxListEntries bounds the entry-by-entry walk of a router's
-	// table, so that a router that never answers 713 cannot keep ListPortMappings
-	// looping. Real tables hold tens of entries; routers cap them far below this.
+	// DefaultDiscoveryBackoff is how long the calls that need the router
+	// reuse the error of a discovery that found none. Without it every call
+	// would search again, and with no router on the LAN each search lasts
+	// the whole DiscoveryTimeout; a few seconds keeps a retrying caller (the
+	// service controller retries every few seconds) from spending its time
+	// searching, while a router that comes back is still found soon.
+	DefaultDiscoveryBackoff = 5 * time.Second
+	// DefaultMaxListEntries bounds the entries ListPortMappings reads from a
+	// router, so that a router that never answers 713 to the entry-by-entry
+	// walk, or whose GetListOfPortMappings pages never end, cannot keep it
+	// looping. Real tables hold tens of entries; routers cap them far below
+	// this.
 	DefaultMaxListEntries = 4096
 )
 
@@ -53,6 +62,14 @@ type Config struct {
 	// chosen router. Zero means DefaultDiscoveryTimeout.
 	DiscoveryTimeout time.Duration
 
+	// DiscoveryBackoff is how long, after a discovery that found no router,
+	// the calls that need one return that discovery's error at once rather
+	// than each starting another. It does not apply to Discover, which
+	// always searches, nor to the rediscovery after a cached router stopped
+	// answering. Zero means DefaultDiscoveryBackoff; a negative value turns
+	// the back-off off (every call that needs the router discovers again).
+	DiscoveryBackoff time.Duration
+
 	// SettleTime is how long SSDP discovery keeps collecting answers after
 	// the first usable router answered. Zero means DefaultSettleTime.
 	SettleTime time.Duration
@@ -62,8 +79,9 @@ type Config struct {
 	// five times this bound, since it returns up to 1000 entries at once.
 	CallTimeout time.Duration
 
-	// MaxListEntries bounds the entry-by-entry walk of the table in
-	// ListPortMappings. Zero means DefaultMaxListEntries.
+	// MaxListEntries bounds the entries ListPortMappings reads, by the
+	// entry-by-entry walk or by GetListOfPortMappings pages; past it the
+	// listing fails. Zero means DefaultMaxListEntries.
 	MaxListEntries int
 
 	// HTTPClient makes every HTTP request: description fetches and SOAP
@@ -95,6 +113,9 @@ type Config struct {
 func (cfg Config) withDefaults() Config {
 	if cfg.DiscoveryTimeout == 0 {
 		cfg.DiscoveryTimeout = DefaultDiscoveryTimeout
+	}
+	if cfg.DiscoveryBackoff == 0 {
+		cfg.DiscoveryBackoff = DefaultDiscoveryBackoff
 	}
 	if cfg.SettleTime == 0 {
 		cfg.SettleTime = DefaultSettleTime
@@ -220,24 +241,44 @@ type gateway struct {
 }
 
 // UPnPClient is the goupnp-based Client. It finds the router lazily, inside
-// the first call that needs it and with that call's context, caches it, and
-// discovers again after the router stopped answering (a transport error or
-// timeout; a UPnP fault keeps it). It is safe for concurrent use. Its
-// mapping calls go to the router one at a time, since routers such as
-// miniupnpd serve one request at a time; only a discovery started while calls
-// are in flight (Discover, or a rediscovery) probes the router alongside them.
+// the first call that needs it, caches it, and discovers again after the
+// router stopped answering (a transport error or timeout; a UPnP fault keeps
+// it). Callers that need the router while a discovery is in flight wait for
+// that one instead of starting their own, and after a discovery that found
+// no router they get its error back for Config.DiscoveryBackoff. It is safe
+// for concurrent use. Its mapping calls go to the router one at a time,
+// since routers such as miniupnpd serve one request at a time; only a
+// discovery started while calls are in flight (Discover, or a rediscovery)
+// probes the router alongside them.
 type UPnPClient struct {
 	cfg Config
 
 	// sem holds one token per request in flight to the router (capacity 1).
 	sem chan struct{}
-	// discovering serialises discoveries (capacity 1), so that concurrent
-	// first calls share one discovery instead of each searching.
-	discovering chan struct{}
 
-	// mu guards gw. It is never held across a network call.
+	// mu guards the fields below. It is never held across a network call.
 	mu sync.Mutex
+	// gw is the cached router: nil before the first successful discovery
+	// and after the router stopped answering.
 	gw *gateway
+	// flight is the discovery in progress, if any.
+	flight *discovery
+	// failed is the error of the last discovery when it found no router
+	// (only while gw is nil), and failedAt when it ended.
+	failed   error
+	failedAt time.Time
+}
+
+// discovery is one discovery in flight, shared by every caller that needs
+// its result. gw and err are written once, before done is closed.
+type discovery struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	// waiters counts the callers waiting on done; guarded by UPnPClient.mu.
+	// When the last one gives up, the discovery is cancelled.
+	waiters int
+	gw      *gateway
+	err     error
 }
 
 var _ Client = (*UPnPClient)(nil)
@@ -250,24 +291,27 @@ func NewClient(cfg Config) (*UPnPClient, error) {
 		return nil, err
 	}
 	return &UPnPClient{
-		cfg:         cfg.withDefaults(),
-		sem:         make(chan struct{}, 1),
-		discovering: make(chan struct{}, 1),
+		cfg: cfg.withDefaults(),
+		sem: make(chan struct{}, 1),
 	}, nil
 }
 
 // Discover finds the router now, replacing any cached one, and returns what it
 // found. With Config.RootDescURL it fetches that description; otherwise it
 // searches by SSDP and chooses among the answers (see the package
-// documentation). When no router qualifies the error matches ErrNoGateway and
-// is a *NoGatewayError listing what was found and why each was rejected; a
-// router cached earlier is then kept.
+// documentation). A discovery already in flight is joined rather than
+// duplicated, and Config.DiscoveryBackoff does not apply. When no router
+// qualifies the error matches ErrNoGateway and is a *NoGatewayError listing
+// what was found and why each was rejected; a router cached earlier is then
+// kept.
+//
+// The discovery runs in its own goroutine, bounded by
+// Config.DiscoveryTimeout, so that the callers sharing it do not depend on
+// each other's contexts: when ctx ends, Discover returns ctx's error, and the
+// discovery goes on for the other callers waiting on it or is cancelled if
+// there are none. Values of ctx (its logger) are kept.
 func (c *UPnPClient) Discover(ctx context.Context) (Gateway, error) {
-	if err := acquire(ctx, c.discovering); err != nil {
-		return Gateway{}, fmt.Errorf("igd: discover: %w", err)
-	}
-	defer release(c.discovering)
-	gw, err := c.discoverAndCache(ctx)
+	gw, err := c.awaitDiscovery(ctx, true)
 	if err != nil {
 		return Gateway{}, err
 	}
@@ -290,43 +334,114 @@ func (g Gateway) clone() Gateway {
 	return g
 }
 
-// discoverAndCache runs one discovery and caches its result. The caller holds
-// c.discovering.
-func (c *UPnPClient) discoverAndCache(ctx context.Context) (*gateway, error) {
-	gw, err := c.discover(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.gw = gw
-	c.mu.Unlock()
-	klog.FromContext(ctx).Info("Discovered internet gateway device",
-		"location", gw.info.Location, "service", gw.info.ServiceType,
-		"externalIP", gw.info.ExternalIP, "publicExternalIP", gw.info.PublicExternalIP,
-		"reason", gw.info.Reason, "candidates", len(gw.info.Candidates))
-	return gw, nil
-}
-
 // gateway returns the cached router, discovering it first if needed.
 func (c *UPnPClient) gateway(ctx context.Context) (*gateway, error) {
+	return c.awaitDiscovery(ctx, false)
+}
+
+// awaitDiscovery waits for the discovery in flight, starting one if there is
+// none. Unless force is set, it returns the cached router, or the last
+// failed discovery's error during the back-off, without discovering.
+func (c *UPnPClient) awaitDiscovery(ctx context.Context, force bool) (*gateway, error) {
 	c.mu.Lock()
-	gw := c.gw
+	if !force {
+		if gw := c.gw; gw != nil {
+			c.mu.Unlock()
+			return gw, nil
+		}
+		if err := c.backoffLocked(); err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+	}
+	d := c.flight
+	if d == nil {
+		d = c.startDiscoveryLocked(ctx)
+	}
+	d.waiters++
 	c.mu.Unlock()
-	if gw != nil {
-		return gw, nil
+
+	select {
+	case <-d.done:
+		return d.gw, d.err
+	case <-ctx.Done():
 	}
-	if err := acquire(ctx, c.discovering); err != nil {
-		return nil, fmt.Errorf("igd: discover: %w", err)
-	}
-	defer release(c.discovering)
-	// Another caller may have finished a discovery while this one waited.
 	c.mu.Lock()
-	gw = c.gw
-	c.mu.Unlock()
-	if gw != nil {
-		return gw, nil
+	d.waiters--
+	last := d.waiters == 0
+	if last && c.flight == d {
+		// Later callers start afresh rather than join a cancelled discovery.
+		c.flight = nil
 	}
-	return c.discoverAndCache(ctx)
+	c.mu.Unlock()
+	if !last {
+		return nil, fmt.Errorf("igd: discover: stopped waiting for the discovery in flight: %w", ctx.Err())
+	}
+	// Nobody else wants the result: stop the discovery and report what it
+	// had found by now. Every step of a discovery ends with its context, so
+	// this wait is short.
+	d.cancel()
+	<-d.done
+	if d.err == nil {
+		return d.gw, nil
+	}
+	var nge *NoGatewayError
+	if errors.As(d.err, &nge) {
+		cp := *nge
+		cp.Err = ctx.Err()
+		return nil, &cp
+	}
+	return nil, fmt.Errorf("%w (%w)", d.err, ctx.Err())
+}
+
+// backoffLocked returns the last discovery's error while the back-off after
+// it lasts, and nil otherwise. c.mu is held.
+func (c *UPnPClient) backoffLocked() error {
+	if c.failed == nil || c.cfg.DiscoveryBackoff < 0 {
+		return nil
+	}
+	left := c.cfg.DiscoveryBackoff - time.Since(c.failedAt)
+	if left <= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w (not discovering again for %s)", c.failed, left.Round(time.Millisecond))
+}
+
+// startDiscoveryLocked starts a discovery in its own goroutine, detached
+// from ctx's cancellation but keeping its values (the logger). c.mu is held.
+func (c *UPnPClient) startDiscoveryLocked(ctx context.Context) *discovery {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d := &discovery{done: make(chan struct{}), cancel: cancel}
+	c.flight = d
+	go c.runDiscovery(ctx, d)
+	return d
+}
+
+// runDiscovery runs d and commits its result: a router found replaces the
+// cached one; a failure starts the back-off unless a router is cached or
+// every waiter gave up (which says nothing about the router).
+func (c *UPnPClient) runDiscovery(ctx context.Context, d *discovery) {
+	defer d.cancel()
+	gw, err := c.discover(ctx)
+	c.mu.Lock()
+	if c.flight == d {
+		c.flight = nil
+	}
+	switch {
+	case err == nil:
+		c.gw, c.failed = gw, nil
+	case c.gw == nil && ctx.Err() == nil:
+		c.failed, c.failedAt = err, time.Now()
+	}
+	c.mu.Unlock()
+	if err == nil {
+		klog.FromContext(ctx).Info("Discovered internet gateway device",
+			"location", gw.info.Location, "service", gw.info.ServiceType,
+			"externalIP", gw.info.ExternalIP, "publicExternalIP", gw.info.PublicExternalIP,
+			"reason", gw.info.Reason, "candidates", len(gw.info.Candidates))
+	}
+	d.gw, d.err = gw, err
+	close(d.done)
 }
 
 // forget drops gw from the cache (if it is still the cached one) so that the
@@ -442,7 +557,7 @@ func remoteHostArg(a netip.Addr) string {
 // missing mapping is success (miniupnpd already answers OK).
 func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, externalPort uint16) error {
 	k := Key{Protocol: proto, ExternalPort: externalPort}
-	if err := validKey(k); err != nil {
+	if err := k.validate(); err != nil {
 		return fmt.Errorf("igd: delete port mapping %s: %w", k, err)
 	}
 	gw, err := c.gateway(ctx)
@@ -458,21 +573,11 @@ func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, exte
 	return nil
 }
 
-func validKey(k Key) error {
-	if !k.Protocol.Valid() {
-		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
-	}
-	if k.ExternalPort == 0 {
-		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
-	}
-	return nil
-}
-
 // GetPortMapping implements Client. A missing mapping gives an error matching
 // ErrNoSuchEntry.
 func (c *UPnPClient) GetPortMapping(ctx context.Context, proto Protocol, externalPort uint16) (Mapping, error) {
 	k := Key{Protocol: proto, ExternalPort: externalPort}
-	if err := validKey(k); err != nil {
+	if err := k.validate(); err != nil {
 		return Mapping{}, fmt.Errorf("igd: get port mapping %s: %w", k, err)
 	}
 	gw, err := c.gateway(ctx)

@@ -240,16 +240,59 @@ func TestAddPortMappingSendsArguments(t *testing.T) {
 	}
 }
 
-func TestAddPortMappingInvalidReachesNoRouter(t *testing.T) {
-	g := newTestIGD(t, igd2Device, "")
-	c := newTestClient(t, g, nil)
-	_, err := c.AddPortMapping(testCtx(t), Mapping{Protocol: "SCTP", ExternalPort: 1, InternalPort: 1, InternalClient: netip.MustParseAddr("192.0.2.10")})
-	var fe *FieldError
-	if !errors.Is(err, ErrInvalidMapping) || !errors.As(err, &fe) || fe.Field != "Protocol" {
-		t.Fatalf("AddPortMapping(SCTP) error = %v, want a FieldError for Protocol", err)
+func TestInvalidInputReachesNoRouter(t *testing.T) {
+	valid := Mapping{Protocol: TCP, ExternalPort: 8080, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30080}
+	with := func(f func(*Mapping)) Mapping { m := valid; f(&m); return m }
+	tests := []struct {
+		name  string
+		call  func(context.Context, *UPnPClient) error
+		field string
+	}{
+		{"add SCTP", addCall(with(func(m *Mapping) { m.Protocol = "SCTP" })), "Protocol"},
+		{"add external port 0", addCall(with(func(m *Mapping) { m.ExternalPort = 0 })), "ExternalPort"},
+		{"add internal port 0", addCall(with(func(m *Mapping) { m.InternalPort = 0 })), "InternalPort"},
+		{"add no internal client", addCall(with(func(m *Mapping) { m.InternalClient = netip.Addr{} })), "InternalClient"},
+		{"add IPv6 internal client", addCall(with(func(m *Mapping) { m.InternalClient = netip.MustParseAddr("2001:db8::1") })), "InternalClient"},
+		{"add long description", addCall(with(func(m *Mapping) { m.Description = strings.Repeat("d", MaxDescriptionLen+1) })), "Description"},
+		{"add fractional lease", addCall(with(func(m *Mapping) { m.Lease = 1500 * time.Millisecond })), "Lease"},
+		{"add IPv6 remote host", addCall(with(func(m *Mapping) { m.RemoteHost = netip.MustParseAddr("2001:db8::1") })), "RemoteHost"},
+		{"get lower-case tcp", func(ctx context.Context, c *UPnPClient) error {
+			_, err := c.GetPortMapping(ctx, "tcp", 80)
+			return err
+		}, "Protocol"},
+		{"get port 0", func(ctx context.Context, c *UPnPClient) error {
+			_, err := c.GetPortMapping(ctx, UDP, 0)
+			return err
+		}, "ExternalPort"},
+		{"delete lower-case tcp", func(ctx context.Context, c *UPnPClient) error {
+			return c.DeletePortMapping(ctx, "tcp", 80)
+		}, "Protocol"},
+		{"delete port 0", func(ctx context.Context, c *UPnPClient) error {
+			return c.DeletePortMapping(ctx, TCP, 0)
+		}, "ExternalPort"},
 	}
-	if g.DescFetches() != 0 || len(g.Calls()) != 0 {
-		t.Errorf("invalid mapping reached the router: %d fetches, %v", g.DescFetches(), g.Calls())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, igd2Device, "")
+			g.handle("AddPortMapping", reply())
+			c := newTestClient(t, g, nil)
+			err := tt.call(testCtx(t), c)
+			var fe *FieldError
+			if !errors.Is(err, ErrInvalidMapping) || !errors.As(err, &fe) || fe.Field != tt.field {
+				t.Fatalf("error = %v, want a FieldError for %s", err, tt.field)
+			}
+			if g.DescFetches() != 0 || len(g.Calls()) != 0 {
+				t.Errorf("invalid input reached the router: %d description fetches, calls %v", g.DescFetches(), g.Calls())
+			}
+		})
+	}
+}
+
+// addCall returns a call of AddPortMapping with m.
+func addCall(m Mapping) func(context.Context, *UPnPClient) error {
+	return func(ctx context.Context, c *UPnPClient) error {
+		_, err := c.AddPortMapping(ctx, m)
+		return err
 	}
 }
 
@@ -345,16 +388,6 @@ func TestDeletePortMappingIsIdempotent(t *testing.T) {
 			}
 		})
 	}
-	t.Run("invalid key", func(t *testing.T) {
-		g := newTestIGD(t, igd2Device, "")
-		c := newTestClient(t, g, nil)
-		if err := c.DeletePortMapping(testCtx(t), "tcp", 80); !errors.Is(err, ErrInvalidMapping) {
-			t.Errorf("DeletePortMapping(tcp) = %v, want ErrInvalidMapping", err)
-		}
-		if err := c.DeletePortMapping(testCtx(t), TCP, 0); !errors.Is(err, ErrInvalidMapping) {
-			t.Errorf("DeletePortMapping(port 0) = %v, want ErrInvalidMapping", err)
-		}
-	})
 }
 
 func TestGetPortMapping(t *testing.T) {
@@ -491,6 +524,77 @@ func TestListPortMappingsByRange(t *testing.T) {
 	}
 	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 0 {
 		t.Errorf("walked the table (%d calls) although the list call worked", n)
+	}
+}
+
+func TestListPortMappingsPaging(t *testing.T) {
+	tests := []struct {
+		name string
+		// page returns the first port and the count of the TCP entries the
+		// router answers for a call from start; count 0 is a 730.
+		page       func(start int) (first, count int)
+		maxEntries int
+		wantCalls  []string // TCP NewStartPort of each call
+		wantLen    int
+		wantErr    string
+	}{
+		{"full page ending at port 65535 is the last", func(start int) (int, int) {
+			if start > 64536 {
+				return 0, 0
+			}
+			return 64536, 1000
+		}, 0, []string{"0"}, 1000, ""},
+		{"router ignoring NewStartPort stops after one repeat", func(int) (int, int) {
+			return 10000, 1000
+		}, 0, []string{"0", "11000"}, 1000, ""},
+		{"pages creeping forward are bounded", func(start int) (int, int) {
+			return max(start-999, 0), 1000 // ends at start: one new port a page
+		}, 2500, []string{"0", "1000", "1001"}, 0, "MaxListEntries=2500"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, igd2Device, "")
+			var mu sync.Mutex
+			var calls []string
+			g.handle("GetListOfPortMappings", func(args map[string]string) ([][2]string, int) {
+				if args["NewProtocol"] == "UDP" {
+					return nil, CodePortMappingNotFound
+				}
+				mu.Lock()
+				calls = append(calls, args["NewStartPort"])
+				n := len(calls)
+				mu.Unlock()
+				if n > 10 {
+					t.Errorf("GetListOfPortMappings called %d times: the listing is not bounded", n)
+					return nil, CodePortMappingNotFound
+				}
+				start, _ := strconv.Atoi(args["NewStartPort"])
+				first, count := tt.page(start)
+				if count == 0 {
+					return nil, CodePortMappingNotFound
+				}
+				return [][2]string{{"NewPortListing", entries("TCP", first, count)}}, 0
+			})
+			c := newTestClient(t, g, func(cfg *Config) { cfg.MaxListEntries = tt.maxEntries })
+			ms, err := c.ListPortMappings(testCtx(t))
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(calls, tt.wantCalls) {
+				t.Errorf("TCP calls from ports %v, want %v", calls, tt.wantCalls)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ListPortMappings() = %v, want an error naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) != tt.wantLen {
+				t.Errorf("ListPortMappings() returned %d mappings, want %d", len(ms), tt.wantLen)
+			}
+		})
 	}
 }
 

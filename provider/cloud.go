@@ -124,43 +124,31 @@ func New(name string, cfg Config) (*Cloud, error) {
 		c.logger = klog.Background()
 	}
 	// Typed nils become untyped nils here, so accessors can compare with nil.
-	if !isNil(cfg.LoadBalancer) {
-		c.loadBalancer = cfg.LoadBalancer
-		c.addPart("LoadBalancer", cfg.LoadBalancer)
-	}
-	if !isNil(cfg.Instances) {
-		c.instances = cfg.Instances
-		c.addPart("Instances", cfg.Instances)
-	}
-	if !isNil(cfg.InstancesV2) {
-		c.instancesV2 = cfg.InstancesV2
-		c.addPart("InstancesV2", cfg.InstancesV2)
-	}
-	if !isNil(cfg.Zones) {
-		c.zones = cfg.Zones
-		c.addPart("Zones", cfg.Zones)
-	}
-	if !isNil(cfg.Clusters) {
-		c.clusters = cfg.Clusters
-		c.addPart("Clusters", cfg.Clusters)
-	}
-	if !isNil(cfg.Routes) {
-		c.routes = cfg.Routes
-		c.addPart("Routes", cfg.Routes)
-	}
+	c.loadBalancer = addPart(c, "LoadBalancer", cfg.LoadBalancer)
+	c.instances = addPart(c, "Instances", cfg.Instances)
+	c.instancesV2 = addPart(c, "InstancesV2", cfg.InstancesV2)
+	c.zones = addPart(c, "Zones", cfg.Zones)
+	c.clusters = addPart(c, "Clusters", cfg.Clusters)
+	c.routes = addPart(c, "Routes", cfg.Routes)
 	return c, nil
 }
 
 // addPart records v in role, merging it with an earlier part that is the
-// same value.
-func (c *Cloud) addPart(role string, v any) {
+// same value, and returns it; a nil or typed-nil v is not recorded and comes
+// back as the untyped nil of T.
+func addPart[T any](c *Cloud, role string, v T) T {
+	if isNil(v) {
+		var none T
+		return none
+	}
 	for i := range c.parts {
 		if sameValue(c.parts[i].value, v) {
 			c.parts[i].roles = append(c.parts[i].roles, role)
-			return
+			return v
 		}
 	}
 	c.parts = append(c.parts, part{value: v, roles: []string{role}})
+	return v
 }
 
 // ProviderName returns the name given to New.

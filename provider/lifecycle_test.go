@@ -3,6 +3,7 @@ package provider_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -59,6 +60,7 @@ func (p *lifecyclePart) Initialize(ctx context.Context, cb cloudprovider.Control
 		*p.order = append(*p.order, p.id)
 	}
 	p.mu.Unlock()
+	klog.FromContext(ctx).Info("Part initializing", "part", p.id)
 	if p.initEntered != nil {
 		close(p.initEntered)
 	}
@@ -72,6 +74,7 @@ func (p *lifecyclePart) Run(ctx context.Context) {
 	p.mu.Lock()
 	p.runs++
 	p.mu.Unlock()
+	klog.FromContext(ctx).Info("Part running", "part", p.id)
 	<-ctx.Done()
 	p.mu.Lock()
 	p.runsReturned++
@@ -176,12 +179,14 @@ func TestInitialize(t *testing.T) {
 	routes := &lifecyclePart{allParts: allParts{id: "routes"}, order: &order}
 	plain := &allParts{id: "plain"} // neither Initializer nor Runner
 	var typedNil *lifecyclePart     // calling it would panic
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	c := newCloud(t, provider.Config{
 		LoadBalancer: shared,
 		InstancesV2:  shared,
 		Zones:        plain,
 		Clusters:     typedNil,
 		Routes:       routes,
+		Logger:       logger,
 	})
 	if isClosed(c.Done()) {
 		t.Fatal("Done is closed before Initialize")
@@ -205,9 +210,6 @@ func TestInitialize(t *testing.T) {
 		if p.builder != builder {
 			t.Errorf("part %s got client builder %v, want %v", p.id, p.builder, builder)
 		}
-		if logger := klog.FromContext(p.initCtx); logger.GetSink() == nil {
-			t.Errorf("part %s got a context without a logger", p.id)
-		}
 	}
 	if isClosed(c.Done()) {
 		t.Fatal("Done is closed before stop")
@@ -224,6 +226,19 @@ func TestInitialize(t *testing.T) {
 		}
 		if p.initCtx.Err() == nil {
 			t.Errorf("part %s: Initialize's context not cancelled after stop", p.id)
+		}
+	}
+	// Initialize's and Run's contexts carry Config.Logger: what the parts
+	// logged through klog.FromContext is in its buffer.
+	var logged []string
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		if len(e.ParameterKVList) == 2 {
+			logged = append(logged, fmt.Sprintf("%s %v", e.Message, e.ParameterKVList[1]))
+		}
+	}
+	for _, want := range []string{"Part initializing shared", "Part running shared", "Part initializing routes", "Part running routes"} {
+		if !slices.Contains(logged, want) {
+			t.Errorf("Config.Logger got %q, want it to include %q", logged, want)
 		}
 	}
 	waitNoLifecycleGoroutines(t)
