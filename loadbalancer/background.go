@@ -1,0 +1,387 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+	"k8s.io/klog/v2"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// clientName is the name the background work's API client is built under.
+const clientName = "ccmkit-loadbalancer"
+
+// EventReasonExternalIPNotPublic is the reason of the Warning event a Service
+// gets when the router's external IP is not public (double NAT, CGNAT): its
+// mappings are then not reachable from the internet.
+const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
+
+// watch is the background work's view of the cluster.
+type watch struct {
+	client   kubernetes.Interface
+	nodes    corelisters.NodeLister
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	recorder record.EventRecorder
+}
+
+// Initialize builds the background work's Kubernetes client from
+// clientBuilder; Run then starts the work. It implements provider.Initializer,
+// so that provider.Cloud calls it from its own Initialize. It makes no
+// network call. A second call does nothing.
+func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
+	lb.mu.Lock()
+	done := lb.client != nil
+	lb.mu.Unlock()
+	if done {
+		return nil
+	}
+	client, err := clientBuilder.Client(clientName)
+	if err != nil {
+		return fmt.Errorf("loadbalancer: build Kubernetes client %q: %w", clientName, err)
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.client == nil {
+		lb.client = client
+	}
+	return nil
+}
+
+// Run runs the background work until ctx is cancelled, and returns when every
+// goroutine it started has returned. It implements provider.Runner:
+// provider.Cloud starts it after Initialize and stops it with the stop channel.
+//
+// It watches nodes, Services and EndpointSlices, and every
+// Config.RenewInterval, and soon after a node or a Local Service's endpoints
+// change, makes one pass: it refreshes the external IP, reads the router's
+// table once, and reconciles every Service it serves (renewing leases,
+// repairing mappings the router lost, re-pointing mappings whose node is no
+// longer eligible or whose endpoints moved), patches the status of Services
+// whose external IP changed, and records a Warning event on Services whose
+// external IP is not public. Only Services that carry the service
+// controller's cleanup finalizer are touched, so that nothing is mapped that
+// the controller will not delete. Errors are logged: the next pass retries.
+//
+// Run without a successful Initialize, or a second Run, logs an error and
+// returns at once.
+func (lb *LoadBalancer) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	lb.mu.Lock()
+	client, running := lb.client, lb.running
+	if client != nil {
+		lb.running = true
+	}
+	lb.mu.Unlock()
+	switch {
+	case client == nil:
+		logger.Error(errors.New("loadbalancer: Run called before Initialize"), "Load balancer background work not started")
+		return
+	case running:
+		logger.Error(errors.New("loadbalancer: Run called twice"), "Load balancer background work not started")
+		return
+	}
+	if err := lb.run(ctx, client); err != nil && ctx.Err() == nil {
+		logger.Error(err, "Load balancer background work ended")
+	}
+}
+
+// run is Run with its client.
+func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) error {
+	logger := klog.FromContext(ctx)
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	defer factory.Shutdown() // waits for the informers' goroutines
+	nodeInf := factory.Core().V1().Nodes()
+	svcInf := factory.Core().V1().Services()
+	sliceInf := factory.Discovery().V1().EndpointSlices()
+
+	kick := make(chan struct{}, 1)
+	trigger := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*v1.Node); ok {
+				lb.seeNodes([]*v1.Node{n})
+			}
+			trigger()
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*v1.Node)
+			n, ok2 := newObj.(*v1.Node)
+			if !ok1 || !ok2 {
+				return
+			}
+			lb.seeNodes([]*v1.Node{n})
+			if nodeChanged(o, n) {
+				trigger()
+			}
+		},
+		DeleteFunc: func(any) { trigger() },
+	}); err != nil {
+		return fmt.Errorf("loadbalancer: watch nodes: %w", err)
+	}
+	svcLister := svcInf.Lister()
+	onSlice := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		es, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		name := es.Labels[discoveryv1.LabelServiceName]
+		if svc, err := svcLister.Services(es.Namespace).Get(name); err == nil && localLB(svc) {
+			trigger()
+		}
+	}
+	if _, err := sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    onSlice,
+		UpdateFunc: func(_, newObj any) { onSlice(newObj) },
+		DeleteFunc: onSlice,
+	}); err != nil {
+		return fmt.Errorf("loadbalancer: watch endpoint slices: %w", err)
+	}
+
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("loadbalancer: cache of %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	w := &watch{
+		client:   client,
+		nodes:    nodeInf.Lister(),
+		services: svcLister,
+		slices:   sliceInf.Lister(),
+		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: clientName}),
+	}
+	if nodes, err := w.nodes.List(labels.Everything()); err == nil {
+		lb.seeNodes(nodes)
+	}
+	lb.mu.Lock()
+	lb.watch = w
+	lb.mu.Unlock()
+	defer func() {
+		// From now on the LoadBalancer works as one without background
+		// work: calls no longer wait for caches that will not sync.
+		lb.mu.Lock()
+		lb.watch, lb.client = nil, nil
+		lb.mu.Unlock()
+	}()
+	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval)
+
+	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
+	defer ticker.Stop()
+	trigger() // one pass at start: repair what changed while we were away
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("Load balancer background work stopped")
+			return nil
+		case <-ticker.C():
+		case <-kick:
+		}
+		// A pass must end before the next one is due; each router call
+		// inside it is bounded by the igd client (its CallTimeout).
+		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
+		lb.pass(passCtx, w)
+		cancel()
+		lb.passes.Add(1)
+	}
+}
+
+// nodeChanged reports whether a node update can change where mappings point.
+func nodeChanged(o, n *v1.Node) bool {
+	ot, owhy := nodeTarget(o)
+	nt, nwhy := nodeTarget(n)
+	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
+}
+
+// localLB reports whether svc is a LoadBalancer Service with
+// externalTrafficPolicy Local (whose target follows its endpoints).
+func localLB(svc *v1.Service) bool {
+	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+}
+
+// wantsLoadBalancer is the service controller's own test.
+func wantsLoadBalancer(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
+}
+
+// pass reconciles every served Service against one read of the router's
+// table. Errors are logged: there is no caller to return them to, and the
+// next pass tries again.
+func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
+	logger := klog.FromContext(ctx)
+	cluster := lb.clusterName()
+	if cluster == "" {
+		logger.V(4).Info("Skipping load balancer pass: cluster name not known yet")
+		return
+	}
+	ext, err := lb.refreshExternalIP(ctx)
+	if err != nil {
+		logger.Error(err, "Load balancer pass failed")
+		return
+	}
+	t, err := lb.readTable(ctx)
+	if err != nil {
+		logger.Error(err, "Load balancer pass failed")
+		return
+	}
+	nodes, err := w.nodes.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Load balancer pass failed")
+		return
+	}
+	targets, reasons := eligibleTargets(nodes)
+	svcs, err := w.services.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Load balancer pass failed")
+		return
+	}
+	slices.SortFunc(svcs, func(a, b *v1.Service) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for _, svc := range svcs {
+		if ctx.Err() != nil {
+			return
+		}
+		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(svc) || !selected(lb.cfg.Services, svc) {
+			continue
+		}
+		if err := lb.passService(ctx, w, t, cluster, ext, svc, targets, reasons); err != nil {
+			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
+		}
+	}
+}
+
+// passService reconciles one Service during a pass and patches its status
+// when it differs from what the router now serves.
+func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, cluster string, ext netip.Addr, svc *v1.Service, targets []target, reasons map[string]string) error {
+	o := newOwner(cluster, svc.Namespace, svc.Name)
+	plans, err := planPorts(o, svc)
+	if err != nil {
+		return err
+	}
+	if err := checkLoadBalancerIP(o, svc, ext); err != nil {
+		return err
+	}
+	req, err := lb.request(o, svc, plans, targets, reasons)
+	if err != nil {
+		return err
+	}
+	release, ok := lb.tryAcquire(o)
+	if !ok {
+		return nil // the service controller is at it right now
+	}
+	err = lb.reconcile(ctx, t, req)
+	release()
+	if err != nil {
+		return err
+	}
+	lb.warnNotPublic(svc, ext)
+	st := status(ext, plans)
+	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
+		return nil
+	}
+	updated := svc.DeepCopy()
+	updated.Status.LoadBalancer = *st
+	if _, err := servicehelper.PatchService(w.client.CoreV1(), svc, updated); err != nil {
+		return fmt.Errorf("loadbalancer: patch status of service %s: %w", o.key(), err)
+	}
+	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ip", ext)
+	return nil
+}
+
+// currentWatch returns the background work's view, and whether background
+// work is set up at all (Initialize succeeded).
+func (lb *LoadBalancer) currentWatch() (*watch, bool) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.watch, lb.client != nil
+}
+
+// waitNodes tells the caller to come back when background work is starting
+// but has not listed the nodes yet: until then, mappings to nodes this
+// process has not seen would not be recognised as ours.
+func (lb *LoadBalancer) waitNodes() error {
+	if w, started := lb.currentWatch(); started && w == nil {
+		return api.NewRetryError("loadbalancer: waiting for the node cache to sync", lb.cfg.RetryAfter)
+	}
+	return nil
+}
+
+// endpointNodes returns the names of the nodes with a ready endpoint of svc,
+// from its EndpointSlices.
+func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
+	w, started := lb.currentWatch()
+	switch {
+	case w == nil && started:
+		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s/%s: waiting for the EndpointSlice cache to sync", svc.Namespace, svc.Name), lb.cfg.RetryAfter)
+	case w == nil:
+		return nil, &ServiceError{Service: svc.Namespace + "/" + svc.Name, Field: "spec.externalTrafficPolicy", Value: string(svc.Spec.ExternalTrafficPolicy),
+			Reason: "Local needs the load balancer's background work (Initialize or Run) to watch EndpointSlices"}
+	}
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
+	list, err := w.slices.EndpointSlices(svc.Namespace).List(sel)
+	if err != nil {
+		return nil, fmt.Errorf("loadbalancer: list endpoint slices of service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	out := make(map[string]bool)
+	for _, es := range list {
+		for _, ep := range es.Endpoints {
+			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				out[*ep.NodeName] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// warnNotPublic records a Warning event on svc, once per address, when the
+// router's external IP is not public.
+func (lb *LoadBalancer) warnNotPublic(svc *v1.Service, ext netip.Addr) {
+	if igd.IsPublic(ext) {
+		return
+	}
+	lb.mu.Lock()
+	w := lb.watch
+	already := lb.warned[svc.UID] == ext
+	if w != nil && !already {
+		lb.warned[svc.UID] = ext
+	}
+	lb.mu.Unlock()
+	if w == nil || already {
+		return
+	}
+	w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic,
+		"The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+}

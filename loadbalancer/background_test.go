@@ -1,0 +1,386 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// eventually polls cond until it holds or 10 s pass (informers deliver
+// asynchronously; this bounds a wait, it does not time anything).
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// lbService is a served Service as the service controller leaves it: with
+// its cleanup finalizer.
+func lbService(ns, name string, opts ...svcOpt) *v1.Service {
+	s := newService(ns, name, opts...)
+	s.Finalizers = []string{servicehelper.LoadBalancerCleanupFinalizer}
+	return s
+}
+
+// running is a LoadBalancer whose background work runs on a fake clientset.
+type running struct {
+	*env
+	client *k8sfake.Clientset
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startBackground runs e's background work on a fake clientset holding
+// objs, waits until its caches have synced, its first pass has finished and
+// its ticker waits on the fake clock, and stops it at cleanup.
+func startBackground(t testing.TB, e *env, objs ...k8sruntime.Object) *running {
+	t.Helper()
+	client := k8sfake.NewClientset(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{env: e, client: client, cancel: cancel, done: make(chan struct{})}
+	before := e.lb.passes.Load()
+	if err := e.lb.Initialize(ctx, builder{client}); err != nil {
+		t.Fatalf("Initialize: %v", err)
+	}
+	go func() {
+		defer close(r.done)
+		e.lb.Run(ctx)
+	}()
+	t.Cleanup(func() { r.stop(t) })
+	eventually(t, "background work to start", func() bool {
+		return e.lb.passes.Load() > before && e.clock.HasWaiters()
+	})
+	return r
+}
+
+func (r *running) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+// tick advances the fake clock by one renewal interval and waits for the
+// pass it triggers.
+func (r *running) tick(t testing.TB) {
+	t.Helper()
+	before := r.lb.passes.Load()
+	r.clock.Step(r.lb.cfg.RenewInterval)
+	eventually(t, "a background pass", func() bool { return r.lb.passes.Load() > before })
+}
+
+func (r *running) service(t testing.TB, ns, name string) *v1.Service {
+	t.Helper()
+	s, err := r.client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBackgroundRepairsRouterReboot(t *testing.T) {
+	e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 5 * time.Minute}, fake.RouterConfig{})
+	nodes := threeNodes()
+	var objs []k8sruntime.Object
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	svcs := []*v1.Service{
+		lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 443, 30443))),
+		lbService("default", "dns", withPorts(port("a", v1.ProtocolUDP, 53, 30053))),
+	}
+	for _, s := range svcs {
+		e.mustEnsure(t, s, nodes)
+		objs = append(objs, s)
+	}
+	before := e.table()
+	// A Service without the finalizer is not the background work's to map.
+	objs = append(objs, newService("default", "unclaimed", withPorts(port("a", v1.ProtocolTCP, 81, 30081))))
+	r := startBackground(t, e, objs...)
+
+	e.router.Reboot()
+	e.calls()
+	r.tick(t)
+	diffRows(t, "table after repair", e.table(), before)
+	if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != 3 || c[fake.MethodExternalIP] != 1 || c[fake.MethodDeletePortMapping] != 0 {
+		t.Errorf("repair calls = %v, want 1 external IP + 1 list + 3 adds", c)
+	}
+	// A pass with nothing to do: one external IP, one list.
+	r.tick(t)
+	if c := e.calls(); len(c) != 2 || c[fake.MethodListPortMappings] != 1 || c[fake.MethodExternalIP] != 1 {
+		t.Errorf("idle pass calls = %v, want 1 external IP + 1 list", c)
+	}
+}
+
+func TestBackgroundRenewsLeases(t *testing.T) {
+	e := newEnv(t, Config{Lease: 10 * time.Minute}, fake.RouterConfig{}) // renew every 5m
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	e.mustEnsure(t, svc, nodes)
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	// Six intervals: 30 minutes, three leases. The mapping never lapses.
+	for range 6 {
+		r.tick(t)
+		if ms := e.router.Mappings(); len(ms) != 1 {
+			t.Fatalf("mapping lapsed at %s: %v", e.clock.Now(), e.table())
+		}
+	}
+	if n := e.router.CallCount(fake.MethodAddPortMapping); n < 3 {
+		t.Errorf("%d adds in 30 minutes of 10-minute leases", n)
+	}
+}
+
+func TestBackgroundFollowsExternalIP(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+
+	newIP := netip.MustParseAddr("198.51.101.99")
+	e.router.SetExternalIP(newIP)
+	r.tick(t)
+	eventually(t, "status patched with the new IP", func() bool {
+		st := r.service(t, "default", "web").Status.LoadBalancer
+		return len(st.Ingress) == 1 && st.Ingress[0].IP == newIP.String()
+	})
+	// Ensure now reports the new address too (the cache was refreshed).
+	st := e.mustEnsure(t, r.service(t, "default", "web"), nodes)
+	if st.Ingress[0].IP != newIP.String() {
+		t.Errorf("Ensure status IP = %s, want %s", st.Ingress[0].IP, newIP)
+	}
+
+	// A non-public address: the Service gets a Warning event.
+	cgnat := netip.MustParseAddr("100.64.7.7")
+	e.router.SetExternalIP(cgnat)
+	r.tick(t)
+	eventually(t, "a Warning event", func() bool {
+		evs, err := r.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == EventReasonExternalIPNotPublic && ev.Type == v1.EventTypeWarning && ev.InvolvedObject.Name == "web" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestBackgroundRepointsWhenNodeTurnsNotReady(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	from := e.router.Mappings()[0].InternalClient
+	var name string
+	for _, n := range nodes {
+		if n.Status.Addresses[1].Address == from.String() {
+			name = n.Name
+		}
+	}
+	n, err := r.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notReady(n)
+	if _, err := r.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No clock step and no controller call: the node event triggers a pass.
+	eventually(t, "the mapping to leave "+name, func() bool {
+		ms := e.router.Mappings()
+		return len(ms) == 1 && ms[0].InternalClient != from
+	})
+}
+
+func endpointSlice(svc *v1.Service, node string, ready bool) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-abc",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{"10.244.0.5"},
+			NodeName:   &node,
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+		}},
+	}
+}
+
+func TestExternalTrafficPolicyLocal(t *testing.T) {
+	t.Run("without background work", func(t *testing.T) {
+		e := newEnv(t, Config{}, fake.RouterConfig{})
+		svc := newService("default", "web", func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal })
+		_, err := e.ensure(t, svc, threeNodes())
+		var se *ServiceError
+		if !errors.As(err, &se) || se.Field != "spec.externalTrafficPolicy" {
+			t.Fatalf("error = %v, want a ServiceError on spec.externalTrafficPolicy", err)
+		}
+	})
+	t.Run("follows the ready endpoints", func(t *testing.T) {
+		e := newEnv(t, Config{}, fake.RouterConfig{})
+		nodes := threeNodes()
+		svc := lbService("default", "web", func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal })
+		es := endpointSlice(svc, "node-b", true)
+		r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc, es)
+
+		e.mustEnsure(t, svc, nodes)
+		if ms := e.router.Mappings(); len(ms) != 1 || ms[0].InternalClient != addrB {
+			t.Fatalf("table = %v, want the mapping on node-b (its endpoint)", e.table())
+		}
+		// The endpoint moves to node-c: re-pointed by the background work.
+		moved := endpointSlice(svc, "node-c", true)
+		if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), moved, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "re-point to node-c", func() bool {
+			ms := e.router.Mappings()
+			return len(ms) == 1 && ms[0].InternalClient == addrC
+		})
+		// No ready endpoint: say so, and ask to come back.
+		if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(svc, "node-c", false), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "endpoint not ready in the cache", func() bool {
+			got, err := e.lb.endpointNodes(svc)
+			return err == nil && len(got) == 0
+		})
+		_, err := e.ensure(t, svc, nodes)
+		var re *api.RetryError
+		if !errors.Is(err, ErrNoEligibleNode) || !errors.As(err, &re) {
+			t.Fatalf("error = %v, want ErrNoEligibleNode with a retry", err)
+		}
+		if want := "node node-c has no ready endpoint"; !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	})
+}
+
+func TestBackgroundStopsEveryGoroutine(t *testing.T) {
+	base := runtime.NumGoroutine()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	e.mustEnsure(t, svc, nodes)
+	r := startBackground(t, e, nodes[0], svc)
+	if runtime.NumGoroutine() <= base {
+		t.Fatalf("no goroutine started")
+	}
+	r.stop(t)
+	eventually(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
+	// A second Run returns at once: background work runs once per LoadBalancer.
+	e.lb.Run(context.Background())
+	// After the background work stopped, calls do not wait for its caches.
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Errorf("Delete after stop: %v", err)
+	}
+}
+
+// builder is a cloudprovider.ControllerClientBuilder over one clientset.
+type builder struct{ client kubernetes.Interface }
+
+func (b builder) Config(string) (*restclient.Config, error)   { return &restclient.Config{}, nil }
+func (b builder) ConfigOrDie(string) *restclient.Config       { return &restclient.Config{} }
+func (b builder) Client(string) (kubernetes.Interface, error) { return b.client, nil }
+func (b builder) ClientOrDie(string) kubernetes.Interface     { return b.client }
+
+// Through provider.Cloud, as a cloud-controller-manager runs it: Initialize
+// with a client builder and a stop channel; closing stop ends every goroutine.
+func TestProviderStartsAndStopsBackgroundWork(t *testing.T) {
+	base := runtime.NumGoroutine()
+	e := newEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
+	cloud, err := provider.New("edge", provider.Config{LoadBalancer: e.lb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	cloud.Initialize(builder{client}, stop)
+	// With ClusterName configured, the first pass maps the Service before
+	// any controller call.
+	eventually(t, "the first pass", func() bool { return len(e.router.Mappings()) == 1 })
+	close(stop)
+	select {
+	case <-cloud.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("background work did not stop")
+	}
+	if err := cloud.Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
+}
+
+var (
+	_ provider.Initializer = (*LoadBalancer)(nil)
+	_ provider.Runner      = (*LoadBalancer)(nil)
+)
+
+func TestDeleteWaitsForNodeCache(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	e.lb.mu.Lock()
+	e.lb.client = k8sfake.NewClientset() // initialized, caches not yet synced
+	e.lb.mu.Unlock()
+	err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, newService("default", "web"))
+	var re *api.RetryError
+	if !errors.As(err, &re) {
+		t.Fatalf("Delete before the node cache synced = %v, want an api.RetryError", err)
+	}
+	if _, _, err := e.lb.GetLoadBalancer(context.Background(), testCluster, newService("default", "web")); !errors.As(err, &re) {
+		t.Fatalf("Get before the node cache synced = %v, want an api.RetryError", err)
+	}
+}
+
+// The background work maps only Services the service controller has taken
+// on (cleanup finalizer), that want a load balancer from us and are not
+// being deleted.
+func TestBackgroundServesOnlyItsServices(t *testing.T) {
+	e := newEnv(t, Config{ClusterName: testCluster, Services: AnnotatedServices}, fake.RouterConfig{})
+	nodes := threeNodes()
+	opt := withAnnotation(AnnotationLoadBalancerType, AnnotationValue)
+	p := func(n int32) svcOpt { return withPorts(port("p", v1.ProtocolTCP, n, 30000+n)) }
+	class := "example.com/other"
+	now := metav1.Now()
+	objs := []k8sruntime.Object{nodes[0], nodes[1], nodes[2],
+		lbService("default", "served", opt, p(81)),
+		lbService("default", "not-annotated", p(82)),
+		newService("default", "no-finalizer", opt, p(83)),
+		lbService("default", "cluster-ip", opt, p(84), func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeClusterIP }),
+		lbService("default", "other-class", opt, p(85), func(s *v1.Service) { s.Spec.LoadBalancerClass = &class }),
+		lbService("default", "deleting", opt, p(86), func(s *v1.Service) { s.DeletionTimestamp = &now }),
+	}
+	startBackground(t, e, objs...)
+	ms := e.router.Mappings()
+	if len(ms) != 1 || ms[0].ExternalPort != 81 {
+		t.Fatalf("table = %v, want only default/served (TCP/81)", e.table())
+	}
+}

@@ -1,0 +1,187 @@
+package loadbalancer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	// DefaultLease is the lease of every mapping when Config.Lease is 0.
+	DefaultLease = time.Hour
+	// MinLease is the shortest finite lease Config.Lease accepts.
+	MinLease = time.Minute
+	// DefaultMaxRenewInterval bounds the default renewal interval: it is also
+	// how long a router reboot or a new external IP goes unnoticed.
+	DefaultMaxRenewInterval = 5 * time.Minute
+	// DefaultRetryAfter is how long the service controller is told to wait
+	// when the cluster is not ready yet (Config.RetryAfter 0).
+	DefaultRetryAfter = 10 * time.Second
+	// PermanentLease as Config.Lease asks the router for permanent mappings.
+	// They are still renewed: IGD:2 routers store "permanent" as
+	// igd.MaxLease (seven days).
+	PermanentLease time.Duration = -1
+)
+
+// Annotations that opt a Service in when Config.Services is
+// AnnotatedServices: either key with the value AnnotationValue.
+const (
+	// AnnotationLoadBalancerType is this package's opt-in annotation key.
+	AnnotationLoadBalancerType = "ccmkit.io/load-balancer-type"
+	// LegacyAnnotationLoadBalancerType is the original edge CCM's key,
+	// accepted as an alias so that its users can migrate.
+	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type"
+	// AnnotationValue is the value that opts a Service in.
+	AnnotationValue = "upnp-igd"
+)
+
+// ServiceSelection says which Services of type LoadBalancer are served.
+type ServiceSelection int
+
+const (
+	// AllServices serves every Service of type LoadBalancer. It is the zero
+	// value.
+	AllServices ServiceSelection = iota
+	// AnnotatedServices serves only Services annotated with
+	// AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) set
+	// to AnnotationValue. Other Services get
+	// cloudprovider.ImplementedElsewhere.
+	AnnotatedServices
+)
+
+// String returns "all" or "annotated".
+func (s ServiceSelection) String() string {
+	switch s {
+	case AllServices:
+		return "all"
+	case AnnotatedServices:
+		return "annotated"
+	}
+	return fmt.Sprintf("ServiceSelection(%d)", int(s))
+}
+
+// Config configures a LoadBalancer. Only Client is required; every other
+// field has a documented meaning for its zero value.
+type Config struct {
+	// Client talks to the router. Required. The LoadBalancer makes no call
+	// in New; the first call happens in the first operation. The service
+	// controller's calls carry no deadline, so the client should bound each
+	// router call itself (igd.NewClient does, with its CallTimeout).
+	Client igd.Client
+
+	// ClusterName is the cluster's name (kube-controller-manager's
+	// --cluster-name), part of the owner of every mapping. Empty means the
+	// clusterName argument of the first LoadBalancer call; background work
+	// waits for it. Either way, every call uses its own clusterName argument.
+	ClusterName string
+
+	// Lease is the lease of every mapping, renewed by the background work.
+	// Zero means DefaultLease (one hour); PermanentLease asks for permanent
+	// mappings. A finite lease must be whole seconds between MinLease and
+	// igd.MaxLease. Routers that only take permanent leases get permanent
+	// mappings (logged once).
+	Lease time.Duration
+
+	// RenewInterval is how often the background work renews leases, repairs
+	// the router's table and refreshes the external IP. Zero means half the
+	// lease, at most DefaultMaxRenewInterval. It must not exceed half the
+	// lease.
+	RenewInterval time.Duration
+
+	// Services selects the Services served. The zero value is AllServices.
+	Services ServiceSelection
+
+	// NodeName is the name of the node this process runs on. Empty means
+	// unknown, which is only allowed when SecureMode is false.
+	NodeName string
+
+	// SecureMode says the router only lets a host map ports to itself
+	// (miniupnpd secure_mode=yes): every mapping then targets NodeName, and
+	// Services fail while that node is not eligible. False (the default)
+	// lets mappings target any eligible node.
+	SecureMode bool
+
+	// RetryAfter is the fixed delay returned in an api.RetryError when the
+	// cluster is not ready yet: no eligible node, no ready endpoint, caches
+	// not synced. Zero means DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	// Clock drives the background work's timer. Nil means the real clock.
+	Clock clock.WithTicker
+}
+
+// withDefaults validates c and returns it with every zero field filled in.
+// It is the only place defaults are applied.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(field, reason string) {
+		errs = append(errs, fmt.Errorf("loadbalancer: Config.%s: %s", field, reason))
+	}
+	if c.Client == nil {
+		bad("Client", "is required")
+	}
+	switch {
+	case c.Lease == 0:
+		c.Lease = DefaultLease
+	case c.Lease == PermanentLease:
+	case c.Lease < MinLease || c.Lease > igd.MaxLease:
+		bad("Lease", fmt.Sprintf("%s must be PermanentLease or between %s and %s", c.Lease, MinLease, igd.MaxLease))
+	case c.Lease%time.Second != 0:
+		bad("Lease", fmt.Sprintf("%s must be whole seconds", c.Lease))
+	}
+	eff := c.effectiveLease()
+	switch {
+	case c.RenewInterval == 0:
+		c.RenewInterval = min(eff/2, DefaultMaxRenewInterval)
+	case c.RenewInterval < 0 || c.RenewInterval > eff/2:
+		bad("RenewInterval", fmt.Sprintf("%s must be positive and at most half the lease (%s)", c.RenewInterval, eff/2))
+	}
+	if c.Services != AllServices && c.Services != AnnotatedServices {
+		bad("Services", fmt.Sprintf("%s is not AllServices or AnnotatedServices", c.Services))
+	}
+	if c.SecureMode && c.NodeName == "" {
+		bad("NodeName", "is required when SecureMode is set: a secure-mode router only lets this node map ports to itself")
+	}
+	switch {
+	case c.RetryAfter == 0:
+		c.RetryAfter = DefaultRetryAfter
+	case c.RetryAfter < 0:
+		bad("RetryAfter", fmt.Sprintf("%s must not be negative", c.RetryAfter))
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return c, errors.Join(errs...)
+}
+
+// effectiveLease is how long a mapping lives on the router: the lease, or
+// igd.MaxLease for a permanent one (IGD:2 routers cap it there).
+func (c Config) effectiveLease() time.Duration {
+	switch {
+	case c.Lease == PermanentLease:
+		return igd.MaxLease
+	case c.Lease <= 0:
+		return DefaultLease
+	}
+	return c.Lease
+}
+
+// requestLease is the lease sent with AddPortMapping (0 = permanent).
+func (c Config) requestLease() time.Duration {
+	if c.Lease == PermanentLease {
+		return 0
+	}
+	return c.Lease
+}
+
+// renewBelow is the remaining lease under which a mapping is renewed: half
+// the lease plus half a renewal interval, so that a mapping seen just above
+// it is still alive, with a quarter of its lease to spare, one interval later.
+func (c Config) renewBelow() time.Duration {
+	return c.effectiveLease()/2 + c.RenewInterval/2
+}

@@ -1,0 +1,151 @@
+// Package loadbalancer implements cloudprovider.LoadBalancer for clusters
+// behind a NAT router: each port of a Service of type LoadBalancer becomes a
+// UPnP IGD port mapping from the router's external address (external port =
+// spec.ports[].port) to the port's nodePort on one node, and the Service's
+// status reports the router's external IP.
+//
+// It is built for the upstream service controller
+// (k8s.io/cloud-provider/controllers/service), which calls it from several
+// workers at once, retries with back-off, and never calls again for a
+// Service that did not change; what the controller does not notice (a router
+// reboot, a new external IP, a node turning NotReady, endpoints moving) the
+// LoadBalancer's own background work handles (see Initialize and Run, which
+// provider.Cloud calls).
+//
+// # The router's table is the source of truth
+//
+// Nothing that matters lives only in memory. Every operation reads the table
+// once (one igd.Client.ListPortMappings), computes what the Service wants,
+// and converges: it adds missing mappings, re-points or renews the Service's
+// own mappings, and deletes the Service's own mappings for ports it no
+// longer has. After a restart, GetLoadBalancer finds the mappings an earlier
+// process made and EnsureLoadBalancerDeleted removes them.
+//
+// A mapping belongs to a Service when its description names the Service and
+// it points at an address of one of the cluster's nodes (any host on the LAN
+// can write any description; one pointing elsewhere is treated as someone
+// else's). Mappings of other hosts, other clusters and other Services are
+// never deleted or overwritten: a Service asking for an external port that
+// someone else holds fails for that port with a *PortError naming the
+// Service, the port and the holder (matching ErrPortInUse), and its other
+// ports still converge.
+//
+// # Description format, version 1
+//
+// Every mapping's description is, with single spaces:
+//
+//		ck1 <owner> <port>[ <hint>]
+//
+//	  - "ck1" marks format version 1. Later versions of this package write
+//	    their own marker and keep recognising "ck1" descriptions, so that an
+//	    upgrade does not orphan mappings.
+//	  - <owner> is "cluster/namespace/name" when that is at most 43 bytes of
+//	    letters, digits, '-', '.' and '_'; otherwise "#" followed by the first
+//	    20 characters of the lowercase, unpadded base32 encoding of the SHA-256
+//	    of "cluster/namespace/name" (100 bits). GetLoadBalancerName returns it.
+//	  - <port> is the Service port's name, or "-" for an unnamed port.
+//	  - <hint>, only after a hashed owner, is "namespace/name" cut to fit: for
+//	    people reading the table (upnpc -l), never parsed.
+//
+// A description is at most 63 bytes (igd.MaxDescriptionLen): miniupnpd keeps
+// 64 bytes including its terminator and mangles longer ones.
+//
+// The cluster is kube-controller-manager's --cluster-name (the clusterName
+// argument of every call). Two clusters behind one router must use different
+// cluster names, or each would take the other's mappings of same-named
+// Services for its own.
+//
+// # Node choice
+//
+// A node is eligible when it is Ready, has an IPv4 InternalIP, is not being
+// deleted, not labelled node.kubernetes.io/exclude-from-external-load-balancers
+// and not tainted ToBeDeletedByClusterAutoscaler. All of a Service's
+// mappings target one node: the node they already point at while it stays
+// eligible (a node joining moves nothing), otherwise the eligible node with
+// the highest rendezvous hash of (namespace/name, node name), which is
+// deterministic and spreads Services over nodes. With
+// externalTrafficPolicy Local, only nodes with a ready endpoint of the
+// Service (from its EndpointSlices) are eligible, and mappings follow the
+// endpoints. With no eligible node the table is left alone and the error
+// says why each node does not qualify.
+//
+// # Secure-mode routers
+//
+// A router in secure mode (miniupnpd secure_mode=yes) lets a host map ports
+// only to itself: set Config.SecureMode and Config.NodeName, and every
+// mapping targets the node this process runs on; while that node is not
+// eligible, Services fail with an error saying so. After a leader fail-over
+// to another node, the router refuses to let the new leader change the old
+// leader's mappings; the new leader reports an api.RetryError until they
+// expire and then serves the Services again. With finite leases that takes
+// at most one lease, so choose the lease as the longest outage of a
+// fail-over you accept (the default hour is a compromise with the renewal
+// traffic; a few minutes suits secure mode). Permanent leases (seven days on
+// IGD:2 routers) make fail-over wait a week.
+//
+// # Leases and background work
+//
+// Mappings get a finite lease by default (Config.Lease, one hour), so that
+// the ports close on the router when the cluster is gone. The background
+// work renews them at half-life, every Config.RenewInterval; the same pass
+// repairs drift (a router reboot wipes the table: every Service's mappings
+// are back within one interval), refreshes the cached external IP and
+// patches the status of Services when it changes, records a Warning event
+// (reason ExternalIPNotPublic) on Services when the external IP is not
+// public (double NAT, CGNAT), and re-points mappings when a node turns
+// NotReady or a Local Service's endpoints move. A pass costs one external IP
+// call and one table read, plus one add per mapping to restore or renew.
+// Routers that only take permanent leases get permanent mappings (the igd
+// client falls back; this is logged once). A mapping is renewed when the
+// lease the router reports as left (miniupnpd reports the time left), or
+// what is left of the lease it granted when this process added it, falls
+// below half the lease plus half an interval.
+//
+// Without background work (no Initialize and Run), nothing renews leases
+// between the service controller's calls, which do not come for unchanged
+// Services: finite-lease mappings then expire. The background work only
+// touches Services that carry the service controller's cleanup finalizer, so
+// that it never maps a Service whose deletion the controller would not see
+// through.
+//
+// # Errors and retries
+//
+// Bad input gets a *ServiceError (matching ErrInvalidService) naming the
+// Service and the field, and the router is not touched for the Service:
+// SCTP ports, ports without a nodePort (allocateLoadBalancerNodePorts
+// false), IPv6-only Services, loadBalancerSourceRanges (a port mapping cannot
+// enforce them; refusing beats silently exposing the Service), and a
+// spec.loadBalancerIP other than the router's external IP. Ports the router
+// refuses (606 for ports outside its policy) fail with a *PortError carrying
+// the router's answer.
+//
+// An api.RetryError is returned, joined to the error, when the situation is
+// expected to resolve by itself, so that the service controller polls at a
+// fixed delay instead of backing off: no eligible node yet, no ready
+// endpoint yet, the background work's caches not synced yet (all after
+// Config.RetryAfter), and a previous leader's mapping on a secure-mode
+// router (after its remaining lease, at most five minutes). Router failures
+// are returned as plain errors, so that the service controller backs off
+// exponentially instead of polling a router that is down.
+//
+// Services not selected by Config.Services (AnnotatedServices without the
+// annotation) get cloudprovider.ImplementedElsewhere, unwrapped, after their
+// mappings, if any, have been removed: upstream calls Ensure, not Delete,
+// when a Service opts out.
+//
+// # Status
+//
+// The status has one ingress: the router's external IP, with ipMode VIP and
+// one PortStatus per port. VIP tells kube-proxy to route in-cluster traffic
+// for the external IP and the Service's ports straight to the Service, so
+// pods reach it even when the router does not hairpin NAT (many home routers
+// do not); with Proxy, such traffic would have to leave through the router.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. No lock is held across a router
+// call. Operations on one Service are serialised; operations on different
+// Services run in parallel. An external port is reserved in memory for the
+// Service taking it before the router call, so of two Services racing for a
+// port exactly one wins, even when both saw it free.
+package loadbalancer

@@ -1,0 +1,249 @@
+package loadbalancer
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	servicecontroller "k8s.io/cloud-provider/controllers/service"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/metrics/legacyregistry"
+	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// scenario is the router side of an end-to-end run.
+type scenario struct {
+	client   igd.Client
+	table    func(t *testing.T) []igd.Mapping
+	external netip.Addr
+	nodes    []*v1.Node
+}
+
+// runServiceController runs the real upstream service controller, on a
+// client-go fake clientset and informers, against our LoadBalancer inside
+// provider.Cloud (background work included), through a Service's life:
+// create, change ports, change nodes, delete.
+func runServiceController(t *testing.T, sc scenario) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	lb, err := New(Config{Client: sc.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := provider.New("edge", provider.Config{LoadBalancer: lb, ClusterID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []k8sruntime.Object
+	for _, n := range sc.nodes {
+		objs = append(objs, n)
+	}
+	client := k8sfake.NewClientset(objs...)
+	stop := make(chan struct{})
+	cloud.Initialize(builder{client}, stop)
+	defer func() {
+		close(stop)
+		<-cloud.Done()
+	}()
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl, err := servicecontroller.New(cloud, client, factory.Core().V1().Services(), factory.Core().V1().Nodes(), testCluster, featuregate.NewFeatureGate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncedBefore := nodeSyncs(t)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctrl.Run(ctx, 2, controllersmetrics.NewControllerManagerMetrics("e2e"))
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	services := client.CoreV1().Services("default")
+	get := func() *v1.Service {
+		t.Helper()
+		s, err := services.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// ours returns the table's mappings of default/web, by key.
+	ours := func() map[igd.Key]igd.Mapping {
+		out := map[igd.Key]igd.Mapping{}
+		for _, m := range sc.table(t) {
+			if p, ok := parseDescription(m.Description); ok && p.token == newOwner(testCluster, "default", "web").token {
+				out[m.Key()] = m
+			}
+		}
+		return out
+	}
+	keysOf := func(m map[igd.Key]igd.Mapping) []string {
+		var ks []string
+		for k, v := range m {
+			ks = append(ks, fmt.Sprintf("%s->%d", k, v.InternalPort))
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	statusPorts := func(s *v1.Service) []string {
+		var ps []string
+		for _, ing := range s.Status.LoadBalancer.Ingress {
+			if ing.IP != sc.external.String() {
+				return nil
+			}
+			for _, p := range ing.Ports {
+				ps = append(ps, fmt.Sprintf("%s/%d", p.Protocol, p.Port))
+			}
+		}
+		slices.Sort(ps)
+		return ps
+	}
+
+	// The upstream controller (v0.37.2) writes its cached Service
+	// (controller.go:339) outside the lock under which its node worker
+	// reads it (allServices): a data race whenever a node sync meets a
+	// Service sync. Let the node syncs for the initial nodes finish before
+	// the Service exists; later steps are ordered through the API (each
+	// Service sync ends in a status or finalizer patch this test waits for
+	// before it changes a node).
+	eventually(t, "the initial node syncs", func() bool { return nodeSyncs(t)-syncedBefore >= float64(len(sc.nodes)) })
+
+	// Create.
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 45080, 30080), port("dns", v1.ProtocolUDP, 45053, 30053)))
+	svc.UID = ""
+	if _, err := services.Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mappings, status and finalizer after create", func() bool {
+		s := get()
+		return slices.Equal(keysOf(ours()), []string{"TCP/45080->30080", "UDP/45053->30053"}) &&
+			slices.Equal(statusPorts(s), []string{"TCP/45080", "UDP/45053"}) &&
+			servicehelper.HasLBFinalizer(s)
+	})
+
+	// Change ports.
+	s := get()
+	s.Spec.Ports = []v1.ServicePort{port("http", v1.ProtocolTCP, 45080, 30081), port("admin", v1.ProtocolTCP, 45090, 30090)}
+	if _, err := services.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mappings and status after the port change", func() bool {
+		return slices.Equal(keysOf(ours()), []string{"TCP/45080->30081", "TCP/45090->30090"}) &&
+			slices.Equal(statusPorts(get()), []string{"TCP/45080", "TCP/45090"})
+	})
+
+	// Change nodes: the node the Service is on is excluded from load
+	// balancers (the controller calls UpdateLoadBalancer).
+	var on netip.Addr
+	for _, m := range ours() {
+		on = m.InternalClient
+	}
+	var onNode *v1.Node
+	for _, n := range sc.nodes {
+		if n.Status.Addresses[1].Address == on.String() {
+			onNode = n.DeepCopy()
+		}
+	}
+	if onNode == nil {
+		t.Fatalf("mappings point at %s, not a node", on)
+	}
+	onNode.Labels = map[string]string{v1.LabelNodeExcludeBalancers: "true"}
+	if _, err := client.CoreV1().Nodes().Update(ctx, onNode, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mappings to leave the excluded node", func() bool {
+		m := ours()
+		if len(m) != 2 {
+			return false
+		}
+		for _, v := range m {
+			if v.InternalClient == on {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Delete: the API server sets the deletion timestamp and waits for the
+	// finalizer, which the controller removes once the mappings are gone.
+	s = get()
+	now := metav1.Now()
+	s.DeletionTimestamp = &now
+	if _, err := services.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mappings and finalizer gone after delete", func() bool {
+		return len(ours()) == 0 && !servicehelper.HasLBFinalizer(get())
+	})
+}
+
+func TestServiceControllerEndToEndFakeRouter(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	runServiceController(t, scenario{
+		client:   r.Client(addrA),
+		table:    func(*testing.T) []igd.Mapping { return r.Mappings() },
+		external: fake.DefaultExternalIP,
+		nodes:    threeNodes(),
+	})
+}
+
+func TestServiceControllerEndToEndMiniupnpd(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	client := labClient(t, lab, 0)
+	runServiceController(t, scenario{
+		client: client,
+		table: func(t *testing.T) []igd.Mapping {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ms, err := client.ListPortMappings(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ms
+		},
+		external: lab.ExternalIP,
+		nodes:    labNodes(lab),
+	})
+}
+
+// nodeSyncs is how many node syncs the upstream service controllers of this
+// process have finished (its nodesync latency histogram's sample count).
+func nodeSyncs(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "service_controller_nodesync_latency_seconds" {
+			continue
+		}
+		n := 0.0
+		for _, m := range mf.GetMetric() {
+			n += float64(m.GetHistogram().GetSampleCount())
+		}
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,77 @@
+package loadbalancer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInvalidService is matched by every *ServiceError: the Service asks
+	// for something a router port mapping cannot provide. The router is not
+	// touched for such a Service.
+	ErrInvalidService = errors.New("loadbalancer: invalid service")
+	// ErrPortInUse means an external port the Service asks for is held by
+	// someone else: another host, another cluster or another Service. The
+	// mapping is left alone.
+	ErrPortInUse = errors.New("loadbalancer: external port in use")
+	// ErrNoEligibleNode means no node can receive the Service's traffic:
+	// none is Ready with an IPv4 InternalIP (and, for
+	// externalTrafficPolicy Local, has a ready endpoint; for a secure-mode
+	// router, is this process's own node).
+	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
+)
+
+// ServiceError reports a Service field that a router port mapping cannot
+// serve.
+type ServiceError struct {
+	// Service is "namespace/name".
+	Service string
+	// Field is the path of the field, for example "spec.ports[0].protocol".
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("loadbalancer: service %s: %s=%s: %s", e.Service, e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidService) true for every ServiceError.
+func (e *ServiceError) Is(target error) bool { return target == ErrInvalidService }
+
+// PortError reports that one port of a Service could not be served. The other
+// ports of the Service are still converged.
+type PortError struct {
+	// Service is "namespace/name".
+	Service string
+	// Key is the router key of the port: protocol and external port.
+	Key igd.Key
+	// Holder is the mapping that holds Key, when the port is held by someone
+	// else and the holder is known.
+	Holder *igd.Mapping
+	// Claimant is the other Service ("namespace/name") of this process that
+	// is taking Key, when that is why it is not available.
+	Claimant string
+	// Err is the cause: ErrPortInUse, or the router's error (for example a
+	// *igd.UPnPError with code 606 when its policy refuses the port).
+	Err error
+}
+
+func (e *PortError) Error() string {
+	msg := fmt.Sprintf("loadbalancer: service %s port %s: %v", e.Service, e.Key, e.Err)
+	switch {
+	case e.Holder != nil:
+		msg += fmt.Sprintf(" (held by %s:%d, description %q)", e.Holder.InternalClient, e.Holder.InternalPort, e.Holder.Description)
+	case e.Claimant != "":
+		msg += fmt.Sprintf(" (being mapped for service %s)", e.Claimant)
+	}
+	return msg
+}
+
+// Unwrap returns the cause.
+func (e *PortError) Unwrap() error { return e.Err }

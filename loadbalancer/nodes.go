@@ -1,0 +1,136 @@
+package loadbalancer
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// toBeDeletedTaint is the cluster autoscaler's taint for a node about to be
+// removed; the service controller leaves such nodes out too.
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// target is a node that may receive a Service's traffic.
+type target struct {
+	name string
+	addr netip.Addr // IPv4 InternalIP
+}
+
+// nodeTarget reports whether n can receive traffic and at which address. When
+// it cannot, reason says why.
+func nodeTarget(n *v1.Node) (t target, reason string) {
+	switch {
+	case n.DeletionTimestamp != nil:
+		return target{}, "is being deleted"
+	case excluded(n):
+		return target{}, "is labelled " + v1.LabelNodeExcludeBalancers
+	case hasTaint(n, toBeDeletedTaint):
+		return target{}, "is tainted " + toBeDeletedTaint
+	case !ready(n):
+		return target{}, "is not Ready"
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Unmap().Is4() {
+			return target{name: n.Name, addr: ip.Unmap()}, ""
+		}
+	}
+	return target{}, "has no IPv4 InternalIP"
+}
+
+// nodeAddrs returns every IPv4 address n reports. A mapping that claims to be
+// ours must point at one of our nodes' addresses.
+func nodeAddrs(n *v1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Unmap().Is4() {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+func excluded(n *v1.Node) bool {
+	v, ok := n.Labels[v1.LabelNodeExcludeBalancers]
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	return err != nil || b // as upstream: an unparsable value excludes
+}
+
+func hasTaint(n *v1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == key })
+}
+
+func ready(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// eligibleTargets returns the nodes of nodes that can receive traffic, sorted
+// by name, and the reason of each one that cannot.
+func eligibleTargets(nodes []*v1.Node) (targets []target, reasons map[string]string) {
+	reasons = make(map[string]string)
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		t, why := nodeTarget(n)
+		if why != "" {
+			reasons[n.Name] = why
+			continue
+		}
+		targets = append(targets, t)
+	}
+	slices.SortFunc(targets, func(a, b target) int { return cmp.Compare(a.name, b.name) })
+	return targets, reasons
+}
+
+// chooseTarget picks the node for a Service among candidates: the node its
+// mappings point at now (current) while that node is a candidate, otherwise
+// the candidate with the highest rendezvous hash of (service, node name).
+// The choice is deterministic, spreads Services over nodes, and moves a
+// Service only when its node stops being a candidate.
+func chooseTarget(service string, candidates []target, current []netip.Addr) (target, bool) {
+	if len(candidates) == 0 {
+		return target{}, false
+	}
+	var best target
+	var bestScore uint64
+	found := false
+	for _, keepCurrent := range []bool{true, false} {
+		for _, c := range candidates {
+			if keepCurrent && !slices.Contains(current, c.addr) {
+				continue
+			}
+			if s := score(service, c.name); !found || s > bestScore {
+				best, bestScore, found = c, s, true
+			}
+		}
+		if found {
+			return best, true
+		}
+	}
+	return target{}, false
+}
+
+// score is the rendezvous hash of a Service and a node name.
+func score(service, node string) uint64 {
+	sum := sha256.Sum256([]byte(service + "\x00" + node))
+	return binary.BigEndian.Uint64(sum[:8])
+}

@@ -1,0 +1,113 @@
+package loadbalancer
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Description format, version 1 (see the package documentation):
+//
+//	ck1 <owner> <port>[ <hint>]
+//
+// fields separated by single spaces, at most igd.MaxDescriptionLen bytes.
+const (
+	// formatV1 is the first field of every description written by this
+	// package. Later versions of the package write their own marker and keep
+	// recognising this one.
+	formatV1 = "ck1"
+	// maxReadableOwner is the longest "cluster/namespace/name" written out in
+	// full: with the marker, two spaces and a 15-byte port name the
+	// description stays within igd.MaxDescriptionLen.
+	maxReadableOwner = igd.MaxDescriptionLen - len(formatV1) - 2 - maxPortNameLen
+	// maxPortNameLen is the longest Kubernetes port name (an IANA_SVC_NAME).
+	maxPortNameLen = 15
+	// hashLen is the number of base32 characters of the hashed owner (100 bits).
+	hashLen = 20
+	// unnamedPort stands for the empty name of a Service's only port.
+	unnamedPort = "-"
+)
+
+var hashEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// owner identifies the Service a mapping belongs to: cluster, namespace and
+// name. Its token is what descriptions carry and what GetLoadBalancerName
+// returns.
+type owner struct {
+	cluster, namespace, name string
+	token                    string
+}
+
+// newOwner returns the owner of Service namespace/name in cluster.
+func newOwner(cluster, namespace, name string) owner {
+	return owner{cluster: cluster, namespace: namespace, name: name, token: ownerToken(cluster, namespace, name)}
+}
+
+// key is the Service's "namespace/name", for messages and maps.
+func (o owner) key() string { return o.namespace + "/" + o.name }
+
+// ownerToken is "cluster/namespace/name" when that is short enough and made of
+// safe characters, and otherwise "#" followed by 20 base32 characters of the
+// SHA-256 of "cluster/namespace/name". It never contains a space.
+func ownerToken(cluster, namespace, name string) string {
+	full := cluster + "/" + namespace + "/" + name
+	if len(full) <= maxReadableOwner && safeToken(cluster) && safeToken(namespace) && safeToken(name) {
+		return full
+	}
+	sum := sha256.Sum256([]byte(full))
+	return "#" + strings.ToLower(hashEncoding.EncodeToString(sum[:]))[:hashLen]
+}
+
+// safeToken reports whether s is non-empty and made only of characters that
+// cannot be confused with the format's separators.
+func safeToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// description returns the description of o's mapping for the Service port
+// named portName ("" for the only, unnamed port).
+func (o owner) description(portName string) string {
+	if portName == "" || len(portName) > maxPortNameLen || !safeToken(portName) {
+		portName = unnamedPort
+	}
+	d := formatV1 + " " + o.token + " " + portName
+	if strings.HasPrefix(o.token, "#") {
+		// A hint for people reading the router's table; never parsed.
+		hint := o.namespace + "/" + o.name
+		if room := igd.MaxDescriptionLen - len(d) - 1; room > 0 {
+			if len(hint) > room {
+				hint = hint[:room]
+			}
+			d += " " + hint
+		}
+	}
+	return d
+}
+
+// parsedDescription is what a description says about its owner.
+type parsedDescription struct {
+	token string // owner token
+	port  string // port name, unnamedPort for none
+}
+
+// parseDescription reads a description written by any version of this
+// package. ok is false for descriptions in no format it knows.
+func parseDescription(d string) (p parsedDescription, ok bool) {
+	f := strings.Split(d, " ")
+	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || f[2] == "" {
+		return parsedDescription{}, false
+	}
+	return parsedDescription{token: f[1], port: f[2]}, true
+}

@@ -1,0 +1,129 @@
+package loadbalancer
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// annotationSourceRanges is the older annotation form of
+// spec.loadBalancerSourceRanges.
+const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+// portPlan is one mapping a Service wants.
+type portPlan struct {
+	key         igd.Key
+	nodePort    uint16
+	description string
+}
+
+// selected reports whether the Service is served by this LoadBalancer under
+// selection.
+func selected(selection ServiceSelection, svc *v1.Service) bool {
+	if selection == AllServices {
+		return true
+	}
+	return svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue ||
+		svc.Annotations[LegacyAnnotationLoadBalancerType] == AnnotationValue
+}
+
+// planPorts validates svc and returns the mappings it wants, sorted by key.
+// Every problem is reported, each as a *ServiceError naming the field.
+func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
+	var errs []error
+	bad := func(field, value, reason string) {
+		errs = append(errs, &ServiceError{Service: o.key(), Field: field, Value: value, Reason: reason})
+	}
+	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, v1.IPv4Protocol) {
+		bad("spec.ipFamilies", fmt.Sprint(svc.Spec.IPFamilies), "the router maps IPv4 only; an IPv6-only Service cannot be served")
+	}
+	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
+		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","),
+			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+	}
+	if v := strings.TrimSpace(svc.Annotations[annotationSourceRanges]); v != "" {
+		bad("metadata.annotations["+annotationSourceRanges+"]", v,
+			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+	}
+	var plans []portPlan
+	seen := make(map[igd.Key]int)
+	for i, p := range svc.Spec.Ports {
+		field := fmt.Sprintf("spec.ports[%d]", i)
+		var proto igd.Protocol
+		switch p.Protocol {
+		case v1.ProtocolTCP, "":
+			proto = igd.TCP
+		case v1.ProtocolUDP:
+			proto = igd.UDP
+		default:
+			bad(field+".protocol", string(p.Protocol), "routers map only TCP and UDP")
+			continue
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			bad(field+".port", strconv.Itoa(int(p.Port)), "must be 1-65535")
+			continue
+		}
+		if p.NodePort < 1 || p.NodePort > 65535 {
+			bad(field+".nodePort", strconv.Itoa(int(p.NodePort)),
+				"the router forwards to a nodePort; set spec.allocateLoadBalancerNodePorts to true (or unset)")
+			continue
+		}
+		k := igd.Key{Protocol: proto, ExternalPort: uint16(p.Port)}
+		if j, dup := seen[k]; dup {
+			bad(field+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("same external port and protocol as spec.ports[%d]", j))
+			continue
+		}
+		seen[k] = i
+		plans = append(plans, portPlan{key: k, nodePort: uint16(p.NodePort), description: o.description(p.Name)})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
+	return plans, nil
+}
+
+// checkLoadBalancerIP refuses a spec.loadBalancerIP other than the router's
+// external address.
+func checkLoadBalancerIP(o owner, svc *v1.Service, external netip.Addr) error {
+	want := svc.Spec.LoadBalancerIP
+	if want == "" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(want); err == nil && ip.Unmap() == external {
+		return nil
+	}
+	return &ServiceError{Service: o.key(), Field: "spec.loadBalancerIP", Value: want,
+		Reason: fmt.Sprintf("the router's external address is %s; it cannot serve another address", external)}
+}
+
+// compareKeys orders keys by protocol, then external port.
+func compareKeys(a, b igd.Key) int {
+	if a.Protocol != b.Protocol {
+		return strings.Compare(string(a.Protocol), string(b.Protocol))
+	}
+	return int(a.ExternalPort) - int(b.ExternalPort)
+}
+
+// status is the LoadBalancerStatus of a Service served at external with
+// plans: one ingress with the external IP, ipMode VIP (see the package
+// documentation) and one entry per port.
+func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
+	mode := v1.LoadBalancerIPModeVIP
+	ing := v1.LoadBalancerIngress{IP: external.String(), IPMode: &mode}
+	for _, p := range plans {
+		proto := v1.ProtocolTCP
+		if p.key.Protocol == igd.UDP {
+			proto = v1.ProtocolUDP
+		}
+		ing.Ports = append(ing.Ports, v1.PortStatus{Port: int32(p.key.ExternalPort), Protocol: proto})
+	}
+	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{ing}}
+}
