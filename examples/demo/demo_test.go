@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// TestDemo runs the demo against the fake router and checks that its output
+// tells the whole story, in order.
+func TestDemo(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-timeout", "60s", "-port", "8443"}, &out); err != nil {
+		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
+	}
+	want := []string{
+		`(?m)^\[router\]  fake UPnP IGD router .* at http://127\.0\.0\.1:\d+/rootDesc\.xml$`,
+		`(?m)^\[router\]  external IP 198\.51\.101\.7$`,
+		`(?m)^\[ccm\]     provider "edge" built from this cloud-config:$`,
+		`(?m)^\s+url: http://127\.0\.0\.1:\d+/rootDesc\.xml$`,
+		`(?m)^\[cluster\] node demo-node registered by kubelet, tainted node\.cloudprovider\.kubernetes\.io/uninitialized$`,
+		`(?m)^\[ccm\]     node demo-node initialized: providerID edge://demo-node, addresses \[InternalIP 192\.168\.1\.10, Hostname demo-node\], taint removed$`,
+		`(?m)^\[cluster\] Service default/hello created: type LoadBalancer, port 8443 -> nodePort 30080$`,
+		`(?m)^\[router\]  mapping TCP/8443 -> 192\.168\.1\.10:30080, description ".*default/hello.*"$`,
+		`(?m)^\[ccm\]     Service default/hello has external IP 198\.51\.101\.7: 198\.51\.101\.7:8443 reaches demo-node port 30080$`,
+		`(?m)^\[cluster\] Service default/hello deleted`,
+		`(?m)^\[router\]  mapping TCP/8443 removed; the router's table is empty$`,
+		`(?m)^demo finished in `,
+	}
+	text := out.String()
+	pos := 0
+	for _, w := range want {
+		loc := regexp.MustCompile(w).FindStringIndex(text[pos:])
+		if loc == nil {
+			t.Fatalf("output lacks %q after byte %d:\n%s", w, pos, text)
+		}
+		pos += loc[1]
+	}
+
+	// Every goroutine the demo started has returned.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before the demo, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestDemoFails checks that the demo reports failures instead of printing a
+// happy ending: bad flags, and a router that does not answer.
+func TestDemoFails(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		contains string
+	}{
+		{name: "unknown flag", args: []string{"-bogus"}, contains: "bogus"},
+		{name: "bad port", args: []string{"-port", "0"}, contains: "-port 0"},
+		{name: "argument", args: []string{"extra"}, contains: "unexpected arguments"},
+		{name: "router not answering", args: []string{"-router-url", "http://127.0.0.1:1/rootDesc.xml", "-timeout", "10s"}, contains: "external IP"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), tt.args, &out)
+			if err == nil {
+				t.Fatalf("demo %v succeeded; output:\n%s", tt.args, out.String())
+			}
+			if !strings.Contains(err.Error(), tt.contains) {
+				t.Errorf("error %q does not contain %q", err, tt.contains)
+			}
+			if strings.Contains(out.String(), "demo finished") {
+				t.Errorf("a failed demo printed its happy ending:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestDemoRouterURL runs the demo with -router-url, the path taken for a real
+// router, against a fake router in secure mode served over HTTP: the demo
+// node must be this host (its address toward the router), and the mapping
+// must be made and removed.
+func TestDemoRouterURL(t *testing.T) {
+	router := fake.NewRouter(fake.RouterConfig{SecureMode: true, ExternalIP: netip.MustParseAddr("203.0.113.9")})
+	srv := fake.NewServer(router, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	// Another host's mapping, which the demo must leave alone.
+	foreign := igd.Mapping{Protocol: igd.TCP, ExternalPort: 22, InternalClient: netip.MustParseAddr("192.168.1.50"), InternalPort: 22, Description: "ssh", Enabled: true}
+	router.Put(foreign)
+
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-router-url", srv.RootDescURL, "-timeout", "60s"}, &out); err != nil {
+		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"[router]  real router at " + srv.RootDescURL,
+		"[router]  external IP 203.0.113.9",
+		"[router]  this host is 127.0.0.1 on the router's LAN",
+		"secureMode: true",
+		"[router]  mapping TCP/8080 -> 127.0.0.1:30080",
+		"[ccm]     Service default/hello has external IP 203.0.113.9",
+		"[router]  mapping TCP/8080 removed; other mappings left untouched: 1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if got := router.Mappings(); len(got) != 1 || got[0].Key() != foreign.Key() || got[0].InternalClient != foreign.InternalClient {
+		t.Errorf("router table after the demo = %v, want only the foreign mapping %v", got, foreign)
+	}
+}

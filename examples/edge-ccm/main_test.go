@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// TestMain removes the binary built by buildCCM.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// buildCCM builds this command once per test run, the way the Dockerfile
+// does (static, CGO_ENABLED=0), and returns the binary's path.
+func buildCCM(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "edge-ccm-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "edge-ccm")
+		// A generous bound: a cold build of the cloud-provider tree takes
+		// about a minute on a small machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-o", binary, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.WaitDelay = 5 * time.Second
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// runCCM runs the binary with args and returns its combined output and exit
+// code, failing the test if it does not exit within a minute.
+func runCCM(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(buildCCM(t), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("running %v: %v", args, err)
+		}
+		return out.String(), cmd.ProcessState.ExitCode()
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("edge-ccm %v did not exit within a minute; output:\n%s", args, out.String())
+		return "", 0
+	}
+}
+
+// TestHelp runs the built command with --help: it exits 0 and lists the
+// standard cloud-controller-manager flags, with edge as the default provider.
+func TestHelp(t *testing.T) {
+	out, code := runCCM(t, "--help")
+	if code != 0 {
+		t.Fatalf("edge-ccm --help exited %d; output:\n%s", code, out)
+	}
+	for _, flag := range []string{
+		"--cloud-provider string", "--cloud-config string", "--cluster-name string",
+		"--leader-elect", "--controllers strings", "--kubeconfig string",
+		"--secure-port int", "--concurrent-service-syncs",
+		"--node-status-update-frequency", "-v, --v Level",
+	} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("--help does not list %q", flag)
+		}
+	}
+	if !strings.Contains(out, `(default "edge")`) {
+		t.Error(`--help does not show --cloud-provider defaulting to "edge"`)
+	}
+	// The controller names and aliases of k8s.io/cloud-provider/names.
+	for _, ctrl := range []string{"cloud-node-controller", "service-lb-controller"} {
+		if !strings.Contains(out, ctrl) {
+			t.Errorf("--help does not mention controller %s", ctrl)
+		}
+	}
+}
+
+// TestStaticBinary checks that the binary built like the Dockerfile's needs
+// no dynamic loader, so it runs on a distroless/static image.
+func TestStaticBinary(t *testing.T) {
+	f, err := elf.Open(buildCCM(t))
+	if err != nil {
+		t.Skipf("not an ELF binary on this platform: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the binary has a program interpreter: it is dynamically linked")
+		}
+	}
+}
+
+// TestBadCloudConfigStops runs the command with a mistyped cloud-config: it
+// must stop with a non-zero exit code and a message naming the key, before
+// contacting any API server (the kubeconfig points at a closed port).
+func TestBadCloudConfigStops(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+users: [{name: none, user: {token: x}}]
+current-context: none
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cloudConfig := filepath.Join(dir, "cloud-config.yaml")
+	if err := os.WriteFile(cloudConfig, []byte("loadBalancer:\n  lease: 1 hour\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runCCM(t, "--kubeconfig="+kubeconfig, "--secure-port=0", "--leader-elect=false", "--cloud-config="+cloudConfig)
+	if code == 0 {
+		t.Fatalf("edge-ccm with a bad cloud-config exited 0; output:\n%s", out)
+	}
+	if !strings.Contains(out, "loadBalancer.lease") || !strings.Contains(out, "not a Go duration") {
+		t.Errorf("output does not name the bad key and why:\n%s", out)
+	}
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	serjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/cloud-provider/app"
+	"k8s.io/klog/v2"
+
+	"github.com/ccmkit/ccmkit/provider/edge"
+)
+
+// TestSampleCloudConfig loads cloud-config.yaml through the edge parser: it
+// must be valid and, since it documents the defaults, mean exactly Default().
+func TestSampleCloudConfig(t *testing.T) {
+	f, err := os.Open("cloud-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	cfg, err := edge.ParseConfig(f)
+	if err != nil {
+		t.Fatalf("cloud-config.yaml: %v", err)
+	}
+	if !reflect.DeepEqual(cfg, edge.Default()) {
+		t.Errorf("cloud-config.yaml shows values that are not the defaults:\n got  %+v\n want %+v", cfg, edge.Default())
+	}
+}
+
+// strictDecoder decodes YAML manifests with the Kubernetes scheme, failing on
+// unknown and duplicate fields as kubectl --validate=strict does.
+func strictDecoder() runtime.Decoder {
+	return serjson.NewSerializerWithOptions(serjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		serjson.SerializerOptions{Yaml: true, Strict: true})
+}
+
+// decodeManifests decodes every document of every file under dir.
+func decodeManifests(t *testing.T, dir string) []runtime.Object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s (%v)", dir, err)
+	}
+	var objs []runtime.Object
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := decodeAll(data)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		objs = append(objs, docs...)
+	}
+	return objs
+}
+
+// decodeAll strictly decodes each non-empty document of a multi-document
+// YAML stream.
+func decodeAll(data []byte) ([]runtime.Object, error) {
+	dec := strictDecoder()
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []runtime.Object
+	for i := 0; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, &docError{index: i, err: err}
+		}
+		objs = append(objs, obj)
+	}
+}
+
+type docError struct {
+	index int
+	err   error
+}
+
+func (e *docError) Error() string { return fmt.Sprintf("document %d: %v", e.index, e.err) }
+func (e *docError) Unwrap() error { return e.err }
+
+func stripComments(doc []byte) []byte {
+	var out bytes.Buffer
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			out.WriteString(line + "\n")
+		}
+	}
+	return out.Bytes()
+}
+
+// TestStrictDecoderCatchesMistakes proves the decoder used on the manifests
+// fails on a mistyped field, a duplicate field and a wrong value type.
+func TestStrictDecoderCatchesMistakes(t *testing.T) {
+	tests := map[string]string{
+		"mistyped field":  "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\n  namespce: kube-system\n",
+		"duplicate field": "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\n  name: y\n",
+		"wrong type":      "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      hostNetwork: \"yes\"\n",
+		"unknown kind":    "apiVersion: v1\nkind: Frobnicator\nmetadata:\n  name: x\n",
+	}
+	for name, doc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if objs, err := decodeAll([]byte(doc)); err == nil {
+				t.Fatalf("decoded %v without error", objs)
+			}
+		})
+	}
+}
+
+func TestManifests(t *testing.T) {
+	objs := decodeManifests(t, "manifests")
+
+	var (
+		sa        *v1.ServiceAccount
+		cm        *v1.ConfigMap
+		ds        *appsv1.DaemonSet
+		roles     = map[string][]rbacv1.PolicyRule{} // "Kind/namespace/name"
+		bindings  []rbacv1.Subject
+		roleBound = map[string]bool{} // role key -> bound to our SA
+	)
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *v1.ServiceAccount:
+			sa = o
+		case *v1.ConfigMap:
+			cm = o
+		case *appsv1.DaemonSet:
+			ds = o
+		case *rbacv1.ClusterRole:
+			roles["ClusterRole//"+o.Name] = o.Rules
+		case *rbacv1.Role:
+			roles["Role/"+o.Namespace+"/"+o.Name] = o.Rules
+		case *rbacv1.ClusterRoleBinding:
+			bindings = append(bindings, o.Subjects...)
+			for _, s := range o.Subjects {
+				if s.Kind == "ServiceAccount" && s.Name == "cloud-controller-manager" && s.Namespace == "kube-system" {
+					roleBound[o.RoleRef.Kind+"//"+o.RoleRef.Name] = true
+				}
+			}
+		case *rbacv1.RoleBinding:
+			bindings = append(bindings, o.Subjects...)
+			for _, s := range o.Subjects {
+				if s.Kind == "ServiceAccount" && s.Name == "cloud-controller-manager" && s.Namespace == "kube-system" {
+					ns := o.Namespace
+					if o.RoleRef.Kind == "ClusterRole" {
+						ns = ""
+					}
+					roleBound[o.RoleRef.Kind+"/"+ns+"/"+o.RoleRef.Name] = true
+				}
+			}
+		default:
+			t.Errorf("unexpected object %T in manifests", obj)
+		}
+	}
+	if sa == nil || cm == nil || ds == nil || len(bindings) == 0 {
+		t.Fatalf("manifests lack a ServiceAccount, ConfigMap, DaemonSet or bindings (found %d objects)", len(objs))
+	}
+
+	t.Run("cloud-config in the ConfigMap", func(t *testing.T) {
+		data, ok := cm.Data["cloud-config.yaml"]
+		if !ok {
+			t.Fatalf("ConfigMap %s has no cloud-config.yaml key", cm.Name)
+		}
+		if _, err := edge.ParseConfig(strings.NewReader(data)); err != nil {
+			t.Errorf("ConfigMap %s: %v", cm.Name, err)
+		}
+	})
+
+	t.Run("RBAC", func(t *testing.T) {
+		// What a CCM needs by the upstream documentation, plus what the
+		// edge load balancer's background work needs.
+		needs := []struct{ group, resource, verb, namespace string }{
+			{"", "nodes", "watch", ""}, {"", "nodes", "list", ""}, {"", "nodes", "update", ""}, {"", "nodes", "patch", ""},
+			{"", "nodes/status", "patch", ""},
+			{"", "services", "watch", ""}, {"", "services", "list", ""}, {"", "services", "patch", ""},
+			{"", "services/status", "patch", ""}, {"", "services/status", "update", ""},
+			{"", "events", "create", ""}, {"", "events", "patch", ""},
+			{"discovery.k8s.io", "endpointslices", "watch", ""}, {"discovery.k8s.io", "endpointslices", "list", ""},
+			{"coordination.k8s.io", "leases", "create", "kube-system"}, {"coordination.k8s.io", "leases", "update", "kube-system"},
+		}
+		for _, n := range needs {
+			if !allowed(roles, roleBound, n.group, n.resource, n.verb, n.namespace) {
+				t.Errorf("no rule bound to kube-system/cloud-controller-manager allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
+			}
+		}
+		for _, r := range []string{"ClusterRole//system:auth-delegator", "Role/kube-system/extension-apiserver-authentication-reader"} {
+			if !roleBound[r] {
+				t.Errorf("%s is not bound to the service account (delegated authentication)", r)
+			}
+		}
+	})
+
+	t.Run("DaemonSet", func(t *testing.T) {
+		pod := ds.Spec.Template.Spec
+		if pod.ServiceAccountName != sa.Name || ds.Namespace != sa.Namespace {
+			t.Errorf("DaemonSet runs as %s/%s, want the ServiceAccount %s/%s", ds.Namespace, pod.ServiceAccountName, sa.Namespace, sa.Name)
+		}
+		if !pod.HostNetwork {
+			t.Error("hostNetwork is false: SSDP and secure-mode routers need the node's address")
+		}
+		for _, taint := range []v1.Taint{
+			{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule},
+			{Key: "node-role.kubernetes.io/control-plane", Effect: v1.TaintEffectNoSchedule},
+		} {
+			if !slices.ContainsFunc(pod.Tolerations, func(tol v1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+				t.Errorf("no toleration for taint %s", taint.ToString())
+			}
+		}
+		if len(pod.Containers) != 1 {
+			t.Fatalf("want one container, got %d", len(pod.Containers))
+		}
+		c := pod.Containers[0]
+		flags := map[string]string{}
+		for _, a := range c.Args {
+			k, v, _ := strings.Cut(a, "=")
+			flags[k] = v
+		}
+		if flags["--cloud-provider"] != edge.ProviderName {
+			t.Errorf("--cloud-provider=%q, want %q", flags["--cloud-provider"], edge.ProviderName)
+		}
+		if flags["--cluster-name"] == "" {
+			t.Error("no --cluster-name: it is part of the owner of every router mapping")
+		}
+		if flags["--leader-elect"] != "true" {
+			t.Errorf("--leader-elect=%q, want true", flags["--leader-elect"])
+		}
+		for ctrl := range strings.SplitSeq(flags["--controllers"], ",") {
+			if _, known := app.DefaultInitFuncConstructors[ctrl]; !known && ctrl != "*" {
+				t.Errorf("--controllers names %q, not a controller of k8s.io/cloud-provider/app", ctrl)
+			}
+		}
+		// --cloud-config must point into the mounted ConfigMap.
+		cfgPath := flags["--cloud-config"]
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			if filepath.Dir(cfgPath) != filepath.Clean(m.MountPath) {
+				continue
+			}
+			for _, vol := range pod.Volumes {
+				if vol.Name == m.Name && vol.ConfigMap != nil && vol.ConfigMap.Name == cm.Name {
+					_, hasKey := cm.Data[filepath.Base(cfgPath)]
+					mounted = hasKey
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("--cloud-config=%q is not a key of ConfigMap %s mounted in the container", cfgPath, cm.Name)
+		}
+		nodeName := slices.IndexFunc(c.Env, func(e v1.EnvVar) bool {
+			return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+		})
+		if nodeName < 0 {
+			t.Error("NODE_NAME is not set from the downward API (spec.nodeName)")
+		}
+		sc := c.SecurityContext
+		if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+			t.Error("the pod may run as root")
+		}
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Error("the container allows privilege escalation")
+		}
+	})
+}
+
+// allowed reports whether a rule of a role bound to the CCM's service account
+// allows verb on group/resource in namespace ("" = cluster-wide).
+func allowed(roles map[string][]rbacv1.PolicyRule, bound map[string]bool, group, resource, verb, namespace string) bool {
+	for key, rules := range roles {
+		if !bound[key] {
+			continue
+		}
+		kind, rest, _ := strings.Cut(key, "/")
+		roleNS, _, _ := strings.Cut(rest, "/")
+		if kind == "Role" && roleNS != namespace {
+			continue
+		}
+		for _, r := range rules {
+			if matches(r.APIGroups, group) && matches(r.Resources, resource) && matches(r.Verbs, verb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func matches(list []string, v string) bool {
+	return slices.Contains(list, v) || slices.Contains(list, "*")
+}

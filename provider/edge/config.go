@@ -1,0 +1,343 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Defaults of the cloud-config, applied to every key that is absent or null.
+const (
+	DefaultDiscoveryTimeout = 3 * time.Second
+	DefaultCallTimeout      = 2 * time.Second
+	DefaultLease            = time.Hour
+	DefaultServices         = ServicesAll
+)
+
+// Bounds checked by Config.Validate.
+const (
+	// MinLease is the shortest finite lease: leases are renewed at half-life,
+	// and a shorter lease would keep a router that serves one request at a
+	// time busy with renewals.
+	MinLease = time.Minute
+	// MaxTimeout bounds discoveryTimeout and callTimeout: a router on the LAN
+	// answers in milliseconds, and the service controller's workers wait for
+	// every call.
+	MaxTimeout = time.Minute
+	// MaxLease is the longest lease: IGD:2 routers store no more than 7 days.
+	MaxLease = igd.MaxLease
+)
+
+// ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
+// Config.Validate return.
+var ErrInvalidConfig = errors.New("invalid edge cloud-config")
+
+// FieldError is one problem with one key of the cloud-config. It matches
+// ErrInvalidConfig. ParseConfig and Validate report every problem they find,
+// joined with errors.Join; errors.As finds the first.
+type FieldError struct {
+	// Field is the key's path in the document, for example
+	// "gateway.callTimeout" or `instances.nodes["n1"].addresses[0].type`.
+	Field string
+	// Value is the offending value as written (JSON syntax); empty when the
+	// problem is the key itself.
+	Value string
+	// Reason says what is wrong and what is expected.
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	field := e.Field
+	if field == "" {
+		field = "(document)"
+	}
+	if e.Value == "" {
+		return fmt.Sprintf("edge cloud-config: %s: %s", field, e.Reason)
+	}
+	return fmt.Sprintf("edge cloud-config: %s %s: %s", field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidConfig) true for every FieldError.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Config is the edge provider's cloud-config, the file given to the
+// cloud-controller-manager with --cloud-config. It is YAML (JSON works too),
+// read strictly: an unknown key, a duplicate key or a value of the wrong type
+// is an error naming the key. Every key is optional; an empty or missing file
+// means all defaults. The zero Config is not the default: start from Default.
+//
+//	gateway:
+//	  url: ""                 # router root-description URL; "" = SSDP discovery
+//	  discoveryTimeout: 3s    # bound on finding the router
+//	  callTimeout: 2s         # bound on each router call
+//	loadBalancer:
+//	  lease: 1h               # 0 = permanent (still renewed)
+//	  services: all           # all | annotated
+//	  renewInterval: 0s       # 0 = half the lease, at most 5m
+//	  secureMode: false       # router maps only to the asking host
+//	  nodeName: ""            # node this CCM runs on; "" = $NODE_NAME
+//	instances:
+//	  zone: ""                # default zone label; "" = none
+//	  region: ""              # default region label; "" = none
+//	  instanceType: ""        # default instance-type label; "" = none
+//	  nodes: {}               # per-node addresses and labels, by node name
+//
+// The file examples/edge-ccm/cloud-config.yaml documents each key at length.
+type Config struct {
+	// Gateway says how to reach the router.
+	Gateway GatewayConfig `json:"gateway"`
+	// LoadBalancer configures the Service load balancer.
+	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
+	// Instances configures node initialization (InstancesV2).
+	Instances InstancesConfig `json:"instances"`
+}
+
+// GatewayConfig is the "gateway" section: how to find and talk to the
+// router (a UPnP Internet Gateway Device).
+type GatewayConfig struct {
+	// URL is the router's root-description URL, for example
+	// "http://192.168.1.1:5000/rootDesc.xml" (miniupnpd). Key "url", default
+	// "": find the router by SSDP discovery on the local network. Set it when
+	// the network filters multicast. It must be an absolute http or https URL.
+	URL string `json:"url"`
+	// DiscoveryTimeout bounds one attempt to find the router (SSDP search and
+	// description fetch). Key "discoveryTimeout", default 3s, at most 1m.
+	// Discovery happens on first use and again after the router stops
+	// answering, never at start-up.
+	DiscoveryTimeout Duration `json:"discoveryTimeout"`
+	// CallTimeout bounds each call to the router. Key "callTimeout", default
+	// 2s, at most 1m.
+	CallTimeout Duration `json:"callTimeout"`
+}
+
+// LoadBalancerConfig is the "loadBalancer" section: how Services of type
+// LoadBalancer are mapped on the router.
+type LoadBalancerConfig struct {
+	// Lease is the lease of every port mapping, renewed at half-life while
+	// the CCM runs, so mappings of a CCM that died expire on the router.
+	// Key "lease", default 1h; 0 = permanent (still renewed: IGD:2 routers
+	// cap every lease at 7 days). A finite lease is at least 1m and at most
+	// 168h (7 days), in whole seconds.
+	Lease Duration `json:"lease"`
+	// Services selects the Services served. Key "services", default "all":
+	// every Service of type LoadBalancer. "annotated": only Services annotated
+	// ccmkit.io/load-balancer-type: upnp-igd (or the original edge CCM's
+	// midokura.com/load-balancer-type: upnp-igd); the others are left to
+	// another controller.
+	Services ServiceSelection `json:"services"`
+	// RenewInterval is how often leases are renewed, the router's table
+	// repaired (after a router reboot) and its external IP re-read. Key
+	// "renewInterval", default 0: half the lease, at most 5m. When set it
+	// must be positive and at most half the lease (half of 168h for a
+	// permanent lease).
+	RenewInterval Duration `json:"renewInterval"`
+	// SecureMode says the router only lets a host map ports to itself
+	// (miniupnpd's secure_mode=yes, the default of many routers): every
+	// mapping then points at the node this CCM runs on, which must be
+	// known (nodeName). Key "secureMode", default false: mappings may point
+	// at any ready node.
+	SecureMode bool `json:"secureMode"`
+	// NodeName is the name of the node this CCM runs on. Key "nodeName",
+	// default "": the NODE_NAME environment variable (set it from the
+	// downward API, as the example manifests do). Required, from one or
+	// the other, when secureMode is true.
+	NodeName string `json:"nodeName"`
+}
+
+// ServiceSelection is the value of loadBalancer.services.
+type ServiceSelection string
+
+// The values of loadBalancer.services.
+const (
+	// ServicesAll serves every Service of type LoadBalancer.
+	ServicesAll ServiceSelection = "all"
+	// ServicesAnnotated serves only annotated Services.
+	ServicesAnnotated ServiceSelection = "annotated"
+)
+
+// InstancesConfig is the "instances" section: what node initialization
+// writes on nodes. A node's ProviderID is edge://<node-name>, or the one
+// kubelet was given with --provider-id=edge://... .
+//
+// For the zone, region and instance type of a node the first non-empty of
+// these wins: the node's entry under nodes; the label the node already
+// carries (topology.kubernetes.io/zone, topology.kubernetes.io/region,
+// node.kubernetes.io/instance-type, for example from kubelet --node-labels);
+// the section's default below. Empty everywhere means no label.
+type InstancesConfig struct {
+	// Zone is the default zone. Key "zone", default "" (none). It must be a
+	// valid label value.
+	Zone string `json:"zone"`
+	// Region is the default region. Key "region", default "" (none). It must
+	// be a valid label value.
+	Region string `json:"region"`
+	// InstanceType is the default instance type. Key "instanceType", default
+	// "" (none). It must be a valid label value.
+	InstanceType string `json:"instanceType"`
+	// Nodes holds per-node settings keyed by node name. Key "nodes", default
+	// empty.
+	Nodes map[string]NodeConfig `json:"nodes"`
+}
+
+// NodeConfig is one entry of instances.nodes.
+type NodeConfig struct {
+	// Addresses replace the addresses the node reports itself. Key
+	// "addresses", default empty: use the node's own status addresses (and
+	// the IPs kubelet was given with --node-ip).
+	Addresses []NodeAddress `json:"addresses"`
+	// Zone of this node. Key "zone", default "": see InstancesConfig.
+	Zone string `json:"zone"`
+	// Region of this node. Key "region", default "": see InstancesConfig.
+	Region string `json:"region"`
+	// InstanceType of this node. Key "instanceType", default "": see
+	// InstancesConfig.
+	InstanceType string `json:"instanceType"`
+}
+
+// NodeAddress is one address of a node, as in a Node's status.
+type NodeAddress struct {
+	// Type is one of InternalIP, ExternalIP, Hostname, InternalDNS,
+	// ExternalDNS. Key "type", required.
+	Type string `json:"type"`
+	// Address is an IP address for the IP types, a DNS name otherwise. Key
+	// "address", required.
+	Address string `json:"address"`
+}
+
+// Default returns the configuration an empty cloud-config means.
+func Default() Config {
+	return Config{
+		Gateway: GatewayConfig{
+			DiscoveryTimeout: Duration{DefaultDiscoveryTimeout},
+			CallTimeout:      Duration{DefaultCallTimeout},
+		},
+		LoadBalancer: LoadBalancerConfig{
+			Lease:    Duration{DefaultLease},
+			Services: DefaultServices,
+		},
+	}
+}
+
+// ParseConfig reads a cloud-config. A nil reader or an empty document gives
+// Default(). Keys that are absent or null keep their defaults. The result is
+// validated; every error matches ErrInvalidConfig and the field errors among
+// them are *FieldError values naming the key.
+func ParseConfig(r io.Reader) (Config, error) {
+	cfg := Default()
+	if r == nil {
+		return cfg, nil
+	}
+	if err := decodeYAML(r, &cfg); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate checks every key of c and reports all problems, each a
+// *FieldError naming the key, joined with errors.Join.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, value, reason string) {
+		errs = append(errs, &FieldError{Field: field, Value: value, Reason: reason})
+	}
+
+	if u := c.Gateway.URL; u != "" {
+		parsed, err := url.Parse(u)
+		switch {
+		case err != nil:
+			add("gateway.url", strconv.Quote(u), "not a URL")
+		case parsed.Scheme != "http" && parsed.Scheme != "https":
+			add("gateway.url", strconv.Quote(u), "must be an http:// or https:// URL of the router's root description")
+		case parsed.Host == "":
+			add("gateway.url", strconv.Quote(u), "has no host")
+		}
+	}
+	checkTimeout := func(field string, d Duration) {
+		if d.Duration <= 0 || d.Duration > MaxTimeout {
+			add(field, strconv.Quote(d.String()), fmt.Sprintf("must be more than 0s and at most %s", MaxTimeout))
+		}
+	}
+	checkTimeout("gateway.discoveryTimeout", c.Gateway.DiscoveryTimeout)
+	checkTimeout("gateway.callTimeout", c.Gateway.CallTimeout)
+
+	if l := c.LoadBalancer.Lease.Duration; l != 0 {
+		switch {
+		case l < MinLease || l > MaxLease:
+			add("loadBalancer.lease", strconv.Quote(l.String()), fmt.Sprintf("must be 0 (permanent) or between %s and %s (routers cap leases at 7 days)", MinLease, MaxLease))
+		case l%time.Second != 0:
+			add("loadBalancer.lease", strconv.Quote(l.String()), "must be whole seconds")
+		}
+	}
+	if r := c.LoadBalancer.RenewInterval.Duration; r != 0 {
+		limit := c.LoadBalancer.Lease.Duration / 2
+		if c.LoadBalancer.Lease.Duration == 0 {
+			limit = MaxLease / 2
+		}
+		if r < 0 || r > limit {
+			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
+		}
+	}
+	switch c.LoadBalancer.Services {
+	case ServicesAll, ServicesAnnotated:
+	default:
+		add("loadBalancer.services", strconv.Quote(string(c.LoadBalancer.Services)), `must be "all" or "annotated"`)
+	}
+	if n := c.LoadBalancer.NodeName; n != "" {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			add("loadBalancer.nodeName", strconv.Quote(n), "not a node name: "+strings.Join(msgs, "; "))
+		}
+	}
+
+	checkLabel := func(field, v string) {
+		if v == "" {
+			return
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			add(field, strconv.Quote(v), "not a valid label value: "+strings.Join(msgs, "; "))
+		}
+	}
+	checkLabel("instances.zone", c.Instances.Zone)
+	checkLabel("instances.region", c.Instances.Region)
+	checkLabel("instances.instanceType", c.Instances.InstanceType)
+	for _, name := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
+		node := c.Instances.Nodes[name]
+		base := fmt.Sprintf("instances.nodes[%q]", name)
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			add(base, "", "not a node name: "+strings.Join(msgs, "; "))
+		}
+		checkLabel(base+".zone", node.Zone)
+		checkLabel(base+".region", node.Region)
+		checkLabel(base+".instanceType", node.InstanceType)
+		for i, a := range node.Addresses {
+			field := fmt.Sprintf("%s.addresses[%d]", base, i)
+			switch v1.NodeAddressType(a.Type) {
+			case v1.NodeInternalIP, v1.NodeExternalIP:
+				if _, err := netip.ParseAddr(a.Address); err != nil {
+					add(field+".address", strconv.Quote(a.Address), "must be an IP address for type "+a.Type)
+				}
+			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
+				if msgs := validation.IsDNS1123Subdomain(a.Address); len(msgs) > 0 {
+					add(field+".address", strconv.Quote(a.Address), "must be a DNS name for type "+a.Type+": "+strings.Join(msgs, "; "))
+				}
+			default:
+				add(field+".type", strconv.Quote(a.Type), "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,278 @@
+package edge
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestParseConfigValid(t *testing.T) {
+	withDefaults := func(mutate func(*Config)) Config {
+		c := Default()
+		mutate(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		in   io.Reader // nil means a nil reader
+		want Config
+	}{
+		{name: "nil reader", in: nil, want: Default()},
+		{name: "empty", in: strings.NewReader(""), want: Default()},
+		{name: "blank lines", in: strings.NewReader("\n  \n"), want: Default()},
+		{name: "only a comment", in: strings.NewReader("# nothing here\n"), want: Default()},
+		{name: "empty mapping", in: strings.NewReader("{}"), want: Default()},
+		{name: "null document", in: strings.NewReader("null"), want: Default()},
+		{name: "empty sections", in: strings.NewReader("gateway:\nloadBalancer: {}\ninstances:\n"), want: Default()},
+		{
+			name: "null value keeps default",
+			in:   strings.NewReader("gateway:\n  callTimeout:\n"),
+			want: Default(),
+		},
+		{
+			name: "one key, others default",
+			in:   strings.NewReader("gateway:\n  url: http://192.168.1.1:5000/rootDesc.xml\n"),
+			want: withDefaults(func(c *Config) { c.Gateway.URL = "http://192.168.1.1:5000/rootDesc.xml" }),
+		},
+		{
+			name: "lease 0 is permanent, not the default",
+			in:   strings.NewReader("loadBalancer:\n  lease: 0\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = Duration{} }),
+		},
+		{
+			name: "lease 0s",
+			in:   strings.NewReader("loadBalancer:\n  lease: 0s\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = Duration{} }),
+		},
+		{
+			name: "JSON works too",
+			in:   strings.NewReader(`{"loadBalancer": {"services": "annotated"}}`),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+		},
+		{
+			name: "every key",
+			in: strings.NewReader(`
+gateway:
+  url: https://router.lan/desc.xml
+  discoveryTimeout: 500ms
+  callTimeout: 1m
+loadBalancer:
+  lease: 168h
+  services: annotated
+  renewInterval: 10m
+  secureMode: true
+  nodeName: node-1
+instances:
+  zone: home
+  region: eu-west
+  instanceType: rpi4
+  nodes:
+    node-1.lan:
+      addresses:
+      - type: InternalIP
+        address: 192.168.1.10
+      - type: Hostname
+        address: node-1
+      zone: attic
+      region: eu
+      instanceType: nuc
+`),
+			want: Config{
+				Gateway: GatewayConfig{
+					URL:              "https://router.lan/desc.xml",
+					DiscoveryTimeout: Duration{500 * time.Millisecond},
+					CallTimeout:      Duration{time.Minute},
+				},
+				LoadBalancer: LoadBalancerConfig{
+					Lease:         Duration{168 * time.Hour},
+					Services:      ServicesAnnotated,
+					RenewInterval: Duration{10 * time.Minute},
+					SecureMode:    true,
+					NodeName:      "node-1",
+				},
+				Instances: InstancesConfig{
+					Zone:         "home",
+					Region:       "eu-west",
+					InstanceType: "rpi4",
+					Nodes: map[string]NodeConfig{
+						"node-1.lan": {
+							Addresses: []NodeAddress{
+								{Type: "InternalIP", Address: "192.168.1.10"},
+								{Type: "Hostname", Address: "node-1"},
+							},
+							Zone: "attic", Region: "eu", InstanceType: "nuc",
+						},
+					},
+				},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseConfig(tt.in)
+			if err != nil {
+				t.Fatalf("ParseConfig: unexpected error: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ParseConfig:\n got  %+v\n want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseConfigInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		// fields are the FieldError.Field values expected, in order; nil
+		// means the error is not about one field (syntax, duplicates).
+		fields []string
+		// contains is a substring of the error message.
+		contains string
+	}{
+		{name: "unknown top-level key", in: "gatway: {}\n", fields: []string{"gatway"}, contains: "unknown field"},
+		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, url"},
+		{name: "key with wrong case", in: "loadbalancer:\n  lease: 1h\n", fields: []string{"loadbalancer"}, contains: "unknown field"},
+		{name: "unknown key in a node entry", in: "instances:\n  nodes:\n    n1:\n      adresses: []\n", fields: []string{`instances.nodes["n1"].adresses`}},
+		{name: "duration without unit", in: "gateway:\n  callTimeout: 2\n", fields: []string{"gateway.callTimeout"}, contains: "no unit"},
+		{name: "duration not parsable", in: "gateway:\n  callTimeout: fast\n", fields: []string{"gateway.callTimeout"}, contains: "not a Go duration"},
+		{name: "duration as boolean", in: "loadBalancer:\n  lease: true\n", fields: []string{"loadBalancer.lease"}, contains: "not a boolean"},
+		{name: "string given a number", in: "instances:\n  zone: 12\n", fields: []string{"instances.zone"}, contains: "must be a string"},
+		{name: "string given a list", in: "gateway:\n  url: [a]\n", fields: []string{"gateway.url"}, contains: "not a list"},
+		{name: "section given a string", in: "gateway: http://r/\n", fields: []string{"gateway"}, contains: "must be a mapping"},
+		{name: "document is a list", in: "- a\n", fields: []string{""}, contains: "(document)"},
+		{name: "list given a mapping", in: "instances:\n  nodes:\n    n1:\n      addresses: {type: InternalIP}\n", fields: []string{`instances.nodes["n1"].addresses`}, contains: "must be a list"},
+		{name: "duplicate key", in: "gateway:\n  url: http://a/\n  url: http://b/\n", contains: "not valid YAML"},
+		{name: "YAML syntax", in: "gateway: [\n", contains: "not valid YAML"},
+		{name: "url scheme", in: "gateway:\n  url: ftp://r/desc.xml\n", fields: []string{"gateway.url"}, contains: "http:// or https://"},
+		{name: "url without host", in: "gateway:\n  url: http:///desc.xml\n", fields: []string{"gateway.url"}, contains: "no host"},
+		{name: "url relative", in: "gateway:\n  url: rootDesc.xml\n", fields: []string{"gateway.url"}},
+		{name: "zero call timeout", in: "gateway:\n  callTimeout: 0s\n", fields: []string{"gateway.callTimeout"}, contains: "more than 0s"},
+		{name: "negative discovery timeout", in: "gateway:\n  discoveryTimeout: -1s\n", fields: []string{"gateway.discoveryTimeout"}},
+		{name: "huge timeout", in: "gateway:\n  discoveryTimeout: 2m\n", fields: []string{"gateway.discoveryTimeout"}, contains: "at most 1m0s"},
+		{name: "lease too short", in: "loadBalancer:\n  lease: 30s\n", fields: []string{"loadBalancer.lease"}, contains: "between 1m0s and 168h0m0s"},
+		{name: "lease too long", in: "loadBalancer:\n  lease: 169h\n", fields: []string{"loadBalancer.lease"}},
+		{name: "negative lease", in: "loadBalancer:\n  lease: -1h\n", fields: []string{"loadBalancer.lease"}},
+		{name: "lease not whole seconds", in: "loadBalancer:\n  lease: 90500ms\n", fields: []string{"loadBalancer.lease"}, contains: "whole seconds"},
+		{name: "renew interval above half the lease", in: "loadBalancer:\n  lease: 10m\n  renewInterval: 6m\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at most half the lease (5m0s)"},
+		{name: "renew interval negative", in: "loadBalancer:\n  renewInterval: -1m\n", fields: []string{"loadBalancer.renewInterval"}},
+		{name: "renew interval above half of a permanent lease", in: "loadBalancer:\n  lease: 0\n  renewInterval: 85h\n", fields: []string{"loadBalancer.renewInterval"}, contains: "84h0m0s"},
+		{name: "secure mode as a string", in: "loadBalancer:\n  secureMode: \"yes\"\n", fields: []string{"loadBalancer.secureMode"}, contains: "true or false"},
+		{name: "services value", in: "loadBalancer:\n  services: some\n", fields: []string{"loadBalancer.services"}, contains: `"all" or "annotated"`},
+		{name: "node name", in: "loadBalancer:\n  nodeName: Node_1\n", fields: []string{"loadBalancer.nodeName"}},
+		{name: "zone label value", in: "instances:\n  zone: my zone\n", fields: []string{"instances.zone"}, contains: "label value"},
+		{name: "node entry name", in: "instances:\n  nodes:\n    BAD_NAME: {}\n", fields: []string{`instances.nodes["BAD_NAME"]`}},
+		{name: "address type", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: InternalIp, address: 10.0.0.1}\n", fields: []string{`instances.nodes["n1"].addresses[0].type`}, contains: "InternalIP, ExternalIP"},
+		{name: "address not an IP", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: ExternalIP, address: example.com}\n", fields: []string{`instances.nodes["n1"].addresses[0].address`}, contains: "IP address"},
+		{name: "hostname not DNS", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: Hostname, address: 'a b'}\n", fields: []string{`instances.nodes["n1"].addresses[0].address`}},
+		{
+			name:   "every problem is reported",
+			in:     "gateway:\n  callTimeout: 0s\n  url: ftp://x/\nloadBalancer:\n  services: none\n  lease: 1s\n",
+			fields: []string{"gateway.url", "gateway.callTimeout", "loadBalancer.lease", "loadBalancer.services"},
+		},
+		{
+			name:   "every decoding problem is reported",
+			in:     "gateway:\n  callTimeout: 5\n  bogus: 1\ninstances:\n  zone: [x]\n",
+			fields: []string{"gateway.bogus", "gateway.callTimeout", "instances.zone"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseConfig(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatalf("ParseConfig(%q) = %+v, want an error", tt.in, got)
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("error %v does not match ErrInvalidConfig", err)
+			}
+			if tt.contains != "" && !strings.Contains(err.Error(), tt.contains) {
+				t.Errorf("error %q does not contain %q", err, tt.contains)
+			}
+			if tt.fields != nil {
+				if gotFields := fieldsOf(err); !slices.Equal(gotFields, tt.fields) {
+					t.Errorf("error names fields %q, want %q (error: %v)", gotFields, tt.fields, err)
+				}
+				for _, f := range tt.fields {
+					if !strings.Contains(err.Error(), f) {
+						t.Errorf("error %q does not name field %q", err, f)
+					}
+				}
+			}
+		})
+	}
+}
+
+// fieldsOf returns the Field of every *FieldError in err's tree, in order.
+func fieldsOf(err error) []string {
+	var fe *FieldError
+	if errors.As(err, &fe) && err == error(fe) {
+		return []string{fe.Field}
+	}
+	var out []string
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			out = append(out, fieldsOf(inner)...)
+		}
+	case interface{ Unwrap() error }:
+		out = fieldsOf(e.Unwrap())
+	}
+	return out
+}
+
+func TestParseConfigReadError(t *testing.T) {
+	boom := errors.New("disk on fire")
+	_, err := ParseConfig(io.MultiReader(strings.NewReader("gateway:\n"), errReader{boom}))
+	if !errors.Is(err, boom) || !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("ParseConfig = %v, want an error matching both the read error and ErrInvalidConfig", err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestParseConfigTooLarge(t *testing.T) {
+	big := "# " + strings.Repeat("x", maxConfigSize) + "\n"
+	if _, err := ParseConfig(strings.NewReader(big)); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("ParseConfig(%d bytes) = %v, want a size error", len(big), err)
+	}
+}
+
+// TestConfigRoundTrip proves that a Config written out with sigs.k8s.io/yaml
+// (durations as strings) reads back unchanged.
+func TestConfigRoundTrip(t *testing.T) {
+	in := Default()
+	in.LoadBalancer.Lease = Duration{90 * time.Minute}
+	in.Instances.Nodes = map[string]NodeConfig{"n1": {Addresses: []NodeAddress{{Type: "InternalIP", Address: "10.0.0.1"}}}}
+	data, err := yaml.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte("lease: 1h30m0s")) {
+		t.Errorf("marshalled config does not write the lease as a duration string:\n%s", data)
+	}
+	out, err := ParseConfig(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("ParseConfig(marshalled config): %v\n%s", err, data)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Errorf("round trip changed the config:\n got  %+v\n want %+v", out, in)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	if (Config{}).Validate() == nil {
+		t.Fatal("the zero Config validated; its zero timeouts must be refused")
+	}
+}

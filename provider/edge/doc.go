@@ -1,0 +1,17 @@
+// Package edge is the cloud provider for Kubernetes clusters behind a home or
+// edge router: Services of type LoadBalancer are served by port mappings on
+// the router (UPnP IGD, package loadbalancer), and nodes are initialized
+// without a cloud API (provider.InstancesV2: ProviderID edge://<node-name>).
+//
+// Factory is a cloudprovider.Factory; Register adds it to a registry under
+// ProviderName ("edge"), and examples/edge-ccm shows a cloud-controller-manager
+// built on it. The factory reads the cloud-config (Config, ParseConfig)
+// strictly: an unknown or mistyped key is an error naming it. It builds the
+// provider without any network I/O: the router is discovered on first use
+// and again whenever it stops answering, so a router that is unreachable when
+// the cloud-controller-manager starts does not turn the service controller
+// off (upstream asks LoadBalancer() once, at start-up).
+//
+// The provider reports HasClusterID true: mappings on the router are owned per
+// cluster, by the cloud-controller-manager's --cluster-name.
+package edge

@@ -1,0 +1,156 @@
+package edge
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/loadbalancer"
+	"github.com/ccmkit/ccmkit/provider"
+	"github.com/ccmkit/ccmkit/registry"
+)
+
+// ProviderName is the name the edge provider is registered under, the value
+// of --cloud-provider, and the scheme of every node's ProviderID
+// ("edge://<node-name>").
+const ProviderName = "edge"
+
+// The load balancer's background work (lease renewal, repair) only runs if
+// the composed provider can start it.
+var (
+	_ provider.Initializer = (*loadbalancer.LoadBalancer)(nil)
+	_ provider.Runner      = (*loadbalancer.LoadBalancer)(nil)
+)
+
+// EnvNodeName is the environment variable Factory reads the name of the
+// node the cloud-controller-manager runs on from, when the cloud-config has
+// no loadBalancer.nodeName. The example manifests set it from the downward
+// API (spec.nodeName).
+const EnvNodeName = "NODE_NAME"
+
+// Register registers Factory under ProviderName in r.
+func Register(r *registry.Registry) error {
+	return r.Register(ProviderName, Factory)
+}
+
+// Factory is the cloudprovider.Factory of the edge provider. It reads the
+// cloud-config from config (nil = no file: all defaults; see ParseConfig),
+// takes the node name from $NODE_NAME when the config has none, and builds
+// the provider with New. It does no network I/O.
+func Factory(config io.Reader) (cloudprovider.Interface, error) {
+	return factory(os.Getenv)(config)
+}
+
+// factory is Factory with the environment replaceable by tests.
+func factory(getenv func(string) string) cloudprovider.Factory {
+	return func(config io.Reader) (cloudprovider.Interface, error) {
+		cfg, err := configFrom(config, getenv)
+		if err != nil {
+			return nil, err
+		}
+		cloud, err := New(cfg, Options{})
+		if err != nil {
+			return nil, err // not a typed nil *provider.Cloud
+		}
+		return cloud, nil
+	}
+}
+
+// configFrom parses the cloud-config and fills the node name from the
+// environment when the config has none.
+func configFrom(config io.Reader, getenv func(string) string) (Config, error) {
+	cfg, err := ParseConfig(config)
+	if err != nil {
+		return Config{}, err
+	}
+	if cfg.LoadBalancer.NodeName == "" {
+		cfg.LoadBalancer.NodeName = getenv(EnvNodeName)
+	}
+	return cfg, nil
+}
+
+// Options are what New takes besides the cloud-config, for embedders and
+// tests. The zero value is what Factory uses.
+type Options struct {
+	// Client talks to the router. Nil means an igd.UPnPClient configured
+	// from cfg.Gateway (which finds the router lazily, on first use).
+	Client igd.Client
+}
+
+// New builds the edge provider from cfg: a provider.Cloud named "edge" made
+// of a loadbalancer.LoadBalancer on the router and a provider.InstancesV2
+// for nodes without a cloud API, reporting HasClusterID true (router
+// mappings are owned per cluster, by --cluster-name). cfg is validated; the
+// node name is taken from cfg alone (Factory fills it from $NODE_NAME). New
+// makes no network call: the router is discovered on first use.
+func New(cfg Config, opts Options) (*provider.Cloud, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.LoadBalancer.SecureMode && cfg.LoadBalancer.NodeName == "" {
+		return nil, &FieldError{
+			Field:  "loadBalancer.nodeName",
+			Reason: "is required with loadBalancer.secureMode: true (a secure-mode router only maps ports to the host that asks); set it or the " + EnvNodeName + " environment variable",
+		}
+	}
+	client := opts.Client
+	if client == nil {
+		upnp, err := igd.NewClient(igd.Config{
+			RootDescURL:      cfg.Gateway.URL,
+			DiscoveryTimeout: cfg.Gateway.DiscoveryTimeout.Duration,
+			CallTimeout:      cfg.Gateway.CallTimeout.Duration,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("edge: router client: %w", err)
+		}
+		client = upnp
+	}
+	lease := cfg.LoadBalancer.Lease.Duration
+	if lease == 0 {
+		lease = loadbalancer.PermanentLease
+	}
+	services := loadbalancer.AllServices
+	if cfg.LoadBalancer.Services == ServicesAnnotated {
+		services = loadbalancer.AnnotatedServices
+	}
+	lb, err := loadbalancer.New(loadbalancer.Config{
+		Client:        client,
+		Lease:         lease,
+		RenewInterval: cfg.LoadBalancer.RenewInterval.Duration,
+		Services:      services,
+		NodeName:      cfg.LoadBalancer.NodeName,
+		SecureMode:    cfg.LoadBalancer.SecureMode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("edge: load balancer: %w", err)
+	}
+	instances, err := provider.NewInstancesV2(ProviderName, instancesConfig(cfg.Instances))
+	if err != nil {
+		return nil, fmt.Errorf("edge: instances: %w", err)
+	}
+	return provider.New(ProviderName, provider.Config{
+		LoadBalancer: lb,
+		InstancesV2:  instances,
+		ClusterID:    true,
+	})
+}
+
+// instancesConfig translates the "instances" section.
+func instancesConfig(in InstancesConfig) provider.InstancesConfig {
+	out := provider.InstancesConfig{Zone: in.Zone, Region: in.Region, InstanceType: in.InstanceType}
+	if len(in.Nodes) > 0 {
+		out.Nodes = make(map[string]provider.NodeInstance, len(in.Nodes))
+	}
+	for name, n := range in.Nodes {
+		node := provider.NodeInstance{Zone: n.Zone, Region: n.Region, InstanceType: n.InstanceType}
+		for _, a := range n.Addresses {
+			node.Addresses = append(node.Addresses, v1.NodeAddress{Type: v1.NodeAddressType(a.Type), Address: a.Address})
+		}
+		out.Nodes[name] = node
+	}
+	return out
+}

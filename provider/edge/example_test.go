@@ -1,0 +1,45 @@
+package edge_test
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ccmkit/ccmkit/provider/edge"
+	"github.com/ccmkit/ccmkit/registry"
+)
+
+// A cloud-controller-manager registers the edge provider and builds it by
+// name from its --cloud-config. Building it makes no network call.
+func ExampleRegister() {
+	r := registry.New()
+	if err := edge.Register(r); err != nil {
+		fmt.Println(err)
+		return
+	}
+	cloud, err := r.Build(edge.ProviderName, strings.NewReader(`
+gateway:
+  url: http://192.168.1.1:5000/rootDesc.xml
+loadBalancer:
+  lease: 30m
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, lb := cloud.LoadBalancer()
+	_, instances := cloud.InstancesV2()
+	_, routes := cloud.Routes()
+	fmt.Println(cloud.ProviderName(), "HasClusterID:", cloud.HasClusterID())
+	fmt.Println("LoadBalancer:", lb, "InstancesV2:", instances, "Routes:", routes)
+	// Output:
+	// edge HasClusterID: true
+	// LoadBalancer: true InstancesV2: true Routes: false
+}
+
+// A mistyped key is an error that names it.
+func ExampleParseConfig() {
+	_, err := edge.ParseConfig(strings.NewReader("gateway:\n  callTimout: 2s\n"))
+	fmt.Println(err)
+	// Output:
+	// edge cloud-config: gateway.callTimout: unknown field (known: callTimeout, discoveryTimeout, url)
+}
