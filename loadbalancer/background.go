@@ -261,7 +261,6 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(err, "Load balancer pass failed")
 		return
 	}
-	targets, reasons := eligibleTargets(nodes)
 	svcs, err := w.services.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Load balancer pass failed")
@@ -277,7 +276,7 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(svc) || !selected(lb.cfg.Services, svc) {
 			continue
 		}
-		if err := lb.passService(ctx, w, t, cluster, ext, svc, targets, reasons); err != nil {
+		if err := lb.passService(ctx, w, t, cluster, ext, svc, nodes); err != nil {
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
 		}
 	}
@@ -285,16 +284,24 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 
 // passService reconciles one Service during a pass and patches its status
 // when it differs from what the router now serves.
-func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, cluster string, ext netip.Addr, svc *v1.Service, targets []target, reasons map[string]string) error {
+func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, cluster string, ext netip.Addr, svc *v1.Service, nodes []*v1.Node) error {
 	o := newOwner(cluster, svc.Namespace, svc.Name)
 	plans, err := planPorts(o, svc)
+	if err == nil {
+		err = checkLoadBalancerIP(o, svc, ext)
+	}
 	if err != nil {
-		return err
+		// The service controller withdraws it too, when the spec changes;
+		// this pass covers a loadBalancerIP that the external IP no
+		// longer matches, which the controller does not notice.
+		release, ok := lb.tryAcquire(o)
+		if !ok {
+			return err
+		}
+		defer release()
+		return errors.Join(err, lb.reconcile(ctx, t, request{owner: o}))
 	}
-	if err := checkLoadBalancerIP(o, svc, ext); err != nil {
-		return err
-	}
-	req, err := lb.request(o, svc, plans, targets, reasons)
+	req, err := lb.request(ctx, o, svc, plans, nodes)
 	if err != nil {
 		return err
 	}
@@ -329,12 +336,23 @@ func (lb *LoadBalancer) currentWatch() (*watch, bool) {
 	return lb.watch, lb.client != nil
 }
 
-// waitNodes tells the caller to come back when background work is starting
-// but has not listed the nodes yet: until then, mappings to nodes this
-// process has not seen would not be recognised as ours.
-func (lb *LoadBalancer) waitNodes() error {
-	if w, started := lb.currentWatch(); started && w == nil {
-		return api.NewRetryError("loadbalancer: waiting for the node cache to sync", lb.cfg.RetryAfter)
+// waitNodes tells the caller (an operation on o that must recognise o's
+// mappings: Get or Delete) to come back while this process cannot know
+// which addresses are the cluster's nodes, rather than report "no mappings"
+// and let the service controller drop its cleanup finalizer over mappings
+// a previous process made. That is while the background work is starting
+// but its node cache has not synced, or, without background work, before
+// any node has been seen (a fresh process learns nodes only from
+// EnsureLoadBalancer and UpdateLoadBalancer then).
+func (lb *LoadBalancer) waitNodes(o owner) error {
+	lb.mu.Lock()
+	w, started, seen := lb.watch, lb.client != nil, len(lb.nodeAddrs) > 0
+	lb.mu.Unlock()
+	switch {
+	case started && w == nil:
+		return api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: waiting for the node cache to sync, to recognise the service's mappings", o.key()), lb.cfg.RetryAfter)
+	case !started && !seen:
+		return api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: no node seen yet, so the service's mappings cannot be recognised; without background work (Initialize and Run), nodes are learnt from EnsureLoadBalancer and UpdateLoadBalancer", o.key()), lb.cfg.RetryAfter)
 	}
 	return nil
 }

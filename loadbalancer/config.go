@@ -96,14 +96,24 @@ type Config struct {
 	// Services selects the Services served. The zero value is AllServices.
 	Services ServiceSelection
 
-	// NodeName is the name of the node this process runs on. Empty means
-	// unknown, which is only allowed when SecureMode is false.
+	// NodeName is the name of the node this process runs on (for example
+	// from the downward API's spec.nodeName). It is only used when
+	// SecureMode is set. Empty means "find it": on first need, the
+	// LoadBalancer asks Client.LocalAddr for this host's address toward
+	// the router and takes the one node (among the nodes passed to
+	// EnsureLoadBalancer and UpdateLoadBalancer, and those the background
+	// work watches) that reports it as an InternalIP or ExternalIP; the
+	// node found is kept for the life of the LoadBalancer, and mappings
+	// target that address. Until one matches, Services fail with
+	// ErrOwnNodeUnknown and an api.RetryError. A set NodeName makes
+	// mappings target the node's InternalIP.
 	NodeName string
 
 	// SecureMode says the router only lets a host map ports to itself
-	// (miniupnpd secure_mode=yes): every mapping then targets NodeName, and
-	// Services fail while that node is not eligible. False (the default)
-	// lets mappings target any eligible node.
+	// (miniupnpd secure_mode=yes): every mapping then targets this
+	// process's node (see NodeName), and Services fail while that node is
+	// not eligible. False (the default) lets mappings target any eligible
+	// node.
 	SecureMode bool
 
 	// RetryAfter is the fixed delay returned in an api.RetryError when the
@@ -143,9 +153,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Services != AllServices && c.Services != AnnotatedServices {
 		bad("Services", fmt.Sprintf("%s is not AllServices or AnnotatedServices", c.Services))
-	}
-	if c.SecureMode && c.NodeName == "" {
-		bad("NodeName", "is required when SecureMode is set: a secure-mode router only lets this node map ports to itself")
 	}
 	switch {
 	case c.RetryAfter == 0:

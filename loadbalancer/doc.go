@@ -21,6 +21,18 @@
 // longer has. After a restart, GetLoadBalancer finds the mappings an earlier
 // process made and EnsureLoadBalancerDeleted removes them.
 //
+// Recognising a mapping needs the cluster's node addresses (see below), so
+// until this process knows them, GetLoadBalancer and
+// EnsureLoadBalancerDeleted return an api.RetryError instead of reporting
+// "no mappings" (on which the service controller would drop its cleanup
+// finalizer and leave the ports open): while the background work's node
+// cache has not synced, and, without background work, until an
+// EnsureLoadBalancer or UpdateLoadBalancer has passed the nodes (the service
+// controller ensures every Service when it starts; it formats the errors of
+// its delete path with %v, so there it backs off instead of waiting the fixed
+// delay). A mapping that points at a node deleted while no process was
+// running is not recognised after a restart; with finite leases it expires.
+//
 // A mapping belongs to a Service when its description names the Service and
 // it points at an address of one of the cluster's nodes (any host on the LAN
 // can write any description; one pointing elsewhere is treated as someone
@@ -72,16 +84,24 @@
 // # Secure-mode routers
 //
 // A router in secure mode (miniupnpd secure_mode=yes) lets a host map ports
-// only to itself: set Config.SecureMode and Config.NodeName, and every
-// mapping targets the node this process runs on; while that node is not
-// eligible, Services fail with an error saying so. After a leader fail-over
-// to another node, the router refuses to let the new leader change the old
-// leader's mappings; the new leader reports an api.RetryError until they
-// expire and then serves the Services again. With finite leases that takes
-// at most one lease, so choose the lease as the longest outage of a
-// fail-over you accept (the default hour is a compromise with the renewal
-// traffic; a few minutes suits secure mode). Permanent leases (seven days on
-// IGD:2 routers) make fail-over wait a week.
+// only to itself: set Config.SecureMode, and every mapping targets the node
+// this process runs on; while that node is not eligible, Services fail with
+// an error saying so. That node is Config.NodeName (from the downward API)
+// or, when it is empty, the one node whose InternalIP or ExternalIP is this
+// host's address toward the router (igd.Client.LocalAddr), looked up among
+// the nodes of the first call that needs it and cached once found, and
+// mappings then target that address (the only one the router lets this host
+// map to); while none matches, Services fail with ErrOwnNodeUnknown and an
+// api.RetryError naming the address and the nodes tried. With
+// Config.NodeName, mappings target the node's InternalIP.
+//
+// After a leader fail-over to another node, the router refuses to let the
+// new leader change the old leader's mappings; the new leader reports an
+// api.RetryError until they expire and then serves the Services again. With
+// finite leases that takes at most one lease, so choose the lease as the
+// longest outage of a fail-over you accept (the default hour is a
+// compromise with the renewal traffic; a few minutes suits secure mode).
+// Permanent leases (seven days on IGD:2 routers) make fail-over wait a week.
 //
 // # Leases and background work
 //
@@ -111,18 +131,24 @@
 // # Errors and retries
 //
 // Bad input gets a *ServiceError (matching ErrInvalidService) naming the
-// Service and the field, and the router is not touched for the Service:
-// SCTP ports, ports without a nodePort (allocateLoadBalancerNodePorts
-// false), IPv6-only Services, loadBalancerSourceRanges (a port mapping cannot
-// enforce them; refusing beats silently exposing the Service), and a
-// spec.loadBalancerIP other than the router's external IP. Ports the router
-// refuses (606 for ports outside its policy) fail with a *PortError carrying
-// the router's answer.
+// Service and the field, and nothing is mapped for the Service: SCTP ports,
+// ports without a nodePort (allocateLoadBalancerNodePorts false), IPv6-only
+// Services, loadBalancerSourceRanges (a port mapping cannot enforce them;
+// refusing beats silently exposing the Service), and a spec.loadBalancerIP
+// other than the router's external IP. A Service that was served and becomes
+// invalid has its own mappings removed by EnsureLoadBalancer and
+// UpdateLoadBalancer (and by the background work, for a loadBalancerIP the
+// external IP no longer matches), with the same error: ports the user asked
+// to restrict must not stay open to every address. That costs one table
+// read; a Service with no mapping of ours is otherwise left alone, and no
+// other mapping is ever touched. Ports the router refuses (606 for ports
+// outside its policy) fail with a *PortError carrying the router's answer.
 //
 // An api.RetryError is returned, joined to the error, when the situation is
 // expected to resolve by itself, so that the service controller polls at a
 // fixed delay instead of backing off: no eligible node yet, no ready
-// endpoint yet, the background work's caches not synced yet (all after
+// endpoint yet, the background work's caches not synced yet or no node
+// seen yet, this process's node not found on a secure-mode router (all after
 // Config.RetryAfter), and a previous leader's mapping on a secure-mode
 // router (after its remaining lease, at most five minutes). Router failures
 // are returned as plain errors, so that the service controller backs off

@@ -10,8 +10,8 @@ import (
 // Sentinel errors, matched with errors.Is.
 var (
 	// ErrInvalidService is matched by every *ServiceError: the Service asks
-	// for something a router port mapping cannot provide. The router is not
-	// touched for such a Service.
+	// for something a router port mapping cannot provide. Nothing is mapped
+	// for such a Service, and the mappings it already owns are removed.
 	ErrInvalidService = errors.New("loadbalancer: invalid service")
 	// ErrPortInUse means an external port the Service asks for is held by
 	// someone else: another host, another cluster or another Service. The
@@ -22,6 +22,10 @@ var (
 	// externalTrafficPolicy Local, has a ready endpoint; for a secure-mode
 	// router, is this process's own node).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
+	// ErrOwnNodeUnknown means a secure-mode router needs the node this
+	// process runs on, Config.NodeName is empty, and no single node
+	// reports this host's address toward the router.
+	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
 )
 
 // ServiceError reports a Service field that a router port mapping cannot
@@ -37,6 +41,7 @@ type ServiceError struct {
 	Reason string
 }
 
+// Error names the Service, the field, its value and what is wrong.
 func (e *ServiceError) Error() string {
 	return fmt.Sprintf("loadbalancer: service %s: %s=%s: %s", e.Service, e.Field, e.Value, e.Reason)
 }
@@ -62,6 +67,8 @@ type PortError struct {
 	Err error
 }
 
+// Error names the Service, the port, the cause and, when known, the holder
+// of the port or the other Service taking it.
 func (e *PortError) Error() string {
 	msg := fmt.Sprintf("loadbalancer: service %s port %s: %v", e.Service, e.Key, e.Err)
 	switch {

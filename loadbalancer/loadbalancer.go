@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -62,6 +61,10 @@ type LoadBalancer struct {
 	client kubernetes.Interface
 	// running is set when Run has started.
 	running bool
+	// self is the node this process runs on, found by its address toward
+	// the router, selfAddr, when Config.NodeName is empty ("" until found).
+	self     string
+	selfAddr netip.Addr
 }
 
 // New returns a LoadBalancer configured by cfg. It makes no router call: an
@@ -98,7 +101,7 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // the address is not cached.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
-	if err := lb.waitNodes(); err != nil {
+	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
 	}
 	t, err := lb.readTable(ctx)
@@ -130,8 +133,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o := lb.owner(clusterName, service)
-	targets, reasons := eligibleTargets(nodes)
-	return lb.ensure(ctx, o, service, targets, reasons)
+	return lb.ensure(ctx, o, service, nodes)
 }
 
 // UpdateLoadBalancer converges the Service's mappings onto the given nodes;
@@ -147,7 +149,7 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 // succeeds when there is nothing to remove.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o := lb.owner(clusterName, service)
-	if err := lb.waitNodes(); err != nil {
+	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
 	if err := lb.removeAll(ctx, o); err != nil {
@@ -159,9 +161,8 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 	return nil
 }
 
-// ensure is EnsureLoadBalancer for owner o, with the eligible targets among
-// the nodes given (and why the others are not).
-func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, targets []target, reasons map[string]string) (*v1.LoadBalancerStatus, error) {
+// ensure is EnsureLoadBalancer for owner o on nodes.
+func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	if !selected(lb.cfg.Services, svc) {
 		if err := lb.removeAll(ctx, o); err != nil {
 			return nil, err
@@ -170,16 +171,16 @@ func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, ta
 	}
 	plans, err := planPorts(o, svc)
 	if err != nil {
-		return nil, err
+		return nil, lb.withdraw(ctx, o, err)
 	}
 	ext, err := lb.externalIP(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
 	}
 	if err := checkLoadBalancerIP(o, svc, ext); err != nil {
-		return nil, err
+		return nil, lb.withdraw(ctx, o, err)
 	}
-	req, err := lb.request(o, svc, plans, targets, reasons)
+	req, err := lb.request(ctx, o, svc, plans, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +200,25 @@ func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, ta
 	return status(ext, plans), nil
 }
 
+// withdraw handles a Service whose spec a port mapping cannot serve
+// (invalid, a *ServiceError): it removes the mappings o already owns, if
+// any, so that ports the user asked to restrict or stop serving do not stay
+// open, and touches nothing else; for a Service with no mapping of ours it
+// only reads the table. It returns invalid, joined with any error of the
+// removal.
+func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, invalid error) error {
+	release, err := lb.acquire(ctx, o)
+	if err != nil {
+		return errors.Join(invalid, err)
+	}
+	defer release()
+	t, err := lb.readTable(ctx)
+	if err != nil {
+		return errors.Join(invalid, fmt.Errorf("loadbalancer: withdraw invalid service %s: %w", o.key(), err))
+	}
+	return errors.Join(invalid, lb.reconcile(ctx, t, request{owner: o}))
+}
+
 // removeAll deletes every mapping o owns.
 func (lb *LoadBalancer) removeAll(ctx context.Context, o owner) error {
 	release, err := lb.acquire(ctx, o)
@@ -213,11 +233,11 @@ func (lb *LoadBalancer) removeAll(ctx context.Context, o owner) error {
 	return lb.reconcile(ctx, t, request{owner: o})
 }
 
-// request builds the desired state of svc: its ports and the nodes that may
+// request builds the desired state of svc: its ports and which of nodes may
 // receive them.
-func (lb *LoadBalancer) request(o owner, svc *v1.Service, plans []portPlan, targets []target, reasons map[string]string) (request, error) {
+func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
 	req := request{owner: o, ports: plans}
-	reasons = maps.Clone(reasons) // extended below; the caller's map is shared
+	targets, reasons := eligibleTargets(nodes)
 	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 		withEndpoints, err := lb.endpointNodes(svc)
 		if err != nil {
@@ -234,19 +254,27 @@ func (lb *LoadBalancer) request(o owner, svc *v1.Service, plans []portPlan, targ
 		targets = kept
 	}
 	if lb.cfg.SecureMode {
+		name, addr, err := lb.selfNode(ctx, nodes)
+		if err != nil {
+			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
+		}
+		req.self = name
 		var self []target
 		for _, t := range targets {
-			if t.name == lb.cfg.NodeName {
+			if t.name == name {
+				if addr.IsValid() {
+					t.addr = addr // the only address the router maps to
+				}
 				self = append(self, t)
 			}
 		}
 		if len(self) == 0 {
-			why, ok := reasons[lb.cfg.NodeName]
+			why, ok := reasons[name]
 			if !ok {
 				why = "is not among the cluster's nodes"
 			}
 			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
-				ErrNoEligibleNode, o.key(), lb.cfg.NodeName, why))
+				ErrNoEligibleNode, o.key(), name, why))
 		}
 		targets = self
 	} else if len(targets) == 0 {

@@ -32,7 +32,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"lease not whole seconds", Config{Client: c, Lease: time.Minute + time.Millisecond}, "Lease"},
 		{"renew over half the lease", Config{Client: c, Lease: time.Hour, RenewInterval: 31 * time.Minute}, "RenewInterval"},
 		{"bad selection", Config{Client: c, Services: ServiceSelection(7)}, "Services"},
-		{"secure mode without node", Config{Client: c, SecureMode: true}, "NodeName"},
+		{"secure mode without node: found lazily", Config{Client: c, SecureMode: true}, ""},
 		{"negative retry", Config{Client: c, RetryAfter: -time.Second}, "RetryAfter"},
 	}
 	for _, tt := range tests {
@@ -511,6 +511,7 @@ func TestGetLoadBalancer(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolUDP, 81, 30081)))
 	ctx := context.Background()
+	e.lb.seeNodes(threeNodes()) // as an Ensure of another Service would
 	if st, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, svc); err != nil || exists || st != nil {
 		t.Fatalf("before Ensure: %v, %v, %v", st, exists, err)
 	}
@@ -560,6 +561,47 @@ func TestStatelessAcrossRestart(t *testing.T) {
 	}
 	if len(e.router.Mappings()) != 0 {
 		t.Fatalf("left behind: %v", e.table())
+	}
+}
+
+// A fresh process without background work knows no node until an Ensure
+// or Update passes them: until then Get and Delete ask to be called again
+// rather than report "no mappings" (upstream would then drop the cleanup
+// finalizer and the mappings would stay open).
+func TestRestartWithoutBackgroundWork(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolUDP, 53, 30053)))
+	e.mustEnsure(t, web, threeNodes())
+	before := e.table()
+
+	lb2, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var re *api.RetryError
+	if _, exists, err := lb2.GetLoadBalancer(ctx, testCluster, web); !errors.As(err, &re) || exists || !strings.Contains(err.Error(), "default/web") {
+		t.Fatalf("fresh Get = %v, %v; want an api.RetryError naming default/web", exists, err)
+	}
+	if err := lb2.EnsureLoadBalancerDeleted(ctx, testCluster, web); !errors.As(err, &re) {
+		t.Fatalf("fresh Delete = %v; want an api.RetryError", err)
+	}
+	diffRows(t, "table after the refused calls", e.table(), before)
+
+	// Another Service is ensured (upstream syncs every Service at start):
+	// now web's mappings are recognised and removed.
+	e2 := &env{lb: lb2, router: e.router, clock: e.clock}
+	e2.mustEnsure(t, newService("default", "api", withPorts(port("a", v1.ProtocolTCP, 81, 30081))), threeNodes())
+	if _, exists, err := lb2.GetLoadBalancer(ctx, testCluster, web); err != nil || !exists {
+		t.Fatalf("Get after nodes were seen = %v, %v; want exists", exists, err)
+	}
+	if err := lb2.EnsureLoadBalancerDeleted(ctx, testCluster, web); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range e.router.Mappings() {
+		if m.ExternalPort != 81 {
+			t.Errorf("left behind: %v", m)
+		}
 	}
 }
 

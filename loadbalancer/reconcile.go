@@ -25,6 +25,9 @@ type request struct {
 	// noTarget explains an empty candidates list. It is returned when ports
 	// is not empty and there is no candidate.
 	noTarget error
+	// self is the node this process runs on, for secure-mode routers ("" when
+	// not in secure mode).
+	self string
 }
 
 // table is one observation of the router's port-mapping table.
@@ -96,7 +99,7 @@ func (lb *LoadBalancer) reconcile(ctx context.Context, t table, req request) err
 				err = lb.claim(o, p.key)
 			default:
 				var after time.Duration
-				after, err = lb.apply(ctx, o, p, tgt, old, mine)
+				after, err = lb.apply(ctx, req, p, tgt, old, mine)
 				if after > 0 {
 					wait(after)
 				}
@@ -113,15 +116,18 @@ func (lb *LoadBalancer) reconcile(ctx context.Context, t table, req request) err
 		}
 	}
 	slices.SortFunc(gone, compareKeys)
+	kept := make(map[igd.Key]bool) // ours, not wanted, still on the router
 	for _, k := range gone {
 		after, err := lb.remove(ctx, o, ours[k])
 		if err != nil {
 			errs = append(errs, err)
+			kept[k] = true
 		}
 		if after > 0 {
 			wait(after)
 		}
 	}
+	lb.releaseUnwanted(req, kept)
 	if retry > 0 {
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
@@ -150,8 +156,9 @@ func (lb *LoadBalancer) upToDate(m igd.Mapping, p portPlan, tgt target) bool {
 // apply makes the mapping for p point at tgt. old is what the table holds at
 // p's key; mine says whether it is the Service's own. It returns a delay when
 // the caller should retry at a fixed rate.
-func (lb *LoadBalancer) apply(ctx context.Context, o owner, p portPlan, tgt target, old igd.Mapping, mine bool) (time.Duration, error) {
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
+	o := req.owner
 	if err := lb.claim(o, p.key); err != nil {
 		return 0, err
 	}
@@ -182,7 +189,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, o owner, p portPlan, tgt targ
 		if !mine {
 			lb.release(o, p.key)
 		}
-		return 0, lb.addFailed(ctx, o, p.key, err)
+		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
 	lb.mu.Lock()
 	if stored.Lease > 0 {
@@ -207,7 +214,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, o owner, p portPlan, tgt targ
 // addFailed turns an AddPortMapping error into a PortError. A conflict on a
 // key the table showed free or ours means another host took it meanwhile, or
 // that the router is in secure mode; one GetPortMapping names the holder.
-func (lb *LoadBalancer) addFailed(ctx context.Context, o owner, k igd.Key, err error) error {
+func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
+	o := req.owner
 	if !errors.Is(err, igd.ErrConflict) {
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
@@ -215,9 +223,9 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, o owner, k igd.Key, err e
 	if gerr != nil {
 		// Nobody holds the port: the router refuses to map to our target.
 		if lb.cfg.SecureMode {
-			err = fmt.Errorf("%w (the port is free: a secure-mode router maps only to the caller's own address; is node %s this host's address toward the router?)", err, lb.cfg.NodeName)
+			err = fmt.Errorf("%w (the port is free: a secure-mode router maps only to the caller's own address; is node %s this host's address toward the router?)", err, req.self)
 		} else {
-			err = fmt.Errorf("%w (the port is free: is the router in secure mode? then set SecureMode and NodeName)", err)
+			err = fmt.Errorf("%w (the port is free: is the router in secure mode? then set SecureMode)", err)
 		}
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
@@ -266,6 +274,23 @@ func (lb *LoadBalancer) claim(o owner, k igd.Key) error {
 	}
 	lb.claims[k] = o
 	return nil
+}
+
+// releaseUnwanted drops the reservations of req's Service for keys it no
+// longer wants and holds no mapping at (kept lists the mappings it still
+// holds). Without this, a reservation whose mapping vanished from the router
+// (a reboot) before the Service gave the port up would keep every other
+// Service off that port for the life of the process.
+func (lb *LoadBalancer) releaseUnwanted(req request, kept map[igd.Key]bool) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for k, c := range lb.claims {
+		if c.token != req.owner.token || kept[k] || slices.ContainsFunc(req.ports, func(p portPlan) bool { return p.key == k }) {
+			continue
+		}
+		delete(lb.claims, k)
+		delete(lb.expires, k)
+	}
 }
 
 // release drops o's reservation of k, once o holds no mapping at k.

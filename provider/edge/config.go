@@ -145,14 +145,15 @@ type LoadBalancerConfig struct {
 	RenewInterval Duration `json:"renewInterval"`
 	// SecureMode says the router only lets a host map ports to itself
 	// (miniupnpd's secure_mode=yes, the default of many routers): every
-	// mapping then points at the node this CCM runs on, which must be
-	// known (nodeName). Key "secureMode", default false: mappings may point
-	// at any ready node.
+	// mapping then points at the node this CCM runs on (nodeName, or the
+	// node whose address is this host's address toward the router). Key
+	// "secureMode", default false: mappings may point at any ready node.
 	SecureMode bool `json:"secureMode"`
 	// NodeName is the name of the node this CCM runs on. Key "nodeName",
 	// default "": the NODE_NAME environment variable (set it from the
-	// downward API, as the example manifests do). Required, from one or
-	// the other, when secureMode is true.
+	// downward API, as the example manifests do). When both are empty and
+	// secureMode is true, the CCM finds its node by matching its own
+	// address toward the router against the nodes' addresses.
 	NodeName string `json:"nodeName"`
 }
 

@@ -85,17 +85,13 @@ type Options struct {
 // of a loadbalancer.LoadBalancer on the router and a provider.InstancesV2
 // for nodes without a cloud API, reporting HasClusterID true (router
 // mappings are owned per cluster, by --cluster-name). cfg is validated; the
-// node name is taken from cfg alone (Factory fills it from $NODE_NAME). New
-// makes no network call: the router is discovered on first use.
+// node name is taken from cfg alone (Factory fills it from $NODE_NAME); with
+// no node name, a load balancer for a secure-mode router finds its own node
+// by matching its address toward the router against the nodes' addresses.
+// New makes no network call: the router is discovered on first use.
 func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.LoadBalancer.SecureMode && cfg.LoadBalancer.NodeName == "" {
-		return nil, &FieldError{
-			Field:  "loadBalancer.nodeName",
-			Reason: "is required with loadBalancer.secureMode: true (a secure-mode router only maps ports to the host that asks); set it or the " + EnvNodeName + " environment variable",
-		}
 	}
 	client := opts.Client
 	if client == nil {

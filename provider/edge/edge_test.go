@@ -100,7 +100,6 @@ func TestFactoryErrors(t *testing.T) {
 	}{
 		{name: "unknown key", config: "gatway: {}\n", field: "gatway"},
 		{name: "invalid value", config: "loadBalancer:\n  services: some\n", field: "loadBalancer.services"},
-		{name: "secure mode without a node name", config: "loadBalancer:\n  secureMode: true\n", field: "loadBalancer.nodeName"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,6 +130,8 @@ func TestFactoryNodeName(t *testing.T) {
 		{name: "config wins over NODE_NAME", config: "loadBalancer:\n  nodeName: node-b\n", env: "node-a", want: "node-b"},
 		{name: "neither", config: "", env: "", want: ""},
 		{name: "secure mode with NODE_NAME", config: "loadBalancer:\n  secureMode: true\n", env: "node-a", want: "node-a"},
+		// The load balancer then finds its node by its address toward the router.
+		{name: "secure mode with neither", config: "loadBalancer:\n  secureMode: true\n", env: "", want: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

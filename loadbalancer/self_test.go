@@ -1,0 +1,147 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cloud-provider/api"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// withExternalIP gives a node an ExternalIP as well.
+func withExternalIP(a netip.Addr) nodeOpt {
+	return func(n *v1.Node) {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeExternalIP, Address: a.String()})
+	}
+}
+
+// envAt is newEnv with the LoadBalancer's client acting from host local.
+func envAt(t testing.TB, local netip.Addr, cfg Config, rc fake.RouterConfig) *env {
+	t.Helper()
+	e := newEnv(t, cfg, rc)
+	cfg.Client, cfg.Clock = e.router.Client(local), e.clock
+	lb, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	e.lb = lb
+	return e
+}
+
+// Without Config.NodeName, a secure-mode LoadBalancer finds its node by its
+// address toward the router (the fake client acts from addrB: node-b).
+func TestSecureModeFindsOwnNode(t *testing.T) {
+	tests := []struct {
+		name  string
+		local netip.Addr
+		nodes func() []*v1.Node
+		want  netip.Addr // target of the mappings
+	}{
+		{name: "by InternalIP", local: addrB, nodes: threeNodes, want: addrB},
+		// The host talks to the router from its ExternalIP: mappings
+		// target that address, the only one the router lets it map to.
+		{name: "by ExternalIP", local: netip.MustParseAddr("192.0.2.50"), nodes: func() []*v1.Node {
+			return []*v1.Node{newNode("node-a", addrA), newNode("node-b", addrB), newNode("node-c", addrC, withExternalIP(netip.MustParseAddr("192.0.2.50")))}
+		}, want: netip.MustParseAddr("192.0.2.50")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := envAt(t, tt.local, Config{SecureMode: true}, fake.RouterConfig{SecureMode: true})
+			r := e.router
+			for i := range 4 {
+				svc := newService("default", "s"+string(rune('a'+i)), withPorts(port("p", v1.ProtocolTCP, int32(80+i), 30080)))
+				e.mustEnsure(t, svc, tt.nodes())
+			}
+			ms := r.Mappings()
+			if len(ms) != 4 {
+				t.Fatalf("table = %v, want 4 mappings", ms)
+			}
+			for _, m := range ms {
+				if m.InternalClient != tt.want {
+					t.Errorf("%s targets %s, want %s", m.Key(), m.InternalClient, tt.want)
+				}
+			}
+			// Found once, then cached: no further LocalAddr call.
+			if n := r.CallCount(fake.MethodLocalAddr); n != 1 {
+				t.Errorf("LocalAddr called %d times, want 1 (cached)", n)
+			}
+		})
+	}
+}
+
+func TestSecureModeOwnNodeNotFound(t *testing.T) {
+	stranger := netip.MustParseAddr("192.0.2.99")
+	t.Run("no node has the address: retry, router untouched", func(t *testing.T) {
+		e := envAt(t, stranger, Config{SecureMode: true}, fake.RouterConfig{SecureMode: true})
+		r := e.router
+		_, err := e.lb.EnsureLoadBalancer(context.Background(), testCluster, newService("default", "web"), threeNodes())
+		var re *api.RetryError
+		if !errors.Is(err, ErrOwnNodeUnknown) || !errors.As(err, &re) {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown with an api.RetryError", err)
+		}
+		for _, s := range []string{"default/web", stranger.String(), "node-a", addrA.String(), "NodeName"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+		if n := len(r.Mappings()); n != 0 {
+			t.Errorf("router has %d mappings, want none", n)
+		}
+		// The node registers with that address: found on the next call.
+		nodes := append(threeNodes(), newNode("node-d", stranger))
+		e.mustEnsure(t, newService("default", "web"), nodes)
+		if ms := r.Mappings(); len(ms) != 1 || ms[0].InternalClient != stranger {
+			t.Errorf("table = %v, want one mapping to node-d", ms)
+		}
+	})
+	t.Run("two nodes have the address", func(t *testing.T) {
+		e := envAt(t, addrA, Config{SecureMode: true}, fake.RouterConfig{SecureMode: true})
+		r := e.router
+		nodes := append(threeNodes(), newNode("node-a2", addrA))
+		_, err := e.lb.EnsureLoadBalancer(context.Background(), testCluster, newService("default", "web"), nodes)
+		if !errors.Is(err, ErrOwnNodeUnknown) || !strings.Contains(err.Error(), "node-a, node-a2") {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown naming node-a and node-a2", err)
+		}
+		if n := len(r.Mappings()); n != 0 {
+			t.Errorf("router has %d mappings, want none", n)
+		}
+	})
+	t.Run("client fails", func(t *testing.T) {
+		boom := &igd.UPnPError{Action: "LocalAddr", Code: 501, Description: "ActionFailed"}
+		e := envAt(t, addrA, Config{SecureMode: true}, fake.RouterConfig{SecureMode: true})
+		e.router.Fail(fake.MethodLocalAddr, boom)
+		_, err := e.lb.EnsureLoadBalancer(context.Background(), testCluster, newService("default", "web"), threeNodes())
+		var re *api.RetryError
+		if !errors.Is(err, boom) || errors.As(err, &re) || !strings.Contains(err.Error(), "default/web") {
+			t.Fatalf("error = %v; want the client's error, naming the Service, without a RetryError (back off)", err)
+		}
+	})
+	t.Run("not in secure mode: never asked", func(t *testing.T) {
+		e := envAt(t, stranger, Config{}, fake.RouterConfig{})
+		r := e.router
+		e.mustEnsure(t, newService("default", "web"), threeNodes())
+		if n := r.CallCount(fake.MethodLocalAddr); n != 0 {
+			t.Errorf("LocalAddr called %d times outside secure mode", n)
+		}
+	})
+}
+
+// The background work finds the node among the nodes it watches.
+func TestBackgroundFindsOwnNode(t *testing.T) {
+	e := envAt(t, addrC, Config{ClusterName: testCluster, SecureMode: true}, fake.RouterConfig{SecureMode: true})
+	r := e.router
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	startBackground(t, e, []k8sruntime.Object{nodes[0], nodes[1], nodes[2], svc}...)
+	eventually(t, "the Service mapped to node-c", func() bool {
+		ms := r.Mappings()
+		return len(ms) == 1 && ms[0].InternalClient == addrC
+	})
+}
