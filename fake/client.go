@@ -49,10 +49,11 @@ func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
 	return call.Addr, nil
 }
 
-// AddPortMapping creates m or updates it in place when this host already
-// holds its key. Like the real client it returns m as sent (Enabled true):
-// the router may store a different lease (a lease of 0 or over igd.MaxLease
-// is stored as igd.MaxLease, as on miniupnpd), which GetPortMapping reads
+// AddPortMapping creates m, or renews or replaces it when this host already
+// holds its key (see the package documentation). Like the real client it
+// returns m as sent (Enabled true): the router may store a different lease
+// (a lease of 0 or over igd.MaxLease is stored as igd.MaxLease, as on
+// miniupnpd) or keep an earlier description, which GetPortMapping reads
 // back. When the router answers 725 (it only takes permanent leases) the
 // mapping is added again with lease 0, as the real client does, and Lease
 // is 0 in the result. Invalid input gives a *igd.FieldError (matching

@@ -39,19 +39,25 @@ func newRouter(cfg igdconformance.Config) (*fake.Router, *clocktesting.FakeClock
 	return r, clk
 }
 
+// suiteRouter is fake router r, on clock clk, as the suite sees it: a acts
+// from hostA and b from hostB.
+func suiteRouter(r *fake.Router, clk *clocktesting.FakeClock, a, b igd.Client) igdconformance.Router {
+	return igdconformance.Router{
+		A: a, B: b,
+		AddrA: hostA, AddrB: hostB,
+		ExternalIP: r.ExternalIPAddr(),
+		Reboot:     func(testing.TB) { r.Reboot() },
+		Step:       clk.Step,
+	}
+}
+
 // TestConformanceInMemory runs the router behaviour suite against the
 // in-memory fake (backend 1).
 func TestConformanceInMemory(t *testing.T) {
 	igdconformance.Run(t, igdconformance.Backend{
 		Start: func(t *testing.T, cfg igdconformance.Config) igdconformance.Router {
 			r, clk := newRouter(cfg)
-			return igdconformance.Router{
-				A: r.Client(hostA), B: r.Client(hostB),
-				AddrA: hostA, AddrB: hostB,
-				ExternalIP: r.ExternalIPAddr(),
-				Reboot:     func(testing.TB) { r.Reboot() },
-				Step:       clk.Step,
-			}
+			return suiteRouter(r, clk, r.Client(hostA), r.Client(hostB))
 		},
 		SupportsSecureMode: true,
 		CanReboot:          true,
@@ -93,14 +99,7 @@ func TestConformanceServer(t *testing.T) {
 			igdconformance.Run(t, igdconformance.Backend{
 				Start: func(t *testing.T, cfg igdconformance.Config) igdconformance.Router {
 					r, clk := newRouter(cfg)
-					return igdconformance.Router{
-						A:     serverClient(t, r, svc, hostA),
-						B:     serverClient(t, r, svc, hostB),
-						AddrA: hostA, AddrB: hostB,
-						ExternalIP: r.ExternalIPAddr(),
-						Reboot:     func(testing.TB) { r.Reboot() },
-						Step:       clk.Step,
-					}
+					return suiteRouter(r, clk, serverClient(t, r, svc, hostA), serverClient(t, r, svc, hostB))
 				},
 				SupportsSecureMode: true,
 				CanReboot:          true,

@@ -10,9 +10,12 @@
 // the fake follows miniupnpd:
 //
 //   - The table is keyed by (protocol, external port). Adding a key held by
-//     another internal client fails with 718 (igd.ErrConflict); the same
-//     internal client adding it again updates the mapping in place
-//     (internal port, description, lease).
+//     another internal client fails with 718 (igd.ErrConflict). The same
+//     internal client adding it again with the same internal port only
+//     renews the lease: the description stays the one first set (the
+//     specification would overwrite it) and the mapping keeps its place in
+//     the listing. With another internal port the mapping is replaced
+//     (internal port, description, lease) and lists as the newest.
 //   - A lease of 0 ("permanent") or over 604800 s is stored as 604800 s
 //     (igd.MaxLease), as IGD:2 requires and miniupnpd does: a permanent
 //     mapping that is never renewed expires after seven days.
@@ -23,7 +26,9 @@
 //     address: anything else is 718 even on a free port (606 for
 //     AddAnyPortMapping), and deleting another host's mapping is 606
 //     (igd.ErrNotAuthorized).
-//   - Listing returns the newest mapping first and ends with 713.
+//   - Listing returns the newest mapping first: entry by entry
+//     (GetGenericPortMappingEntry, ending with 713) across both protocols,
+//     and with GetListOfPortMappings one protocol at a time.
 //   - Errors are *igd.UPnPError values with miniupnpd's codes and texts, so
 //     errors.Is(err, igd.ErrConflict) and igd.Code(err) work; the Server sends
 //     them as miniupnpd's SOAP fault bodies.

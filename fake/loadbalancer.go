@@ -92,10 +92,14 @@ func (lb *LoadBalancer) FailNext(method string, err error) {
 	lb.nextErrs[method] = append(lb.nextErrs[method], err)
 }
 
-// SetIngressIP changes the address later EnsureLoadBalancer calls report.
+// SetIngressIP changes the address later EnsureLoadBalancer calls report;
+// the zero Addr restores DefaultExternalIP, as in NewLoadBalancer.
 func (lb *LoadBalancer) SetIngressIP(a netip.Addr) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
+	if !a.IsValid() {
+		a = DefaultExternalIP
+	}
 	lb.ingressIP = a
 }
 

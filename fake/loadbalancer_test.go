@@ -91,6 +91,29 @@ func TestLoadBalancerLifecycle(t *testing.T) {
 	}
 }
 
+// TestLoadBalancerSetIngressIP checks that the ingress IP follows
+// SetIngressIP and that the zero Addr means DefaultExternalIP, as it does in
+// NewLoadBalancer, never the string "invalid IP".
+func TestLoadBalancerSetIngressIP(t *testing.T) {
+	lb := fake.NewLoadBalancer(netip.Addr{})
+	web := service("default", "web")
+	for _, tc := range []struct{ set, want string }{
+		{"", fake.DefaultExternalIP.String()},
+		{"100.64.1.2", "100.64.1.2"},
+		{"", fake.DefaultExternalIP.String()},
+	} {
+		if tc.set != "" {
+			lb.SetIngressIP(netip.MustParseAddr(tc.set))
+		} else {
+			lb.SetIngressIP(netip.Addr{})
+		}
+		st, err := lb.EnsureLoadBalancer(t.Context(), "c1", web, nil)
+		if err != nil || len(st.Ingress) != 1 || st.Ingress[0].IP != tc.want {
+			t.Errorf("after SetIngressIP(%q): EnsureLoadBalancer = %v, %v; want ingress %s", tc.set, st, err, tc.want)
+		}
+	}
+}
+
 func TestLoadBalancerInjectedErrors(t *testing.T) {
 	lb := fake.NewLoadBalancer(netip.Addr{})
 	web := service("default", "web")

@@ -212,7 +212,7 @@ func upnpErr(action string, code int) *igd.UPnPError {
 // errorDescription is miniupnpd's text for a UPnP error code.
 func errorDescription(code int) string {
 	switch code {
-	case 401:
+	case igd.CodeInvalidAction:
 		return "Invalid Action"
 	case igd.CodeInvalidArgs:
 		return "Invalid Args"
@@ -234,17 +234,13 @@ func errorDescription(code int) string {
 		return "OnlyPermanentLeasesSupported"
 	case igd.CodeNoPortMapsAvailable:
 		return "NoPortMapsAvailable"
-	case codePortMappingNotFound:
+	case igd.CodePortMappingNotFound:
 		return "PortMappingNotFound"
 	case codeInconsistentParameters:
 		return "InconsistentParameters"
 	}
 	return "ActionFailed"
 }
-
-// codePortMappingNotFound is UPnP 730 (IGD:2), miniupnpd's answer to
-// DeletePortMappingRange and GetListOfPortMappings over an empty range.
-const codePortMappingNotFound = 730
 
 // codeInconsistentParameters is UPnP 733 (IGD:2): a port range whose start
 // is above its end.
@@ -255,13 +251,11 @@ const codeInconsistentParameters = 733
 func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mapping, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.clock.Now()
-	r.expireLocked(now)
-	m.InternalClient = m.InternalClient.Unmap()
-	if r.cfg.SecureMode && m.InternalClient != caller {
-		// miniupnpd answers 718, not 606, here: indistinguishable from a
-		// real conflict.
-		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
+	// In secure mode miniupnpd answers 718, not 606, to a mapping for another
+	// host: indistinguishable from a real conflict.
+	now, err := r.admitLocked(action, caller, &m, igd.CodeConflict)
+	if err != nil {
+		return igd.Mapping{}, err
 	}
 	old, exists := r.table[m.Key()]
 	if exists && old.m.InternalClient != m.InternalClient {
@@ -277,8 +271,11 @@ func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mappi
 	return r.table[m.Key()].m, nil
 }
 
-// storeLocked writes m into the table, updating old in place (keeping its
-// position in the listing order) when old is not nil.
+// storeLocked writes m into the table over old (nil: a new key), as
+// miniupnpd 2.3.1 does: a re-add with old's internal port only renews the
+// lease, keeping old's description and its place in the listing order; a
+// re-add with another internal port replaces the mapping, which then lists
+// as the newest.
 func (r *Router) storeLocked(now time.Time, m igd.Mapping, old *entry) {
 	m.Enabled = true
 	e := &entry{}
@@ -293,36 +290,39 @@ func (r *Router) storeLocked(now time.Time, m igd.Mapping, old *entry) {
 	if m.Lease > 0 {
 		e.expires = now.Add(m.Lease)
 	}
-	e.m = m
-	if old != nil {
+	if old != nil && old.m.InternalPort == m.InternalPort {
+		m.Description = old.m.Description
 		e.seq = old.seq
 	} else {
 		r.seq++
 		e.seq = r.seq
 	}
+	e.m = m
 	r.table[m.Key()] = e
 }
 
 // addAny implements AddAnyPortMapping: like add, but when the key is taken
 // by another host the router picks a free external port instead of failing.
+// Ports are tried upwards from the one asked for, wrapping from 65535 to
+// 1024; when 65535 tries find no port (every one held by another host) or
+// the table is full, the answer is 728.
 func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Mapping, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.clock.Now()
-	r.expireLocked(now)
-	m.InternalClient = m.InternalClient.Unmap()
-	if r.cfg.SecureMode && m.InternalClient != caller {
-		return igd.Mapping{}, upnpErr(action, igd.CodeNotAuthorized)
+	now, err := r.admitLocked(action, caller, &m, igd.CodeNotAuthorized)
+	if err != nil {
+		return igd.Mapping{}, err
 	}
 	if r.cfg.OnlyPermanentLeases && m.Lease != 0 {
 		return igd.Mapping{}, upnpErr(action, igd.CodeOnlyPermanentLeases)
 	}
-	start := m.ExternalPort
-	for {
+	// At most 65535 tries: the search ends even when the asked port is below
+	// 1024, where the wrap-around never comes back to it.
+	for range 65535 {
 		old, exists := r.table[m.Key()]
 		if !exists || old.m.InternalClient == m.InternalClient {
 			if !exists && r.cfg.Capacity > 0 && len(r.table) >= r.cfg.Capacity {
-				return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+				break
 			}
 			r.storeLocked(now, m, old)
 			return r.table[m.Key()].m, nil
@@ -331,10 +331,21 @@ func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Ma
 		if m.ExternalPort == 0 {
 			m.ExternalPort = 1024
 		}
-		if m.ExternalPort == start {
-			return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
-		}
 	}
+	return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+}
+
+// admitLocked starts an add: it drops expired mappings, normalizes m's
+// internal client, and in secure mode refuses, with secureCode, a mapping
+// for a host other than caller. It returns the router's time.
+func (r *Router) admitLocked(action string, caller netip.Addr, m *igd.Mapping, secureCode int) (time.Time, error) {
+	now := r.clock.Now()
+	r.expireLocked(now)
+	m.InternalClient = m.InternalClient.Unmap()
+	if r.cfg.SecureMode && m.InternalClient != caller {
+		return now, upnpErr(action, secureCode)
+	}
+	return now, nil
 }
 
 // remove deletes the mapping at k for caller. A missing mapping is not an
@@ -373,7 +384,7 @@ func (r *Router) removeRange(action string, caller netip.Addr, proto igd.Protoco
 		n++
 	}
 	if n == 0 {
-		return upnpErr(action, codePortMappingNotFound)
+		return upnpErr(action, igd.CodePortMappingNotFound)
 	}
 	return nil
 }

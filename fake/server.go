@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -297,13 +296,13 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			n = 1000 // miniupnpd's limit per call
 		}
 		op = func() ([]soapArg, error) {
+			// One protocol, newest first, as miniupnpd lists it.
 			var out []igd.Mapping
 			for _, m := range h.router.list() {
 				if m.Protocol == proto && m.ExternalPort >= start && m.ExternalPort <= end {
 					out = append(out, m)
 				}
 			}
-			slices.SortFunc(out, func(a, b igd.Mapping) int { return cmp.Compare(a.ExternalPort, b.ExternalPort) })
 			if len(out) > int(n) {
 				out = out[:n]
 			}

@@ -223,6 +223,35 @@ func TestServerAddAnyPortMapping(t *testing.T) {
 	}
 }
 
+// TestServerAddAnyPortMappingNoFreePort fills every port from 80 up with
+// another host's mappings and asks for port 80: the search for a free port
+// wraps from 65535 to 1024 and never comes back to 80, so it must give up
+// with 728 rather than spin forever holding the router's lock.
+func TestServerAddAnyPortMappingNoFreePort(t *testing.T) {
+	r, _ := newRouter(igdconformanceConfig(false))
+	for p := 80; p <= 65535; p++ {
+		r.Put(tcp(uint16(p), hostB))
+	}
+	srv := newServer(t, r, fake.ServerOptions{ClientAddr: fixed(hostA)})
+	type answer struct {
+		status int
+		body   string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, body := soapCall(t, srv, fake.WANIPConnection2, "AddAnyPortMapping", addArgs(80, "192.0.2.10", "60"))
+		done <- answer{status, body}
+	}()
+	select {
+	case a := <-done:
+		if got := faultCode(t, a.body); a.status != http.StatusInternalServerError || got != igd.CodeNoPortMapsAvailable {
+			t.Errorf("AddAnyPortMapping with no free port: status %d, fault %d, want 500 and 728\n%s", a.status, got, a.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("AddAnyPortMapping with no free port did not answer within 30s")
+	}
+}
+
 func TestServerDeletePortMappingRange(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	r.Put(tcp(40001, hostA))

@@ -245,7 +245,7 @@ func faultFor(err error) (int, string) {
 		}
 		return ue.Code, desc
 	case errors.Is(err, errInvalidAction):
-		return 401, errorDescription(401)
+		return igd.CodeInvalidAction, errorDescription(igd.CodeInvalidAction)
 	case errors.Is(err, errInvalidArgs):
 		return igd.CodeInvalidArgs, errorDescription(igd.CodeInvalidArgs)
 	}

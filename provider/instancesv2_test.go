@@ -18,6 +18,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
+	"k8s.io/cloud-provider/controllers/nodelifecycle"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 
 	"github.com/ccmkit/ccmkit/registry"
@@ -409,6 +410,104 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 			t.Errorf("node %s: taints = %v, want %v", name, node.Spec.Taints, w.taints)
 		}
 	}
+}
+
+// TestCloudNodeLifecycleControllerKeepsNodes runs the upstream cloud node
+// lifecycle controller's first pass over NotReady nodes (the only ones it
+// asks the provider about): a node object that still exists is never
+// reported gone, so none is deleted, and none is tainted as shut down. That
+// holds for our nodes, for a node not yet initialized, and for a node of
+// another provider (an error, which the controller logs and skips).
+func TestCloudNodeLifecycleControllerKeepsNodes(t *testing.T) {
+	notReady := func(n *v1.Node) *v1.Node {
+		n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}
+		return n
+	}
+	nodes := []*v1.Node{
+		notReady(testNode("powered-off", "edge://powered-off", nil, nil, internalIP("192.168.1.10"))),
+		notReady(testNode("not-initialized", "", nil, nil)),
+		notReady(testNode("foreign", "aws:///eu-west-1a/i-0123", nil, nil)),
+	}
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2])
+	factory := informers.NewSharedInformerFactory(client, 0)
+	asked := &askedInstances{InstancesV2: newTestInstances(t, InstancesConfig{}), calls: make(chan string, 16)}
+	cloud, err := New("edge", Config{InstancesV2: asked})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	lifecycle, err := nodelifecycle.NewCloudNodeLifecycleController(factory.Core().V1().Nodes(), client, cloud, time.Hour, 1)
+	if err != nil {
+		t.Fatalf("NewCloudNodeLifecycleController: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+	})
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("cache of %v did not sync", typ)
+		}
+	}
+	// Run passes over the nodes at once, then every hour. Wait until it
+	// has asked about every node (and whether each of ours is shut down,
+	// which it asks only of nodes that exist), then stop it: Run returns
+	// once the pass is complete, its effects applied.
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		lifecycle.Run(ctx, controllersmetrics.NewControllerManagerMetrics("test"))
+	}()
+	want := map[string]bool{
+		"exists powered-off": true, "exists not-initialized": true, "exists foreign": true,
+		"shutdown powered-off": true, "shutdown not-initialized": true,
+	}
+	timeout := time.After(30 * time.Second)
+	for len(want) > 0 {
+		select {
+		case c := <-asked.calls:
+			delete(want, c)
+		case <-timeout:
+			t.Fatalf("the lifecycle controller did not ask %v within 30s", want)
+		}
+	}
+	cancel()
+	<-ran
+
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "nodes" && a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("the lifecycle controller changed a node: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	for _, n := range nodes {
+		got, err := client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("node %s after a lifecycle pass: %v (it must never be deleted)", n.Name, err)
+			continue
+		}
+		if hasTaint(got, cloudproviderapi.TaintNodeShutdown) {
+			t.Errorf("node %s was tainted %s", got.Name, cloudproviderapi.TaintNodeShutdown)
+		}
+	}
+}
+
+// askedInstances passes calls to InstancesV2 on and reports each
+// InstanceExists and InstanceShutdown call ("exists NODE", "shutdown NODE")
+// on calls.
+type askedInstances struct {
+	cloudprovider.InstancesV2
+	calls chan string
+}
+
+func (a *askedInstances) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
+	defer func() { a.calls <- "exists " + node.Name }()
+	return a.InstancesV2.InstanceExists(ctx, node)
+}
+
+func (a *askedInstances) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
+	defer func() { a.calls <- "shutdown " + node.Name }()
+	return a.InstancesV2.InstanceShutdown(ctx, node)
 }
 
 func hasTaint(n *v1.Node, key string) bool {

@@ -66,7 +66,7 @@ func (p printer) detail(text string) {
 	}
 }
 
-func demo(ctx context.Context, opts options, out io.Writer) error {
+func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 	p := printer{out}
 	if !opts.verbose {
 		quietOnce.Do(func() { klog.SetLogger(logr.Discard()) })
@@ -151,6 +151,14 @@ func demo(ctx context.Context, opts options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("creating the Service: %w", err)
 	}
+	// If a later step fails, the Service's mapping must not outlive the demo
+	// on a real router: stop the controllers, then have the provider delete
+	// what it made for the Service (it leaves every other mapping alone).
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ccm.removeLoadBalancer(svc))
+		}
+	}()
 	p.step("cluster", "Service %s/%s created: type LoadBalancer, port %d -> nodePort %d", svc.Namespace, svc.Name, opts.port, nodePort)
 	key := igd.Key{Protocol: igd.TCP, ExternalPort: uint16(opts.port)}
 	mapping, err := waitFor(ctx, "the port mapping on the router", func() (igd.Mapping, bool, error) {
@@ -282,6 +290,28 @@ func (c *ccm) startServiceController(ctx context.Context) error {
 		return n, n > before, err
 	})
 	return err
+}
+
+// cleanupTimeout bounds removeLoadBalancer, which runs after the demo's own
+// deadline may have passed: a router call is bounded by the provider's call
+// timeout (2 s by default), and removing one mapping takes a few calls.
+const cleanupTimeout = 15 * time.Second
+
+// removeLoadBalancer stops the controllers and deletes svc's load balancer
+// through the provider, as the service controller would have.
+func (c *ccm) removeLoadBalancer(svc *v1.Service) error {
+	c.cancel()
+	c.wg.Wait()
+	lb, ok := c.cloud.LoadBalancer()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), cleanupTimeout)
+	defer cancel()
+	if err := lb.EnsureLoadBalancerDeleted(ctx, clusterName, svc); err != nil {
+		return fmt.Errorf("cleaning up the load balancer of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
 }
 
 // stop stops the controllers and the provider's background work and waits

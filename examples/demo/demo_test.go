@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,5 +119,43 @@ func TestDemoRouterURL(t *testing.T) {
 	}
 	if got := router.Mappings(); len(got) != 1 || got[0].Key() != foreign.Key() || got[0].InternalClient != foreign.InternalClient {
 		t.Errorf("router table after the demo = %v, want only the foreign mapping %v", got, foreign)
+	}
+}
+
+// TestDemoCleansUpAfterFailure makes the demo fail after the provider has
+// mapped the Service's port on a "real" router: the router tells the demo's
+// own client a wrong external IP (every answer before the demo starts
+// looking for the mapping), so the Service's IP, which the provider asks
+// for later, does not match. The demo must report the failure and leave no
+// mapping of its own behind, while another host's mapping stays.
+func TestDemoCleansUpAfterFailure(t *testing.T) {
+	router := fake.NewRouter(fake.RouterConfig{})
+	var looking atomic.Bool
+	router.PrependHook("GetSpecificPortMappingEntry", func(context.Context, *fake.Call) (bool, error) {
+		looking.Store(true)
+		return false, nil
+	})
+	router.PrependHook("GetExternalIPAddress", func(_ context.Context, call *fake.Call) (bool, error) {
+		if looking.Load() {
+			return false, nil
+		}
+		call.Addr = netip.MustParseAddr("203.0.113.250")
+		return true, nil
+	})
+	srv := fake.NewServer(router, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	foreign := igd.Mapping{Protocol: igd.TCP, ExternalPort: 22, InternalClient: netip.MustParseAddr("192.168.1.50"), InternalPort: 22, Description: "ssh", Enabled: true}
+	router.Put(foreign)
+
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-router-url", srv.RootDescURL, "-timeout", "60s"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "external IP") {
+		t.Fatalf("demo = %v, want a failure about the external IP; output:\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "[router]  mapping TCP/8080 -> 127.0.0.1:30080") {
+		t.Fatalf("the demo failed before the mapping was made, so this test proves nothing; output:\n%s", out.String())
+	}
+	if got := router.Mappings(); len(got) != 1 || got[0].Key() != foreign.Key() {
+		t.Errorf("router table after the failed demo = %v, want only the foreign mapping %v", got, foreign)
 	}
 }

@@ -11,7 +11,9 @@
 // controller initialize it, creates a Service of type LoadBalancer and shows
 // the port mapping on the router and the Service's external IP, then deletes
 // the Service and shows the mapping gone. It exits non-zero if any step
-// fails or the whole run takes longer than -timeout.
+// fails or the whole run takes longer than -timeout; a step that fails after
+// the Service was created first has the provider remove the Service's
+// mapping, so that none is left on a real router.
 //
 // With -router-url it talks to a real router instead (its root-description
 // URL, for example http://192.168.1.1:5000/rootDesc.xml): it then adds and

@@ -16,12 +16,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	serjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/app"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/provider/edge"
@@ -197,12 +199,16 @@ func TestManifests(t *testing.T) {
 		// What a CCM needs by the upstream documentation, plus what the
 		// edge load balancer's background work needs.
 		needs := []struct{ group, resource, verb, namespace string }{
-			{"", "nodes", "watch", ""}, {"", "nodes", "list", ""}, {"", "nodes", "update", ""}, {"", "nodes", "patch", ""},
+			{"", "nodes", "get", ""}, {"", "nodes", "watch", ""}, {"", "nodes", "list", ""}, {"", "nodes", "update", ""}, {"", "nodes", "patch", ""},
+			// The node lifecycle controller deletes nodes whose instance is gone.
+			{"", "nodes", "delete", ""},
 			{"", "nodes/status", "patch", ""},
 			{"", "services", "watch", ""}, {"", "services", "list", ""}, {"", "services", "patch", ""},
 			{"", "services/status", "patch", ""}, {"", "services/status", "update", ""},
 			{"", "events", "create", ""}, {"", "events", "patch", ""},
 			{"discovery.k8s.io", "endpointslices", "watch", ""}, {"discovery.k8s.io", "endpointslices", "list", ""},
+			// Leader election reads, creates and renews its Lease.
+			{"coordination.k8s.io", "leases", "get", "kube-system"},
 			{"coordination.k8s.io", "leases", "create", "kube-system"}, {"coordination.k8s.io", "leases", "update", "kube-system"},
 		}
 		for _, n := range needs {
@@ -231,6 +237,22 @@ func TestManifests(t *testing.T) {
 		} {
 			if !slices.ContainsFunc(pod.Tolerations, func(tol v1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
 				t.Errorf("no toleration for taint %s", taint.ToString())
+			}
+		}
+		// It must land on control-plane nodes as kubeadm (label value "")
+		// and k3s (value "true") label them, and on no other node.
+		affinity := nodeaffinity.GetRequiredNodeAffinity(&v1.Pod{Spec: pod})
+		for _, tc := range []struct {
+			labels map[string]string
+			want   bool
+		}{
+			{map[string]string{"node-role.kubernetes.io/control-plane": ""}, true},
+			{map[string]string{"node-role.kubernetes.io/control-plane": "true"}, true},
+			{map[string]string{"node-role.kubernetes.io/worker": "true"}, false},
+		} {
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: tc.labels}}
+			if got, err := affinity.Match(node); err != nil || got != tc.want {
+				t.Errorf("pod scheduling on a node labelled %v: %v (%v), want %v", tc.labels, got, err, tc.want)
 			}
 		}
 		if len(pod.Containers) != 1 {

@@ -8,8 +8,11 @@
 // the fake SOAP server (fake.Server), and the real client talking to a real
 // miniupnpd in network namespaces (igd/igdtest). Cases that miniupnpd cannot
 // show (a full table, only-permanent-lease routers, a non-public external
-// address, lease expiry on a controlled clock) are marked "fake only" and run
-// only on backends that set Backend.FakeOnly.
+// address) are marked "fake only" and run only on backends that set
+// Backend.FakeOnly. Everything else, a router reboot and lease expiry
+// included, runs on every backend: on a controlled clock (Router.Step) the
+// lease cases check the exact second, on a real router they wait a few
+// seconds of real time.
 //
 // Use it from a _test.go file:
 //
