@@ -62,6 +62,13 @@
 // A description is at most 63 bytes (igd.MaxDescriptionLen): miniupnpd keeps
 // 64 bytes including its terminator and mangles longer ones.
 //
+// When only the description of a Service's own mapping changes (a Service
+// port renamed), the mapping is deleted and added again: miniupnpd keeps the
+// old description of a mapping that the same internal client re-adds with
+// the same internal port, renewing only its lease. Between the two calls the
+// port is not forwarded. A router that alters descriptions (cuts them short)
+// is rewritten at most once per process and port name, not on every pass.
+//
 // The cluster is kube-controller-manager's --cluster-name (the clusterName
 // argument of every call). Two clusters behind one router must use different
 // cluster names, or each would take the other's mappings of same-named

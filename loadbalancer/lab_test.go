@@ -524,3 +524,54 @@ func median(ds []time.Duration) time.Duration {
 	}
 	return s[len(s)/2]
 }
+
+// TestLabRenamedPortRelabels renames a Service port on miniupnpd, which keeps
+// the description of a mapping re-added with the same internal client and
+// port: the new description must reach the router in one Ensure, and the
+// next Ensure must make no writes.
+func TestLabRenamedPortRelabels(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1})
+	ctx := labContext(t)
+	client := newCounting(labClient(t, lab, 0))
+	lb, err := New(Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := labNodes(lab)
+	mapping := func(t *testing.T) igd.Mapping {
+		t.Helper()
+		m, err := client.Client.GetPortMapping(ctx, igd.TCP, 44080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ensure := func(t *testing.T, portName string) {
+		t.Helper()
+		svc := newService("default", "web", withPorts(port(portName, v1.ProtocolTCP, 44080, 30080)))
+		if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ensure(t, "http")
+	if m := mapping(t); m.Description != desc("default", "web", "http") {
+		t.Fatalf("mapping = %v", m)
+	}
+	client.take()
+
+	ensure(t, "web")
+	if m := mapping(t); m.Description != desc("default", "web", "web") || m.InternalClient != lab.Nodes[0].Addr || m.InternalPort != 30080 {
+		t.Errorf("mapping after rename = %v, want description %q", m, desc("default", "web", "web"))
+	}
+	if c := client.take(); c[fake.MethodAddPortMapping] != 1 || c[fake.MethodDeletePortMapping] != 1 {
+		t.Errorf("rename: router calls = %v, want 1 delete, 1 add", c)
+	}
+	ensure(t, "web")
+	if c := client.take(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
+		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+	}
+	if tab := peerTable(t, ctx, lab, 0); !strings.Contains(tab, desc("default", "web", "web")) {
+		t.Errorf("upnpc -l does not show the new description:\n%s", tab)
+	}
+}

@@ -48,6 +48,12 @@ type LoadBalancer struct {
 	// expires records when the mappings this process added (or renewed)
 	// expire, by the lease the router granted (none for permanent ones).
 	expires map[igd.Key]time.Time
+	// written records, by key, the description this process last wrote to
+	// its own mapping there. When the router reports another one although
+	// nothing else was written since, the router alters descriptions (cuts
+	// them short, say): the mapping then counts as labelled, rather than
+	// being deleted and re-added on every pass.
+	written map[igd.Key]string
 	// busy holds one channel per Service with an operation in flight,
 	// closed when it ends.
 	busy map[string]chan struct{}
@@ -81,6 +87,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		nodeAddrs: make(map[netip.Addr]string),
 		claims:    make(map[igd.Key]owner),
 		expires:   make(map[igd.Key]time.Time),
+		written:   make(map[igd.Key]string),
 		busy:      make(map[string]chan struct{}),
 		warned:    make(map[types.UID]netip.Addr),
 	}, nil

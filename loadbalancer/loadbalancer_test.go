@@ -277,6 +277,105 @@ func TestUpdateConvergesPorts(t *testing.T) {
 	}
 }
 
+// TestRenamedPortRelabelsOnce renames a Service port, which changes only the
+// description of its mapping. miniupnpd (and the fake) keep the description
+// of a mapping re-added with the same internal client and port, so the
+// mapping is deleted and added again; the next Ensure must find it up to
+// date rather than rewrite it on every pass.
+func TestRenamedPortRelabelsOnce(t *testing.T) {
+	tests := []struct {
+		name        string
+		cfg         Config
+		rc          fake.RouterConfig
+		newNodePort int32
+		wantAdds    int
+		wantDeletes int
+	}{
+		{"same nodePort: delete and add", Config{}, fake.RouterConfig{}, 30080, 1, 1},
+		{"secure mode, same nodePort: delete and add", Config{SecureMode: true, NodeName: "node-a"}, fake.RouterConfig{SecureMode: true}, 30080, 1, 1},
+		{"new nodePort: replaced in place", Config{}, fake.RouterConfig{}, 31080, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.cfg, tt.rc)
+			nodes := threeNodes()
+			dns := port("dns", v1.ProtocolUDP, 5353, 30053)
+			e.mustEnsure(t, newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080), dns)), nodes)
+			to := e.router.Mappings()[0].InternalClient
+			e.calls()
+
+			renamed := newService("default", "web", withPorts(port("web", v1.ProtocolTCP, 8080, tt.newNodePort), dns))
+			e.mustEnsure(t, renamed, nodes)
+			diffRows(t, "table after rename", e.table(), []string{
+				row(igd.TCP, 8080, to, uint16(tt.newNodePort), desc("default", "web", "web")),
+				row(igd.UDP, 5353, to, 30053, desc("default", "web", "dns")),
+			})
+			if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != tt.wantAdds || c[fake.MethodDeletePortMapping] != tt.wantDeletes {
+				t.Errorf("rename: router calls = %v, want 1 list, %d add, %d delete", c, tt.wantAdds, tt.wantDeletes)
+			}
+			if ms := e.router.Mappings(); len(ms) == 2 {
+				for _, m := range ms {
+					if m.Lease != DefaultLease {
+						t.Errorf("%s lease = %s, want %s", m.Key(), m.Lease, DefaultLease)
+					}
+				}
+			}
+
+			// Converged: the next Ensure only reads the table.
+			e.mustEnsure(t, renamed, nodes)
+			if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
+				t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+			}
+
+			// Renamed back: the old name is written again.
+			e.mustEnsure(t, newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080), dns)), nodes)
+			diffRows(t, "table after renaming back", e.table(), []string{
+				row(igd.TCP, 8080, to, 30080, desc("default", "web", "http")),
+				row(igd.UDP, 5353, to, 30053, desc("default", "web", "dns")),
+			})
+		})
+	}
+}
+
+// TestRouterAlteringDescriptionsDoesNotChurn uses a router that stores
+// descriptions cut short: what it reports never equals what was written, and
+// the mapping must not be deleted and re-added on every pass for that.
+func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	const keep = 28 // "ck1 kubernetes/default/web h"
+	e.router.PrependHook(fake.MethodAddPortMapping, func(_ context.Context, c *fake.Call) (bool, error) {
+		c.Mapping.Description = c.Mapping.Description[:min(keep, len(c.Mapping.Description))]
+		return false, nil
+	})
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	if ms := e.router.Mappings(); len(ms) != 1 || len(ms[0].Description) != keep {
+		t.Fatalf("table = %v, want one mapping with a description cut to %d bytes", e.table(), keep)
+	}
+	e.calls()
+	for i := range 3 {
+		e.mustEnsure(t, svc, nodes)
+		if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
+			t.Errorf("Ensure %d: router calls = %v, want exactly 1 list", i+2, c)
+		}
+	}
+
+	// A rename is still written (as far as the router keeps it), once.
+	renamed := newService("default", "web", withPorts(port("www", v1.ProtocolTCP, 8080, 30080)))
+	e.mustEnsure(t, renamed, nodes)
+	if c := e.calls(); c[fake.MethodAddPortMapping] != 1 || c[fake.MethodDeletePortMapping] != 1 {
+		t.Errorf("rename: router calls = %v, want 1 delete, 1 add", c)
+	}
+	if ms := e.router.Mappings(); len(ms) != 1 || ms[0].Description != desc("default", "web", "www")[:keep] {
+		t.Errorf("table after rename = %v, want the new description cut to %d bytes", e.table(), keep)
+	}
+	e.mustEnsure(t, renamed, nodes)
+	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
+		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+	}
+}
+
 func TestNodeChoice(t *testing.T) {
 	t.Run("deterministic whatever the node order", func(t *testing.T) {
 		nodes := threeNodes()

@@ -140,7 +140,7 @@ func (lb *LoadBalancer) reconcile(ctx context.Context, t table, req request) err
 // of the lease the router granted, whichever is less: some routers report
 // the lease as granted.
 func (lb *LoadBalancer) upToDate(m igd.Mapping, p portPlan, tgt target) bool {
-	if m.InternalClient.Unmap() != tgt.addr || m.InternalPort != p.nodePort || m.Description != p.description {
+	if m.InternalClient.Unmap() != tgt.addr || m.InternalPort != p.nodePort || lb.staleDescription(m, p) {
 		return false
 	}
 	below := lb.cfg.renewBelow()
@@ -153,27 +153,61 @@ func (lb *LoadBalancer) upToDate(m igd.Mapping, p portPlan, tgt target) bool {
 	return !ok || exp.Sub(lb.cfg.Clock.Now()) >= below
 }
 
-// apply makes the mapping for p point at tgt. old is what the table holds at
-// p's key; mine says whether it is the Service's own. It returns a delay when
-// the caller should retry at a fixed rate.
+// staleDescription reports whether our mapping m needs p's description
+// written. It does not when this process's last write there already was that
+// description and the router reports another: such a router alters
+// descriptions, and rewriting would repeat on every pass without end. (After
+// a restart such a mapping is rewritten once.)
+func (lb *LoadBalancer) staleDescription(m igd.Mapping, p portPlan) bool {
+	if m.Description == p.description {
+		return false
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.written[m.Key()] != p.description
+}
+
+// apply makes the mapping for p point at tgt, with p's description. old is
+// what the table holds at p's key; mine says whether it is the Service's own.
+// Our mapping is deleted first when it must move to another node, or when
+// only its description changes (miniupnpd keeps the description on a re-add
+// with the same internal client and port); otherwise one add updates it. It
+// returns a delay when the caller should retry at a fixed rate.
 func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if err := lb.claim(o, p.key); err != nil {
 		return 0, err
 	}
-	if mine && old.InternalClient != tgt.addr {
+	// moved: our mapping must point at another node. relabel: only its
+	// description is out of date (a Service port was renamed, or the
+	// description format changed).
+	moved := mine && old.InternalClient.Unmap() != tgt.addr
+	relabel := mine && !moved && old.InternalPort == p.nodePort && lb.staleDescription(old, p)
+	if moved || relabel {
 		// A router keeps a key for the internal client holding it (another
 		// client gets 718): moving a mapping to another node is a delete
-		// followed by an add.
+		// followed by an add. And miniupnpd only renews the lease of a
+		// mapping re-added with the same internal client and port, keeping
+		// its old description: a re-add alone would leave the description
+		// stale and every later pass would re-add it again. The mapping is
+		// ours, so it is deleted and added afresh. Between the two calls
+		// (two router round trips) the port is not forwarded, and another
+		// LAN host could take it: the add then fails with a PortError
+		// naming that host.
 		if err := lb.cfg.Client.DeletePortMapping(ctx, p.key.Protocol, p.key.ExternalPort); err != nil {
 			return lb.deleteFailed(o, old, err)
 		}
 		mine = false
 		lb.mu.Lock()
 		delete(lb.expires, p.key)
+		delete(lb.written, p.key)
 		lb.mu.Unlock()
-		logger.Info("Deleted port mapping to move it", "service", o.key(), "key", p.key, "from", old.InternalClient, "to", tgt.addr)
+		if moved {
+			logger.Info("Deleted port mapping to move it", "service", o.key(), "key", p.key, "from", old.InternalClient, "to", tgt.addr)
+		} else {
+			logger.Info("Deleted port mapping to change its description", "service", o.key(), "key", p.key, "from", old.Description, "to", p.description)
+		}
 	}
 	want := igd.Mapping{
 		Protocol:       p.key.Protocol,
@@ -197,6 +231,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	} else {
 		delete(lb.expires, p.key) // permanent
 	}
+	lb.written[p.key] = p.description
 	lb.mu.Unlock()
 	if want.Lease != 0 && stored.Lease == 0 {
 		lb.permanentOnce.Do(func() {
@@ -290,6 +325,7 @@ func (lb *LoadBalancer) releaseUnwanted(req request, kept map[igd.Key]bool) {
 		}
 		delete(lb.claims, k)
 		delete(lb.expires, k)
+		delete(lb.written, k)
 	}
 }
 
@@ -300,5 +336,6 @@ func (lb *LoadBalancer) release(o owner, k igd.Key) {
 	if lb.claims[k].token == o.token {
 		delete(lb.claims, k)
 		delete(lb.expires, k)
+		delete(lb.written, k)
 	}
 }
