@@ -70,10 +70,18 @@
 //   - Deletes are idempotent: the spec's 714 for a missing mapping is success
 //     (miniupnpd already answers OK).
 //   - Listing reads WANIPConnection:2 tables with one GetListOfPortMappings
-//     call per protocol, paged past 1000 entries, and falls back to the
-//     GetGenericPortMappingEntry walk (until 713, 714 or 402) elsewhere or
-//     when the router refuses the call. Both are bounded by
-//     Config.MaxListEntries entries read.
+//     call per protocol, and falls back to the GetGenericPortMappingEntry
+//     walk (until 713, 714 or 402) elsewhere or when the router refuses the
+//     call. One answer holds at most 1000 entries, and miniupnpd answers the
+//     newest first rather than by port, so a full answer cannot be continued
+//     from its highest port: the client reads the port range again in
+//     halves, recursively, until every part fits in one answer. Both ways
+//     are bounded by Config.MaxListEntries.
+//   - Re-adds: on miniupnpd 2.3.1, AddPortMapping by the internal client
+//     that holds the key, with the same internal port, only renews the
+//     lease; the description stays the one first stored. With another
+//     internal port it replaces the mapping, description included. To
+//     change only the description, delete the mapping and add it again.
 //   - goupnp's transport errors do not unwrap to the context's error; the
 //     client wraps context.DeadlineExceeded or context.Canceled itself.
 //

@@ -145,11 +145,16 @@ type Client interface {
 	// non-public address (see IsPublic) when the router is itself behind NAT.
 	ExternalIP(ctx context.Context) (netip.Addr, error)
 
-	// AddPortMapping creates m, or updates it in place when the same internal
-	// client already holds the key. It returns the mapping as stored: when
-	// the router only takes permanent leases, Lease is 0 in the result.
-	// A key held by another internal client gives an error matching
-	// ErrConflict; invalid input gives ErrInvalidMapping and reaches no router.
+	// AddPortMapping creates m. When the same internal client already holds
+	// the key, the router takes it as a re-add: with another internal port
+	// the mapping is replaced (internal port, description, lease); with the
+	// same internal port miniupnpd only renews the lease and keeps the
+	// description first stored, so a new description needs a delete first.
+	// It returns m as sent, except that Lease is 0 when the router only takes
+	// permanent leases; read the mapping back (GetPortMapping) for what the
+	// router stored. A key held by another internal client gives an error
+	// matching ErrConflict; invalid input gives ErrInvalidMapping and
+	// reaches no router.
 	AddPortMapping(ctx context.Context, m Mapping) (Mapping, error)
 
 	// DeletePortMapping removes the mapping at (proto, externalPort). It is

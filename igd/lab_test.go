@@ -228,12 +228,25 @@ func TestLabErrorCodes(t *testing.T) {
 		t.Fatalf("conflicting AddPortMapping = %v, want UPnP 718 from AddPortMapping", err)
 	}
 
-	// Re-adding by the same internal client updates in place.
+	// Re-adding by the same internal client with the same internal port
+	// only renews the lease: the description stays.
+	renew := m
+	renew.Description = "ccmkit node0 renamed"
+	if _, err := c0.AddPortMapping(ctx, renew); err != nil {
+		t.Fatalf("re-add by the owner, same internal port: %v", err)
+	}
+	got, err := c0.GetPortMapping(ctx, igd.TCP, 9000)
+	if err != nil || got.InternalPort != 30080 || got.Description != "ccmkit node0" {
+		t.Errorf("after re-add with the same internal port GetPortMapping() = %v, %v; want the first description kept", got, err)
+	}
+
+	// With another internal port it replaces the mapping, description
+	// included.
 	m.InternalPort, m.Description = 30081, "ccmkit node0 v2"
 	if _, err := c0.AddPortMapping(ctx, m); err != nil {
 		t.Fatalf("re-add by the owner: %v", err)
 	}
-	got, err := c0.GetPortMapping(ctx, igd.TCP, 9000)
+	got, err = c0.GetPortMapping(ctx, igd.TCP, 9000)
 	if err != nil || got.InternalPort != 30081 || got.Description != "ccmkit node0 v2" {
 		t.Errorf("after re-add GetPortMapping() = %v, %v", got, err)
 	}

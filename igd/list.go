@@ -20,15 +20,16 @@ const listPage = 1000
 //
 // Where the service is WANIPConnection:2 it reads the table with
 // GetListOfPortMappings: one call per protocol (the action needs NewProtocol
-// and returns only that protocol's entries), paged by external port past
-// 1000 entries. On miniupnpd with 60 mappings that is about 180 ms against
-// 7.5 s for the entry-by-entry walk. Elsewhere, or when the router does not
-// implement the action (401, 602) or refuses its arguments (402, 501, 606), it
-// walks the table with GetGenericPortMappingEntry until 713 (or 714, or 402,
-// which some routers answer past the end). Both ways are bounded by
-// Config.MaxListEntries entries read, so a misbehaving router cannot keep
-// the listing going. A mapping seen twice (the table shifted during a walk,
-// or a router repeated entries across pages) is returned once.
+// and returns only that protocol's entries) while the protocol has fewer
+// than 1000 mappings. On miniupnpd with 60 mappings that is about 180 ms
+// against 7.5 s for the entry-by-entry walk. Past 1000 (see listByRange) it
+// splits the port range in halves until every part fits one answer. Elsewhere,
+// or when the router does not implement the action (401, 602) or refuses its
+// arguments (402, 501, 606), it walks the table with GetGenericPortMappingEntry
+// until 713 (or 714, or 402, which some routers answer past the end). Both
+// ways are bounded by Config.MaxListEntries, so a misbehaving router cannot
+// keep the listing going. A mapping seen twice (the table shifted during a
+// walk, or the same entry came in two answers) is returned once.
 func (c *UPnPClient) ListPortMappings(ctx context.Context) ([]Mapping, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {
@@ -56,52 +57,96 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context) ([]Mapping, error) {
 	return ms, nil
 }
 
+// portRange is an inclusive range of external ports.
+type portRange struct{ lo, hi uint16 }
+
+// width is the number of ports in r.
+func (r portRange) width() int { return int(r.hi) - int(r.lo) + 1 }
+
+// contains reports whether port is in r.
+func (r portRange) contains(port uint16) bool { return r.lo <= port && port <= r.hi }
+
+// halves splits r (at least two ports wide) into its lower and upper half.
+func (r portRange) halves() (portRange, portRange) {
+	mid := uint16((int(r.lo) + int(r.hi)) / 2)
+	return portRange{r.lo, mid}, portRange{mid + 1, r.hi}
+}
+
 // listByRange reads the table with GetListOfPortMappings.
+//
+// One answer holds at most 1000 entries, and which 1000 of a larger range is
+// up to the router: miniupnpd 2.3.1 answers the newest first, not in port
+// order, so a full answer says nothing about the ports it left out. A full
+// answer is therefore read again as its two halves, recursively, until every
+// part comes back short (or empty: 730); the union is the whole table
+// whatever order the router answers in. A range no wider than a full answer
+// is never split. With fewer than 1000 mappings of a protocol that is one
+// call; past it, one call per part read: 15 for 1500 mappings on adjacent
+// ports (the halving has to narrow down to them), 7 for 2500 spread over all
+// ports.
+//
+// A router that answers entries outside the requested range (it ignores
+// NewStartPort or NewEndPort) cannot be paged: its answer is kept and the
+// range is not split. Ranges are computed within 0-65535 and never wrap.
+// Since a part is split only when it holds 1000 distinct ports, the
+// Config.MaxListEntries bound on distinct mappings also bounds the calls.
 func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister) ([]Mapping, error) {
 	seen := map[Key]bool{}
 	var out []Mapping
-	read := 0 // entries received, duplicates included
 	for _, proto := range []Protocol{TCP, UDP} {
-		start := uint16(0)
-		for {
+		// Depth first, lower half first: a stack of the ranges still to read.
+		todo := []portRange{{0, 65535}}
+		logged := false
+		for len(todo) > 0 {
+			r := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
 			var listing string
 			// One call returns up to 1000 entries and the router builds the
 			// whole answer before sending it, so it gets five call bounds.
 			err := c.call(ctx, gw, "GetListOfPortMappings", 5*c.cfg.CallTimeout, func(ctx context.Context) (err error) {
-				listing, err = lister.GetListOfPortMappingsCtx(ctx, start, 65535, string(proto), true, listPage)
+				listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, listPage)
 				return err
 			})
 			if Code(err) == CodePortMappingNotFound {
-				break // nothing (more) in range
+				continue // nothing in range
 			}
 			if err != nil {
 				return nil, err
 			}
 			page, err := parsePortListing(listing)
 			if err != nil {
-				return nil, fmt.Errorf("GetListOfPortMappings %s from port %d: %w", proto, start, err)
+				return nil, fmt.Errorf("GetListOfPortMappings %s ports %d-%d: %w", proto, r.lo, r.hi, err)
 			}
-			read += len(page)
-			var last uint16
+			// honest: every entry is of this protocol and range, each once.
+			honest := true
+			inPage := make(map[Key]bool, len(page))
 			for _, m := range page {
-				last = max(last, m.ExternalPort)
-				if !seen[m.Key()] {
-					seen[m.Key()] = true
+				k := m.Key()
+				if k.Protocol != proto || !r.contains(k.ExternalPort) || inPage[k] {
+					honest = false
+				}
+				inPage[k] = true
+				if !seen[k] {
+					seen[k] = true
 					out = append(out, m)
 				}
 			}
-			// A short page is the last one. A full page continues after its
-			// highest port; a page that does not move forward ends the loop
-			// rather than asking the same range forever.
-			if len(page) < listPage || last == 65535 || last < start {
-				break
+			if len(out) > c.cfg.MaxListEntries {
+				return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.lo, r.hi, c.cfg.MaxListEntries)
 			}
-			// A router whose pages creep forward a port at a time would
-			// otherwise take 65535 calls to finish.
-			if read >= c.cfg.MaxListEntries {
-				return nil, fmt.Errorf("GetListOfPortMappings %s: router still listing from port %d after %d entries; stopped at Config.MaxListEntries=%d", proto, last+1, read, c.cfg.MaxListEntries)
+			if len(page) < listPage || r.width() <= len(page) {
+				continue // the whole range
 			}
-			start = last + 1
+			if !honest {
+				if !logged {
+					logged = true
+					klog.FromContext(ctx).V(2).Info("Router answered GetListOfPortMappings with entries outside the requested range; the listing may be incomplete",
+						"location", gw.info.Location, "protocol", proto, "startPort", r.lo, "endPort", r.hi)
+				}
+				continue
+			}
+			low, high := r.halves()
+			todo = append(todo, high, low)
 		}
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +175,86 @@ func reply(kv ...string) action {
 // fault returns an action that always answers UPnP error code.
 func fault(code int) action {
 	return func(map[string]string) ([][2]string, int) { return nil, code }
+}
+
+// listOrder is the order in which a listTable action answers.
+type listOrder int
+
+const (
+	// portOrder answers by ascending external port.
+	portOrder listOrder = iota
+	// newestFirst answers the most recently added mapping first, whatever
+	// its port, as miniupnpd 2.3.1 does.
+	newestFirst
+)
+
+func (o listOrder) String() string {
+	if o == newestFirst {
+		return "newest first"
+	}
+	return "port order"
+}
+
+// listTable returns a GetListOfPortMappings action answering from table,
+// which holds the router's mappings in the order they were added (oldest
+// first). Like miniupnpd 2.3.1 it answers only NewProtocol's mappings with an
+// external port from NewStartPort to NewEndPort, at most NewNumberOfPorts of
+// them (0 or more than 1000 means 1000), in the given order, and 730 when
+// none is in range. A call whose range is empty or reversed fails the test:
+// the client must never ask for one (a start past 65535 wrapped to 0, say).
+func listTable(t *testing.T, table []Mapping, order listOrder) action {
+	t.Helper()
+	return func(args map[string]string) ([][2]string, int) {
+		start, err1 := strconv.ParseUint(args["NewStartPort"], 10, 16)
+		end, err2 := strconv.ParseUint(args["NewEndPort"], 10, 16)
+		n, err3 := strconv.ParseUint(args["NewNumberOfPorts"], 10, 16)
+		if err := errors.Join(err1, err2, err3); err != nil || start > end {
+			t.Errorf("GetListOfPortMappings(%v): bad arguments (%v)", args, err)
+			return nil, CodeInvalidArgs
+		}
+		if n == 0 || n > 1000 {
+			n = 1000
+		}
+		var in []Mapping
+		for _, m := range table {
+			if string(m.Protocol) == args["NewProtocol"] && uint64(m.ExternalPort) >= start && uint64(m.ExternalPort) <= end {
+				in = append(in, m)
+			}
+		}
+		switch order {
+		case newestFirst:
+			slices.Reverse(in)
+		default:
+			slices.SortStableFunc(in, func(a, b Mapping) int { return int(a.ExternalPort) - int(b.ExternalPort) })
+		}
+		if len(in) == 0 {
+			return nil, CodePortMappingNotFound
+		}
+		return [][2]string{{"NewPortListing", portListingXML(in[:min(len(in), int(n))])}}, 0
+	}
+}
+
+// portListingXML formats ms as the PortMappingList document of a
+// GetListOfPortMappings answer, with the namespace prefix miniupnpd uses.
+func portListingXML(ms []Mapping) string {
+	var b strings.Builder
+	b.WriteString(`<p:PortMappingList xmlns:p="urn:schemas-upnp-org:gw:WANIPConnection">`)
+	for _, m := range ms {
+		remote := ""
+		if m.RemoteHost.IsValid() {
+			remote = m.RemoteHost.String()
+		}
+		enabled := "0"
+		if m.Enabled {
+			enabled = "1"
+		}
+		fmt.Fprintf(&b, "<p:PortMappingEntry><p:NewRemoteHost>%s</p:NewRemoteHost><p:NewExternalPort>%d</p:NewExternalPort><p:NewProtocol>%s</p:NewProtocol><p:NewInternalPort>%d</p:NewInternalPort><p:NewInternalClient>%s</p:NewInternalClient><p:NewEnabled>%s</p:NewEnabled><p:NewDescription>",
+			remote, m.ExternalPort, m.Protocol, m.InternalPort, m.InternalClient, enabled)
+		xml.EscapeText(&b, []byte(m.Description))
+		fmt.Fprintf(&b, "</p:NewDescription><p:NewLeaseTime>%d</p:NewLeaseTime></p:PortMappingEntry>", m.Lease/time.Second)
+	}
+	b.WriteString(`</p:PortMappingList>`)
+	return b.String()
 }
 
 func (g *testIGD) serveSOAP(w http.ResponseWriter, r *http.Request) {

@@ -43,8 +43,8 @@ const (
 	DefaultDiscoveryBackoff = 5 * time.Second
 	// DefaultMaxListEntries bounds the entries ListPortMappings reads from a
 	// router, so that a router that never answers 713 to the entry-by-entry
-	// walk, or whose GetListOfPortMappings pages never end, cannot keep it
-	// looping. Real tables hold tens of entries; routers cap them far below
+	// walk, or whose GetListOfPortMappings answers never run out, cannot keep
+	// it going. Real tables hold tens of entries; routers cap them far below
 	// this.
 	DefaultMaxListEntries = 4096
 )
@@ -79,9 +79,11 @@ type Config struct {
 	// five times this bound, since it returns up to 1000 entries at once.
 	CallTimeout time.Duration
 
-	// MaxListEntries bounds the entries ListPortMappings reads, by the
-	// entry-by-entry walk or by GetListOfPortMappings pages; past it the
-	// listing fails. Zero means DefaultMaxListEntries.
+	// MaxListEntries bounds the entries ListPortMappings reads: the indexes
+	// the entry-by-entry walk asks for, or the distinct mappings
+	// GetListOfPortMappings answers (an answer repeats mappings of earlier
+	// ones when a port range is read again in halves; those are not
+	// counted). Past it the listing fails. Zero means DefaultMaxListEntries.
 	MaxListEntries int
 
 	// HTTPClient makes every HTTP request: description fetches and SOAP

@@ -487,69 +487,129 @@ func entries(proto string, first, n int) string {
 	return `<p:PortMappingList xmlns:p="urn:schemas-upnp-org:gw:WANIPConnection">` + b.String() + `</p:PortMappingList>`
 }
 
-func TestListPortMappingsByRange(t *testing.T) {
-	g := newTestIGD(t, igd2Device, "")
-	// 1500 TCP mappings (two pages) from port 10000, none for UDP.
-	g.handle("GetListOfPortMappings", func(args map[string]string) ([][2]string, int) {
-		if args["NewProtocol"] == "UDP" {
-			return nil, CodePortMappingNotFound
+// table returns mappings of proto at ports, in that order (the order in
+// which they were added).
+func table(proto Protocol, ports ...int) []Mapping {
+	out := make([]Mapping, 0, len(ports))
+	for _, p := range ports {
+		out = append(out, Mapping{Protocol: proto, ExternalPort: uint16(p), InternalClient: netip.MustParseAddr("192.0.2.10"),
+			InternalPort: uint16(30000 + p%1000), Description: fmt.Sprintf("d%d", p), Lease: time.Hour, Enabled: true})
+	}
+	return out
+}
+
+// portSeq returns n ports from first, each step apart (negative: down).
+func portSeq(first, n, step int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = first + i*step
+	}
+	return out
+}
+
+// scattered returns n distinct ports in 1-65535 in no order: i*mul mod 65535
+// plus one, distinct while mul shares no factor with 65535 (3, 5, 17, 257).
+func scattered(n, mul int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (i*mul)%65535 + 1
+	}
+	return out
+}
+
+func sortMappings(ms []Mapping) []Mapping {
+	ms = slices.Clone(ms)
+	slices.SortFunc(ms, func(a, b Mapping) int {
+		if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+			return c
 		}
-		start, _ := strconv.Atoi(args["NewStartPort"])
-		n, _ := strconv.Atoi(args["NewNumberOfPorts"])
-		first := max(start, 10000)
-		count := min(n, 11500-first)
-		if count <= 0 {
-			return nil, CodePortMappingNotFound
-		}
-		return [][2]string{{"NewPortListing", entries("TCP", first, count)}}, 0
+		return int(a.ExternalPort) - int(b.ExternalPort)
 	})
-	c := newTestClient(t, g, nil)
-	ms, err := c.ListPortMappings(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
+	return ms
+}
+
+func TestListPortMappingsByRange(t *testing.T) {
+	tests := []struct {
+		name  string
+		table []Mapping // oldest first
+		order listOrder
+		// wantCalls, when set, are the exact calls; otherwise there are at
+		// most maxCalls.
+		wantCalls []string
+		maxCalls  int
+	}{
+		{"60 mappings: one call per protocol", append(table(TCP, portSeq(20000, 30, 1)...), table(UDP, portSeq(20000, 30, 1)...)...),
+			newestFirst, []string{"TCP:0-65535/1000", "UDP:0-65535/1000"}, 0},
+		{"999 TCP: one call per protocol", table(TCP, portSeq(10000, 999, 1)...),
+			newestFirst, []string{"TCP:0-65535/1000", "UDP:0-65535/1000"}, 0},
+		// Splitting narrows down to a block of 1500 ports in 15 calls.
+		{"1500 TCP in port order", table(TCP, portSeq(10000, 1500, 1)...), portOrder, nil, 16},
+		// The newest 1000 are ports 10500-11499: paging on from the highest
+		// port returned would never see 10000-10499.
+		{"1500 TCP newest first, newest at high ports", table(TCP, portSeq(10000, 1500, 1)...), newestFirst, nil, 16},
+		{"1500 TCP newest first, newest at low ports", table(TCP, portSeq(11499, 1500, -1)...), newestFirst, nil, 16},
+		{"1001 TCP ending at port 65535, newest first", table(TCP, portSeq(64535, 1001, 1)...), newestFirst, nil, 16},
+		// Spread over all ports, the halves soon fit: 7 TCP calls, 3 UDP.
+		{"2500 TCP and 1200 UDP scattered, newest first", append(table(TCP, scattered(2500, 7919)...), table(UDP, scattered(1200, 101)...)...),
+			newestFirst, nil, 10},
 	}
-	if len(ms) != 1500 {
-		t.Fatalf("ListPortMappings() returned %d mappings, want 1500", len(ms))
-	}
-	want := Mapping{Protocol: TCP, ExternalPort: 11499, InternalClient: netip.MustParseAddr("192.0.2.10"), InternalPort: 30080, Description: "d11499", Enabled: true}
-	if ms[1499] != want {
-		t.Errorf("last mapping = %v, want %v", ms[1499], want)
-	}
-	var got []string
-	for _, call := range g.CallsOf("GetListOfPortMappings") {
-		got = append(got, call.Args["NewProtocol"]+":"+call.Args["NewStartPort"]+"-"+call.Args["NewEndPort"]+"/"+call.Args["NewNumberOfPorts"])
-	}
-	if want := []string{"TCP:0-65535/1000", "TCP:11000-65535/1000", "UDP:0-65535/1000"}; !slices.Equal(got, want) {
-		t.Errorf("GetListOfPortMappings calls = %v, want %v", got, want)
-	}
-	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 0 {
-		t.Errorf("walked the table (%d calls) although the list call worked", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newTestIGD(t, igd2Device, "")
+			g.handle("GetListOfPortMappings", listTable(t, tt.table, tt.order))
+			c := newTestClient(t, g, nil)
+			ms, err := c.ListPortMappings(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := sortMappings(ms), sortMappings(tt.table); !slices.Equal(got, want) {
+				t.Errorf("ListPortMappings() returned %d mappings, want the %d of the table", len(ms), len(tt.table))
+				for _, m := range want {
+					if !slices.Contains(got, m) {
+						t.Errorf("missing %v", m)
+						break
+					}
+				}
+			}
+			var calls []string
+			for _, call := range g.CallsOf("GetListOfPortMappings") {
+				calls = append(calls, call.Args["NewProtocol"]+":"+call.Args["NewStartPort"]+"-"+call.Args["NewEndPort"]+"/"+call.Args["NewNumberOfPorts"])
+			}
+			if tt.wantCalls != nil && !slices.Equal(calls, tt.wantCalls) {
+				t.Errorf("GetListOfPortMappings calls = %v, want %v", calls, tt.wantCalls)
+			}
+			if tt.wantCalls == nil && len(calls) > tt.maxCalls {
+				t.Errorf("%d GetListOfPortMappings calls, want at most %d: %v", len(calls), tt.maxCalls, calls)
+			}
+			if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 0 {
+				t.Errorf("walked the table (%d calls) although the list call worked", n)
+			}
+		})
 	}
 }
 
 func TestListPortMappingsPaging(t *testing.T) {
 	tests := []struct {
 		name string
-		// page returns the first port and the count of the TCP entries the
-		// router answers for a call from start; count 0 is a 730.
-		page       func(start int) (first, count int)
+		// page returns the first port and the count of the TCP entries, in
+		// port order, the router answers for a call from start to end;
+		// count 0 is a 730.
+		page       func(start, end int) (first, count int)
 		maxEntries int
-		wantCalls  []string // TCP NewStartPort of each call
+		wantCalls  []string // TCP ranges asked, in order; nil: not checked
+		maxCalls   int      // TCP calls at most
 		wantLen    int
 		wantErr    string
 	}{
-		{"full page ending at port 65535 is the last", func(start int) (int, int) {
-			if start > 64536 {
-				return 0, 0
-			}
-			return 64536, 1000
-		}, 0, []string{"0"}, 1000, ""},
-		{"router ignoring NewStartPort stops after one repeat", func(int) (int, int) {
+		{"router ignoring the range: parts with foreign entries are not split", func(int, int) (int, int) {
 			return 10000, 1000
-		}, 0, []string{"0", "11000"}, 1000, ""},
-		{"pages creeping forward are bounded", func(start int) (int, int) {
-			return max(start-999, 0), 1000 // ends at start: one new port a page
-		}, 2500, []string{"0", "1000", "1001"}, 0, "MaxListEntries=2500"},
+		}, 0, []string{"0-65535", "0-32767", "0-16383", "0-8191", "8192-16383", "8192-12287", "8192-10239", "10240-12287", "12288-16383", "16384-32767", "32768-65535"}, 11, 1000, ""},
+		{"router repeating one entry: a full answer with duplicates is not split", func(int, int) (int, int) {
+			return 8080, 1
+		}, 0, []string{"0-65535"}, 1, 1, ""},
+		{"router inventing entries is bounded", func(start, _ int) (int, int) {
+			return start, 1000 // 1000 new ports from every start asked
+		}, 2500, nil, 20, 0, "MaxListEntries=2500"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -561,26 +621,35 @@ func TestListPortMappingsPaging(t *testing.T) {
 					return nil, CodePortMappingNotFound
 				}
 				mu.Lock()
-				calls = append(calls, args["NewStartPort"])
+				calls = append(calls, args["NewStartPort"]+"-"+args["NewEndPort"])
 				n := len(calls)
 				mu.Unlock()
-				if n > 10 {
+				if n > 100 {
 					t.Errorf("GetListOfPortMappings called %d times: the listing is not bounded", n)
 					return nil, CodePortMappingNotFound
 				}
 				start, _ := strconv.Atoi(args["NewStartPort"])
-				first, count := tt.page(start)
+				end, _ := strconv.Atoi(args["NewEndPort"])
+				first, count := tt.page(start, end)
 				if count == 0 {
 					return nil, CodePortMappingNotFound
 				}
-				return [][2]string{{"NewPortListing", entries("TCP", first, count)}}, 0
+				listing := entries("TCP", first, count)
+				if count == 1 {
+					// The same entry 1000 times.
+					listing = strings.Replace(listing, "</p:PortMappingList>", strings.Repeat(entryXML(listing), 999)+"</p:PortMappingList>", 1)
+				}
+				return [][2]string{{"NewPortListing", listing}}, 0
 			})
 			c := newTestClient(t, g, func(cfg *Config) { cfg.MaxListEntries = tt.maxEntries })
 			ms, err := c.ListPortMappings(testCtx(t))
 			mu.Lock()
 			defer mu.Unlock()
-			if !slices.Equal(calls, tt.wantCalls) {
-				t.Errorf("TCP calls from ports %v, want %v", calls, tt.wantCalls)
+			if tt.wantCalls != nil && !slices.Equal(calls, tt.wantCalls) {
+				t.Errorf("TCP calls for ports %v, want %v", calls, tt.wantCalls)
+			}
+			if len(calls) > tt.maxCalls {
+				t.Errorf("%d TCP calls, want at most %d: %v", len(calls), tt.maxCalls, calls)
 			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -596,6 +665,14 @@ func TestListPortMappingsPaging(t *testing.T) {
 			}
 		})
 	}
+}
+
+// entryXML returns the first PortMappingEntry element of listing.
+func entryXML(listing string) string {
+	const open, end = "<p:PortMappingEntry>", "</p:PortMappingEntry>"
+	i := strings.Index(listing, open)
+	j := strings.Index(listing, end)
+	return listing[i : j+len(end)]
 }
 
 func TestListPortMappingsMiniupnpdFixture(t *testing.T) {
