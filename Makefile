@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 
 ## test: the whole test suite, race detector on (real-router tests need root and miniupnpd).
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 ## demo: the README's main job.
 demo:
