@@ -266,6 +266,28 @@ func staticWatch(b testing.TB, nodes []*v1.Node, svcs []*v1.Service) *watch {
 	}
 }
 
+// ensureRebootServices ensures the 10 Services x 3 ports (base+1000+i,
+// base+2000+i TCP, base+3000+i UDP for Service si) the reboot benchmarks
+// repair, and returns them with their load-balancer status set.
+func ensureRebootServices(b testing.TB, lb *LoadBalancer, nodes []*v1.Node, base int32) []*v1.Service {
+	b.Helper()
+	var svcs []*v1.Service
+	for i := range int32(10) {
+		s := lbService("bench", fmt.Sprintf("s%d", i), withPorts(
+			port("a", v1.ProtocolTCP, base+1000+i, 30000),
+			port("b", v1.ProtocolTCP, base+2000+i, 30001),
+			port("c", v1.ProtocolUDP, base+3000+i, 30002),
+		))
+		st, err := lb.EnsureLoadBalancer(context.Background(), testCluster, s, nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Status.LoadBalancer = *st
+		svcs = append(svcs, s)
+	}
+	return svcs
+}
+
 // BenchmarkRepairAfterReboot: one background pass after a router reboot
 // wiped 10 Services x 3 ports. Target: 30 adds + 1 table read (+ the
 // external IP refresh every pass makes).
@@ -275,20 +297,7 @@ func BenchmarkRepairAfterReboot(b *testing.B) {
 			lb, cc, r := benchLB(b, be)
 			ctx := context.Background()
 			nodes := threeNodes()
-			var svcs []*v1.Service
-			for i := range 10 {
-				s := lbService("bench", fmt.Sprintf("s%d", i), withPorts(
-					port("a", v1.ProtocolTCP, int32(1000+i), 30000),
-					port("b", v1.ProtocolTCP, int32(2000+i), 30001),
-					port("c", v1.ProtocolUDP, int32(3000+i), 30002),
-				))
-				st, err := lb.EnsureLoadBalancer(ctx, testCluster, s, nodes)
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.Status.LoadBalancer = *st
-				svcs = append(svcs, s)
-			}
+			svcs := ensureRebootServices(b, lb, nodes, 0)
 			w := staticWatch(b, nodes, svcs)
 			cc.take()
 			t := tally{}

@@ -33,51 +33,11 @@ type scenario struct {
 	nodes    []*v1.Node
 }
 
-// runServiceController runs the real upstream service controller, on a
-// client-go fake clientset and informers, against our LoadBalancer inside
-// provider.Cloud (background work included), through a Service's life:
+// runServiceController runs the real upstream service controller against
+// our LoadBalancer (see startServiceController) through a Service's life:
 // create, change ports, change nodes, delete.
 func runServiceController(t *testing.T, sc scenario) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	lb, err := New(Config{Client: sc.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cloud, err := provider.New("edge", provider.Config{LoadBalancer: lb, ClusterID: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []k8sruntime.Object
-	for _, n := range sc.nodes {
-		objs = append(objs, n)
-	}
-	client := k8sfake.NewClientset(objs...)
-	stop := make(chan struct{})
-	cloud.Initialize(builder{client}, stop)
-	defer func() {
-		close(stop)
-		<-cloud.Done()
-	}()
-
-	factory := informers.NewSharedInformerFactory(client, 0)
-	ctrl, err := servicecontroller.New(cloud, client, factory.Core().V1().Services(), factory.Core().V1().Nodes(), testCluster, featuregate.NewFeatureGate())
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncedBefore := nodeSyncs(t)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ctrl.Run(ctx, 2, controllersmetrics.NewControllerManagerMetrics("e2e"))
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	ctx, client := startServiceController(t, sc.client, sc.nodes, "e2e")
 
 	services := client.CoreV1().Services("default")
 	get := func() *v1.Service {
@@ -119,15 +79,6 @@ func runServiceController(t *testing.T, sc scenario) {
 		slices.Sort(ps)
 		return ps
 	}
-
-	// The upstream controller (v0.37.2) writes its cached Service
-	// (controller.go:339) outside the lock under which its node worker
-	// reads it (allServices): a data race whenever a node sync meets a
-	// Service sync. Let the node syncs for the initial nodes finish before
-	// the Service exists; later steps are ordered through the API (each
-	// Service sync ends in a status or finalizer patch this test waits for
-	// before it changes a node).
-	eventually(t, "the initial node syncs", func() bool { return nodeSyncs(t)-syncedBefore >= float64(len(sc.nodes)) })
 
 	// Create.
 	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 45080, 30080), port("dns", v1.ProtocolUDP, 45053, 30053)))
@@ -196,6 +147,68 @@ func runServiceController(t *testing.T, sc scenario) {
 	eventually(t, "mappings and finalizer gone after delete", func() bool {
 		return len(ours()) == 0 && !servicehelper.HasLBFinalizer(get())
 	})
+}
+
+// startServiceController runs the real upstream service controller, on a
+// client-go fake clientset holding nodes and its informers, against a
+// LoadBalancer over c inside provider.Cloud (background work included). It
+// returns, once the controller has synced those nodes, the context the
+// controller runs under and the clientset. Cleanup cancels the controller
+// and waits for its goroutine to return, shuts the informers down, then
+// stops the cloud and waits for its background work to end.
+func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metricsName string) (context.Context, *k8sfake.Clientset) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	lb, err := New(Config{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := provider.New("edge", provider.Config{LoadBalancer: lb, ClusterID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []k8sruntime.Object
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	client := k8sfake.NewClientset(objs...)
+	stop := make(chan struct{})
+	cloud.Initialize(builder{client}, stop)
+	t.Cleanup(func() {
+		close(stop)
+		<-cloud.Done()
+	})
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl, err := servicecontroller.New(cloud, client, factory.Core().V1().Services(), factory.Core().V1().Nodes(), testCluster, featuregate.NewFeatureGate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncedBefore := nodeSyncs(t)
+	factory.Start(ctx.Done())
+	t.Cleanup(factory.Shutdown)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctrl.Run(ctx, 2, controllersmetrics.NewControllerManagerMetrics(metricsName))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	// The upstream controller (v0.37.2) writes its cached Service
+	// (controller.go:339) outside the lock under which its node worker
+	// reads it (allServices): a data race whenever a node sync meets a
+	// Service sync. Let the node syncs for the initial nodes finish before
+	// the Service exists; later steps are ordered through the API (each
+	// Service sync ends in a status or finalizer patch runServiceController
+	// waits for before it changes a node).
+	eventually(t, "the initial node syncs", func() bool { return nodeSyncs(t)-syncedBefore >= float64(len(nodes)) })
+
+	return ctx, client
 }
 
 func TestServiceControllerEndToEndFakeRouter(t *testing.T) {

@@ -482,20 +482,7 @@ func BenchmarkLabRepairAfterReboot(b *testing.B) {
 		b.Fatal(err)
 	}
 	nodes := labNodes(lab)
-	var svcs []*v1.Service
-	for i := range 10 {
-		s := lbService("bench", fmt.Sprintf("s%d", i), withPorts(
-			port("a", v1.ProtocolTCP, int32(21000+i), 30000),
-			port("b", v1.ProtocolTCP, int32(22000+i), 30001),
-			port("c", v1.ProtocolUDP, int32(23000+i), 30002),
-		))
-		st, err := lb.EnsureLoadBalancer(ctx, testCluster, s, nodes)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Status.LoadBalancer = *st
-		svcs = append(svcs, s)
-	}
+	svcs := ensureRebootServices(b, lb, nodes, 20000)
 	w := staticWatch(b, nodes, svcs)
 	var durs []time.Duration
 	t := tally{}

@@ -6,17 +6,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
-	k8sfake "k8s.io/client-go/kubernetes/fake"
-	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
-	"k8s.io/component-base/featuregate"
-	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/provider"
 )
 
 // The restart story with the real upstream service controller: a Service
@@ -45,46 +38,7 @@ func TestServiceControllerRestartDeletesPreviousMappings(t *testing.T) {
 	}
 
 	// The new process.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	lb, err := New(Config{Client: r.Client(addrA)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cloud, err := provider.New("edge", provider.Config{LoadBalancer: lb, ClusterID: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []k8sruntime.Object
-	for _, n := range nodes {
-		objs = append(objs, n)
-	}
-	client := k8sfake.NewClientset(objs...)
-	stop := make(chan struct{})
-	cloud.Initialize(builder{client}, stop)
-	defer func() {
-		close(stop)
-		<-cloud.Done()
-	}()
-	factory := informers.NewSharedInformerFactory(client, 0)
-	ctrl, err := servicecontroller.New(cloud, client, factory.Core().V1().Services(), factory.Core().V1().Nodes(), testCluster, featuregate.NewFeatureGate())
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncedBefore := nodeSyncs(t)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ctrl.Run(ctx, 2, controllersmetrics.NewControllerManagerMetrics("e2e-restart"))
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	// See runServiceController: let the upstream node syncs finish first.
-	eventually(t, "the initial node syncs", func() bool { return nodeSyncs(t)-syncedBefore >= float64(len(nodes)) })
+	ctx, client := startServiceController(t, r.Client(addrA), nodes, "e2e-restart")
 
 	deleted := web.DeepCopy()
 	deleted.UID = ""
