@@ -487,3 +487,40 @@ func TestUDPDataPath(t *testing.T) {
 	require.NoError(t, err, "reply did not come back")
 	require.Equal(t, "pong", string(buf[:n]))
 }
+
+// TestConsoleLog: by default the daemon's /dev/console discards, in a mount
+// namespace of its own (nothing shows in ours), while its debug log still
+// reaches Lab.Log; with ConsoleLog it writes to the machine's console as the
+// shared recipe does.
+func TestConsoleLog(t *testing.T) {
+	consoleMount := func(pid int) bool {
+		t.Helper()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && f[4] == "/dev/console" {
+				return true
+			}
+		}
+		return false
+	}
+	hostHadIt := consoleMount(os.Getpid())
+	for _, tc := range []struct {
+		name      string
+		console   bool
+		wantMount bool
+	}{
+		{name: "default", wantMount: true},
+		{name: "ConsoleLog", console: true, wantMount: hostHadIt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lab := igdtest.Start(t, igdtest.Options{ConsoleLog: tc.console})
+			assert.Equal(t, tc.wantMount, consoleMount(lab.PID()), "a /dev/console mount in the daemon's namespace")
+			assert.Equal(t, hostHadIt, consoleMount(os.Getpid()), "a /dev/console mount in the test's namespace")
+			ctx := testContext(t)
+			out, err := lab.Upnpc(ctx, 0, "-l")
+			require.NoError(t, err, out)
+			assert.Contains(t, lab.Log(), "HTTP REQUEST", "the daemon's debug log in Lab.Log")
+		})
+	}
+}

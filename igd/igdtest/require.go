@@ -10,7 +10,7 @@ import (
 )
 
 // Require checks what Start checks — root, and the programs ip, nft,
-// miniupnpd and upnpc — without starting anything. When something is missing
+// miniupnpd, upnpc, mount and sh — without starting anything. When something is missing
 // it calls t.Skip with the reason, or t.Fatal when the environment variable
 // CI is "true" (in CI the lab tests are mandatory).
 func Require(t testing.TB) {
@@ -34,6 +34,8 @@ func checkPrereqs(t testing.TB) tools {
 		{"nft", &tl.nft},
 		{"miniupnpd", &tl.miniupnpd},
 		{"upnpc", &tl.upnpc},
+		{"mount", &tl.mount},
+		{"sh", &tl.sh},
 	} {
 		path, err := lookPath(p.name)
 		if err != nil {
@@ -43,7 +45,7 @@ func checkPrereqs(t testing.TB) tools {
 		*p.dst = path
 	}
 	if len(missing) > 0 {
-		skipOrFatal(t, "root, ip, nft, miniupnpd and upnpc", "missing "+strings.Join(missing, ", "))
+		skipOrFatal(t, "root, ip, nft, miniupnpd, upnpc, mount and sh", "missing "+strings.Join(missing, ", "))
 	}
 	return tl
 }
