@@ -60,6 +60,10 @@ type LoadBalancer struct {
 	// warned records the non-public external IP each Service was warned
 	// about.
 	warned map[types.UID]netip.Addr
+	// observed holds, by owner token, the table read of the last
+	// GetLoadBalancer of that Service, for the EnsureLoadBalancerDeleted
+	// that the service controller makes right after it (see observation).
+	observed map[string]observation
 	// watch is the background work's view of the cluster (nil until its
 	// caches have synced).
 	watch *watch
@@ -90,6 +94,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		written:   make(map[igd.Key]string),
 		busy:      make(map[string]chan struct{}),
 		warned:    make(map[types.UID]netip.Addr),
+		observed:  make(map[string]observation),
 	}, nil
 }
 
@@ -105,13 +110,28 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // GetLoadBalancer reports whether the router holds any mapping of the
 // Service (whatever the Service's spec says now), and its status built from
 // those mappings. It costs one table read, plus one external-IP call when
-// the address is not cached.
+// the address is not cached. An EnsureLoadBalancerDeleted of the same
+// Service that follows within ObservationTTL, with no write for the Service
+// in between, deletes from this read instead of reading again: that is how
+// the service controller deletes (GetLoadBalancer, then
+// EnsureLoadBalancerDeleted when it exists).
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
 	}
+	// Under the Service's gate no write for it is in flight, so the read
+	// shows every mapping this process made for it.
+	release, err := lb.acquire(ctx, o)
+	if err != nil {
+		return nil, false, err
+	}
+	start := lb.cfg.Clock.Now()
 	t, err := lb.readTable(ctx)
+	if err == nil {
+		lb.observe(o, t, start)
+	}
+	release()
 	if err != nil {
 		return nil, false, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
@@ -226,16 +246,20 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, invalid error) er
 	return errors.Join(invalid, lb.reconcile(ctx, t, request{owner: o}))
 }
 
-// removeAll deletes every mapping o owns.
+// removeAll deletes every mapping o owns, as seen by a table read: the
+// observation of a GetLoadBalancer just before, when it still stands in for
+// one, or a read of its own.
 func (lb *LoadBalancer) removeAll(ctx context.Context, o owner) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer release()
-	t, err := lb.readTable(ctx)
-	if err != nil {
-		return fmt.Errorf("loadbalancer: delete service %s: %w", o.key(), err)
+	t, ok := lb.takeObservation(o)
+	if !ok {
+		if t, err = lb.readTable(ctx); err != nil {
+			return fmt.Errorf("loadbalancer: delete service %s: %w", o.key(), err)
+		}
 	}
 	return lb.reconcile(ctx, t, request{owner: o})
 }

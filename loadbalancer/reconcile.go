@@ -179,6 +179,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	if err := lb.claim(o, p.key); err != nil {
 		return 0, err
 	}
+	lb.forget(o)
 	// moved: our mapping must point at another node. relabel: only its
 	// description is out of date (a Service port was renamed, or the
 	// description format changed).
@@ -289,6 +290,7 @@ const maxSecureWait = 5 * time.Minute
 
 // remove deletes our mapping m.
 func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (time.Duration, error) {
+	lb.forget(o)
 	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
