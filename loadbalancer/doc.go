@@ -21,6 +21,13 @@
 // longer has. After a restart, GetLoadBalancer finds the mappings an earlier
 // process made and EnsureLoadBalancerDeleted removes them.
 //
+// The service controller deletes with GetLoadBalancer and then, when it
+// exists, EnsureLoadBalancerDeleted, back to back: the delete uses the Get's
+// read when it is at most ObservationTTL old and nothing was written for the
+// Service since, so deleting an N-port Service costs one read and N deletes
+// in all, not two reads (on miniupnpd a read costs about one delete). Called
+// alone, EnsureLoadBalancerDeleted reads the table itself.
+//
 // Recognising a mapping needs the cluster's node addresses (see below), so
 // until this process knows them, GetLoadBalancer and
 // EnsureLoadBalancerDeleted return an api.RetryError instead of reporting

@@ -37,7 +37,7 @@ type scenario struct {
 // our LoadBalancer (see startServiceController) through a Service's life:
 // create, change ports, change nodes, delete.
 func runServiceController(t *testing.T, sc scenario) {
-	ctx, client := startServiceController(t, sc.client, sc.nodes, "e2e")
+	ctx, client, lb := startServiceController(t, sc.client, sc.nodes, "e2e")
 
 	services := client.CoreV1().Services("default")
 	get := func() *v1.Service {
@@ -147,16 +147,21 @@ func runServiceController(t *testing.T, sc scenario) {
 	eventually(t, "mappings and finalizer gone after delete", func() bool {
 		return len(ours()) == 0 && !servicehelper.HasLBFinalizer(get())
 	})
+	// The controller deleted as it does with the finalizer: GetLoadBalancer,
+	// then EnsureLoadBalancerDeleted, which deleted from the Get's read.
+	if n := lb.observationsUsed.Load(); n != 1 {
+		t.Errorf("deletes that used their GetLoadBalancer's read: %d, want 1", n)
+	}
 }
 
 // startServiceController runs the real upstream service controller, on a
 // client-go fake clientset holding nodes and its informers, against a
 // LoadBalancer over c inside provider.Cloud (background work included). It
 // returns, once the controller has synced those nodes, the context the
-// controller runs under and the clientset. Cleanup cancels the controller
+// controller runs under, the clientset and the LoadBalancer. Cleanup cancels the controller
 // and waits for its goroutine to return, shuts the informers down, then
 // stops the cloud and waits for its background work to end.
-func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metricsName string) (context.Context, *k8sfake.Clientset) {
+func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metricsName string) (context.Context, *k8sfake.Clientset, *LoadBalancer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -208,7 +213,7 @@ func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metric
 	// waits for before it changes a node).
 	eventually(t, "the initial node syncs", func() bool { return nodeSyncs(t)-syncedBefore >= float64(len(nodes)) })
 
-	return ctx, client
+	return ctx, client, lb
 }
 
 func TestServiceControllerEndToEndFakeRouter(t *testing.T) {

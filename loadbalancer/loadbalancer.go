@@ -32,6 +32,9 @@ type LoadBalancer struct {
 	permanentOnce sync.Once
 	// passes counts finished background passes (read by tests).
 	passes atomic.Int64
+	// observationsUsed counts deletes made from a GetLoadBalancer's read
+	// (read by tests).
+	observationsUsed atomic.Int64
 
 	// mu guards every field below it. It is never held across a router or
 	// API server call.

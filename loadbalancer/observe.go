@@ -86,5 +86,6 @@ func (lb *LoadBalancer) takeObservation(o owner) (table, bool) {
 			return nil, false
 		}
 	}
+	lb.observationsUsed.Add(1)
 	return obs.mappings, true
 }

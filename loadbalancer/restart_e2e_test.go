@@ -38,7 +38,7 @@ func TestServiceControllerRestartDeletesPreviousMappings(t *testing.T) {
 	}
 
 	// The new process.
-	ctx, client := startServiceController(t, r.Client(addrA), nodes, "e2e-restart")
+	ctx, client, _ := startServiceController(t, r.Client(addrA), nodes, "e2e-restart")
 
 	deleted := web.DeepCopy()
 	deleted.UID = ""
