@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -803,6 +806,30 @@ func TestLeases(t *testing.T) {
 		e.mustEnsure(t, svc, threeNodes())
 		if c := e.calls(); c[fake.MethodAddPortMapping] != 0 {
 			t.Errorf("permanent mapping re-added: %v", c)
+		}
+	})
+	t.Run("permanent-only fallback logged once", func(t *testing.T) {
+		e := newEnv(t, Config{}, fake.RouterConfig{OnlyPermanentLeases: true})
+		var mu sync.Mutex
+		fallbacks := 0
+		ctx := klog.NewContext(context.Background(), funcr.New(func(_, args string) {
+			if strings.Contains(args, "only accepts permanent leases") {
+				mu.Lock()
+				fallbacks++
+				mu.Unlock()
+			}
+		}, funcr.Options{}))
+		for _, name := range []string{"a", "b", "c"} {
+			svc := newService("default", name, withPorts(port("http", v1.ProtocolTCP, int32(8000+int(name[0])), 30080)))
+			if _, err := e.lb.EnsureLoadBalancer(ctx, testCluster, svc, threeNodes()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(e.router.Mappings()); n != 3 {
+			t.Fatalf("%d mappings, want 3", n)
+		}
+		if fallbacks != 1 {
+			t.Errorf("fallback to permanent leases logged %d times, want once", fallbacks)
 		}
 	})
 	t.Run("permanent lease requested", func(t *testing.T) {
