@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a Debian machine, as root: the real
 # router lab (miniupnpd with its nftables backend, the upnpc peer client,
-# nftables, iproute2, curl) and staticcheck at a pinned version.
+# nftables, iproute2, curl, and mount, with which the lab gives the daemon a
+# private /dev/console) and staticcheck at a pinned version.
 set -euo pipefail
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
 
-pkgs=(miniupnpd miniupnpd-nftables miniupnpc nftables iproute2 curl)
+pkgs=(miniupnpd miniupnpd-nftables miniupnpc nftables iproute2 curl mount)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
