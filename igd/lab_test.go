@@ -191,6 +191,68 @@ func TestLabMappings(t *testing.T) {
 	}
 }
 
+// TestLabListPagesThroughFullAnswers reads a real miniupnpd's table with
+// pages of 8 entries instead of 1000, so that the range halving that lists
+// past 1000 mappings runs against the real router's paging and order
+// (newest first) with a table of 42.
+func TestLabListPagesThroughFullAnswers(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, true)
+	igd.SetListPage(c, 8)
+	node := lab.Nodes[0].Addr
+	want := map[igd.Key]bool{}
+	add := func(proto igd.Protocol, port uint16) {
+		t.Helper()
+		m := igd.Mapping{Protocol: proto, ExternalPort: port, InternalClient: node, InternalPort: port, Description: fmt.Sprintf("page %s %d", proto, port)}
+		if _, err := c.AddPortMapping(ctx, m); err != nil {
+			t.Fatalf("AddPortMapping(%s): %v", m.Key(), err)
+		}
+		want[m.Key()] = true
+	}
+	// 20 adjacent TCP ports added in descending order, 10 spread over the
+	// port range, and 12 UDP ports: several full answers per protocol.
+	for p := uint16(20019); p >= 20000; p-- {
+		add(igd.TCP, p)
+	}
+	for i := range 10 {
+		add(igd.TCP, uint16(1100+i*6400))
+	}
+	for i := range 12 {
+		add(igd.UDP, uint16(40000+i*3))
+	}
+	before := strings.Count(lab.Log(), "#GetListOfPortMappings")
+	list, err := c.ListPortMappings(ctx)
+	if err != nil {
+		t.Fatalf("ListPortMappings: %v", err)
+	}
+	calls := strings.Count(lab.Log(), "#GetListOfPortMappings") - before
+	got := map[igd.Key]bool{}
+	for _, m := range list {
+		if got[m.Key()] {
+			t.Errorf("%s listed twice", m.Key())
+		}
+		got[m.Key()] = true
+		if m.Description != fmt.Sprintf("page %s %d", m.Protocol, m.ExternalPort) {
+			t.Errorf("%s description = %q", m.Key(), m.Description)
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("ListPortMappings lacks %s", k)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("ListPortMappings listed %d mappings, want %d", len(got), len(want))
+	}
+	// One call per protocol would mean the pages were never full: the
+	// halving did not run.
+	if calls <= 2 {
+		t.Errorf("%d GetListOfPortMappings calls, want more than one per protocol", calls)
+	}
+	t.Logf("%d mappings in %d GetListOfPortMappings calls of at most 8 entries", len(list), calls)
+}
+
 // assertSameMapping compares what the router returned with what was added;
 // the lease counts down on the router (and 0 reads back as MaxLease).
 func assertSameMapping(t *testing.T, got, want igd.Mapping) {

@@ -104,7 +104,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			// One call returns up to 1000 entries and the router builds the
 			// whole answer before sending it, so it gets five call bounds.
 			err := c.call(ctx, gw, "GetListOfPortMappings", 5*c.cfg.CallTimeout, func(ctx context.Context) (err error) {
-				listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, listPage)
+				listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, uint16(c.listPage))
 				return err
 			})
 			if Code(err) == CodePortMappingNotFound {
@@ -134,7 +134,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			if len(out) > c.cfg.MaxListEntries {
 				return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.lo, r.hi, c.cfg.MaxListEntries)
 			}
-			if len(page) < listPage || r.width() <= len(page) {
+			if len(page) < c.listPage || r.width() <= len(page) {
 				continue // the whole range
 			}
 			if !honest {

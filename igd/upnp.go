@@ -254,6 +254,11 @@ type gateway struct {
 // probes the router alongside them.
 type UPnPClient struct {
 	cfg Config
+	// listPage is the NewNumberOfPorts of a GetListOfPortMappings call, and
+	// the answer size that makes a range be read again in halves: listPage
+	// (1000) except in tests, which lower it to page through a real
+	// router's table without a thousand mappings.
+	listPage int
 
 	// sem holds one token per request in flight to the router (capacity 1).
 	sem chan struct{}
@@ -293,8 +298,9 @@ func NewClient(cfg Config) (*UPnPClient, error) {
 		return nil, err
 	}
 	return &UPnPClient{
-		cfg: cfg.withDefaults(),
-		sem: make(chan struct{}, 1),
+		cfg:      cfg.withDefaults(),
+		listPage: listPage,
+		sem:      make(chan struct{}, 1),
 	}, nil
 }
 
