@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test demo lint vet fmt staticcheck bench tools
+.PHONY: test demo lint vet fmt staticcheck bench bench-smoke fuzz-smoke tools
 
 ## test: the whole test suite, race detector on (real-router tests need root and miniupnpd).
 test:
@@ -28,6 +28,16 @@ staticcheck:
 ## bench: the benchmarks that check the speed targets (real-router ones need root).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./...
+
+## bench-smoke: every benchmark once (CI: they keep compiling and running; numbers need `make bench`).
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+## fuzz-smoke: each fuzz target of the fake IGD server for FUZZTIME.
+FUZZTIME ?= 15s
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSOAPRequest$$' -fuzztime $(FUZZTIME) ./fake/
+	$(GO) test -run '^$$' -fuzz '^FuzzServeControl$$' -fuzztime $(FUZZTIME) ./fake/
 
 ## tools: install the Debian packages and Go tools the tests need (as root).
 tools:
