@@ -18,6 +18,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/metrics/legacyregistry"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -166,7 +167,12 @@ func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metric
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	lb, err := New(Config{Client: c})
+	// The LoadBalancer's clock stands still: ObservationTTL is a bound in
+	// its time, so the controller's delete (GetLoadBalancer, then
+	// EnsureLoadBalancerDeleted) finds the Get's read fresh however loaded
+	// the machine is, and the background work runs on events only (its
+	// ticker never fires; no step here waits for it).
+	lb, err := New(Config{Client: c, Clock: clocktesting.NewFakeClock(time.Now())})
 	if err != nil {
 		t.Fatal(err)
 	}
