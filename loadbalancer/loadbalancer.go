@@ -113,11 +113,12 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // GetLoadBalancer reports whether the router holds any mapping of the
 // Service (whatever the Service's spec says now), and its status built from
 // those mappings. It costs one table read, plus one external-IP call when
-// the address is not cached. An EnsureLoadBalancerDeleted of the same
-// Service that follows within ObservationTTL, with no write for the Service
-// in between, deletes from this read instead of reading again: that is how
-// the service controller deletes (GetLoadBalancer, then
-// EnsureLoadBalancerDeleted when it exists).
+// the address is not cached. It waits for an operation in flight on the
+// same Service to end, so that its read shows what that operation wrote. An
+// EnsureLoadBalancerDeleted of the same Service that follows within
+// ObservationTTL, with no write for the Service in between, deletes from
+// this read instead of reading again: that is how the service controller
+// deletes (GetLoadBalancer, then EnsureLoadBalancerDeleted when it exists).
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {

@@ -16,16 +16,22 @@ import "time"
 //   - the read began at most ObservationTTL ago;
 //   - this process has made no router write for the Service since (writes
 //     for a Service happen under its gate, which the read held);
-//   - every mapping of the Service in it has, by its lease as read, at least
-//     leaseMargin left beyond the observation's age, so none of them can
-//     have expired and been taken by another host meanwhile.
+//   - every mapping of the Service in it has at least leaseMargin left beyond
+//     the observation's age, by the lease the router reported and, for
+//     mappings this process wrote, by the lease the router granted then
+//     (some routers report the lease as granted, not what is left of it),
+//     so none of them can expire meanwhile. A mapping an earlier process
+//     wrote, on such a router, has no such record.
 //
 // UPnP has no conditional delete: every read-then-delete trusts its read
 // for as long as the deletes take (tens of milliseconds on miniupnpd for 10
-// ports). This widens that window by at most ObservationTTL; a mapping of
-// ours replaced by another host's inside it (it would take a router reboot,
-// or another host deleting ours, and re-adding the port within the window)
-// would be deleted. An observation is used once.
+// ports). This widens that window by at most ObservationTTL. A mapping of
+// ours that changes hands inside it would be deleted; that takes the port
+// to be freed and taken by another host within the window: a router reboot
+// or a router removing idle rules on its own (miniupnpd's clean_ruleset),
+// another host deleting our mapping (routers not in secure mode allow it),
+// another CCM instance (a previous leader) deleting it, or a write of ours
+// whose call timed out landing late. An observation is used once.
 const ObservationTTL = 250 * time.Millisecond
 
 // leaseMargin is the lease a mapping must have left, beyond the observation's
@@ -77,12 +83,16 @@ func (lb *LoadBalancer) takeObservation(o owner) (table, bool) {
 		return nil, false
 	}
 	delete(lb.observed, o.token)
-	age := lb.cfg.Clock.Now().Sub(obs.at)
+	now := lb.cfg.Clock.Now()
+	age := now.Sub(obs.at)
 	if age < 0 || age > ObservationTTL {
 		return nil, false
 	}
-	for _, m := range obs.mappings {
+	for k, m := range obs.mappings {
 		if m.Lease > 0 && m.Lease < age+leaseMargin {
+			return nil, false
+		}
+		if exp, ok := lb.expires[k]; ok && exp.Sub(now) < leaseMargin {
 			return nil, false
 		}
 	}

@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,41 @@ func TestDeleteAfterGetLoadBalancer(t *testing.T) {
 			wantReads: 1,
 		},
 		{
+			name: "after an Ensure that only removed a port",
+			between: func(t *testing.T, e *env) {
+				// No add, one delete: the freed port goes to a stranger.
+				// The Get's read still shows it as ours.
+				e.mustEnsure(t, newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080))), threeNodes())
+				if _, err := e.router.Client(addrStranger).AddPortMapping(ctx, igd.Mapping{Protocol: igd.UDP, ExternalPort: 80,
+					InternalClient: addrStranger, InternalPort: 9, Description: "game", Enabled: true}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantReads: 1,
+			wantTable: []string{row(igd.UDP, 80, addrStranger, 9, "game")},
+		},
+		{
+			name: "router reporting leases as granted, ours about to run out",
+			cfg:  Config{Lease: MinLease},
+			between: func(t *testing.T, e *env) {
+				// The router says a full minute is left; this process
+				// knows it granted the minute 55 seconds ago.
+				e.router.PrependHook(fake.MethodListPortMappings, func(_ context.Context, c *fake.Call) (bool, error) {
+					c.Mappings = e.router.Mappings()
+					for i := range c.Mappings {
+						c.Mappings[i].Lease = MinLease
+					}
+					return true, nil
+				})
+				e.clock.Step(MinLease - leaseMargin/2)
+				if _, _, err := e.lb.GetLoadBalancer(ctx, testCluster, web()); err != nil {
+					t.Fatal(err)
+				}
+				e.calls()
+			},
+			wantReads: 1,
+		},
+		{
 			name: "foreign mapping after a reboot, read again",
 			between: func(t *testing.T, e *env) {
 				e.router.Reboot()
@@ -114,14 +150,15 @@ func TestDeleteAfterGetLoadBalancer(t *testing.T) {
 	}
 }
 
-// TestObservationIsUsedOnce: a second Delete reads the table.
+// TestObservationIsUsedOnce: a second Delete reads the table, even with
+// nothing written in between (the Service has no mapping to delete).
 func TestObservationIsUsedOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, Config{}, fake.RouterConfig{})
+	e.lb.seeNodes(threeNodes()) // as an Ensure of another Service would
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
-	e.mustEnsure(t, svc, threeNodes())
-	if _, _, err := e.lb.GetLoadBalancer(ctx, testCluster, svc); err != nil {
-		t.Fatal(err)
+	if _, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, svc); err != nil || exists {
+		t.Fatalf("GetLoadBalancer = %v, %v; want no mappings", exists, err)
 	}
 	for i, wantReads := range []int{0, 1} {
 		e.calls()
@@ -132,4 +169,59 @@ func TestObservationIsUsedOnce(t *testing.T) {
 			t.Errorf("Delete %d made %d reads, want %d", i+1, got, wantReads)
 		}
 	}
+}
+
+// TestGetWaitsForOperationInFlight: a GetLoadBalancer made while an Ensure
+// of the same Service is adding a port reads the table after that add, so
+// the Delete that uses its read removes the new port too.
+func TestGetWaitsForOperationInFlight(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, web, threeNodes())
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	e.router.PrependHook(fake.MethodAddPortMapping, fake.NthHook(1, func(context.Context, *fake.Call) (bool, error) {
+		close(entered)
+		<-unblock
+		return false, nil
+	}))
+	ensured := make(chan error)
+	go func() {
+		svc := web.DeepCopy()
+		svc.Spec.Ports = append(svc.Spec.Ports, port("c", v1.ProtocolTCP, 8080, 30082))
+		_, err := e.lb.EnsureLoadBalancer(ctx, testCluster, svc, threeNodes())
+		ensured <- err
+	}()
+	<-entered
+	var blockedReads atomic.Int32 // table reads while the add is held (the Ensure read before it)
+	e.router.PrependHook(fake.MethodListPortMappings, func(context.Context, *fake.Call) (bool, error) {
+		select {
+		case <-unblock:
+		default:
+			blockedReads.Add(1)
+		}
+		return false, nil
+	})
+	got := make(chan error)
+	go func() {
+		_, _, err := e.lb.GetLoadBalancer(ctx, testCluster, web)
+		got <- err
+	}()
+	// Give a Get that did not wait the time to read; one that waits reads
+	// after the add whatever the timing.
+	time.Sleep(50 * time.Millisecond)
+	close(unblock)
+	if err := <-ensured; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := blockedReads.Load(); n != 0 {
+		t.Errorf("%d table reads while the Ensure's add was in flight, want 0", n)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, web); err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "table after Delete", e.table(), nil)
 }
