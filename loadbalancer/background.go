@@ -299,6 +299,9 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, clus
 			return err
 		}
 		defer release()
+		if lb.wasDeleted(svc.UID) {
+			return nil // deleted since this pass listed it
+		}
 		return errors.Join(err, lb.reconcile(ctx, t, request{owner: o}))
 	}
 	req, err := lb.request(ctx, o, svc, plans, nodes)
@@ -308,6 +311,13 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, clus
 	release, ok := lb.tryAcquire(o)
 	if !ok {
 		return nil // the service controller is at it right now
+	}
+	if lb.wasDeleted(svc.UID) {
+		// Deleted since this pass listed it (the list is a snapshot, and
+		// the informer may lag the service controller's): serving it now
+		// would leave mappings nothing removes.
+		release()
+		return nil
 	}
 	err = lb.reconcile(ctx, t, req)
 	release()

@@ -384,3 +384,64 @@ func TestBackgroundServesOnlyItsServices(t *testing.T) {
 		t.Fatalf("table = %v, want only default/served (TCP/81)", e.table())
 	}
 }
+
+// TestPassLeavesDeletedServicesAlone: a background pass works from a list of
+// Services taken before a Delete (or from an informer that lags the service
+// controller's). It must not serve a Service deleted since, or the mappings
+// it adds would outlive the Service; an Ensure of the Service, or a new
+// Service of the same name, is served again.
+func TestPassLeavesDeletedServicesAlone(t *testing.T) {
+	ctx := context.Background()
+	nodes := threeNodes()
+	for _, tt := range []struct {
+		name string
+		// after runs after the Delete and before the pass; it returns the
+		// Services the pass lists and whether the pass must serve web.
+		after func(t *testing.T, e *env, web *v1.Service) ([]*v1.Service, bool)
+	}{
+		{
+			name: "deleted",
+			after: func(_ *testing.T, _ *env, web *v1.Service) ([]*v1.Service, bool) {
+				return []*v1.Service{web}, false
+			},
+		},
+		{
+			name: "deleted, then ensured again (type changed back)",
+			after: func(t *testing.T, e *env, web *v1.Service) ([]*v1.Service, bool) {
+				e.mustEnsure(t, web, nodes)
+				return []*v1.Service{web}, true
+			},
+		},
+		{
+			name: "deleted and created again under the same name",
+			after: func(t *testing.T, e *env, web *v1.Service) ([]*v1.Service, bool) {
+				again := web.DeepCopy()
+				again.UID = "uid-web-2"
+				e.mustEnsure(t, again, nodes)
+				// The pass's list may hold either object.
+				return []*v1.Service{again}, true
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{})
+			web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+			e.mustEnsure(t, web, nodes)
+			if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, web); err != nil {
+				t.Fatal(err)
+			}
+			listed, serve := tt.after(t, e, web)
+			// The router lost its table: a pass that serves web re-adds it.
+			e.router.Reboot()
+			e.calls()
+			e.lb.pass(ctx, staticWatch(t, nodes, listed))
+			adds := e.calls()[fake.MethodAddPortMapping]
+			if serve && adds != 1 {
+				t.Errorf("pass made %d adds, want 1 (the Service is served)", adds)
+			}
+			if !serve && (adds != 0 || len(e.table()) != 0) {
+				t.Errorf("pass made %d adds, table %q; want none for a deleted Service", adds, e.table())
+			}
+		})
+	}
+}

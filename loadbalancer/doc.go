@@ -133,7 +133,10 @@
 // client falls back; this is logged once). A mapping is renewed when the
 // lease the router reports as left (miniupnpd reports the time left), or
 // what is left of the lease it granted when this process added it, falls
-// below half the lease plus half an interval.
+// below half the lease plus half an interval. A pass works from the list of
+// Services its informer held when it began: a Service whose mappings
+// EnsureLoadBalancerDeleted removed since is left alone (until an Ensure
+// serves it again), so that no pass re-adds mappings nothing would remove.
 //
 // Without background work (no Initialize and Run), nothing renews leases
 // between the service controller's calls, which do not come for unchanged

@@ -63,6 +63,12 @@ type LoadBalancer struct {
 	// warned records the non-public external IP each Service was warned
 	// about.
 	warned map[types.UID]netip.Addr
+	// deleted records when EnsureLoadBalancerDeleted (or a deselection) last
+	// removed the mappings of a Service, by UID: a background pass works
+	// from a list of Services taken at its start, and must not serve one
+	// again that was deleted since (its mappings would outlive it). Ensure
+	// of the same UID clears it; entries older than deletedTTL are dropped.
+	deleted map[types.UID]time.Time
 	// observed holds, by owner token, the table read of the last
 	// GetLoadBalancer of that Service, for the EnsureLoadBalancerDeleted
 	// that the service controller makes right after it (see observation).
@@ -98,6 +104,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		busy:      make(map[string]chan struct{}),
 		warned:    make(map[types.UID]netip.Addr),
 		observed:  make(map[string]observation),
+		deleted:   make(map[types.UID]time.Time),
 	}, nil
 }
 
@@ -183,7 +190,7 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
-	if err := lb.removeAll(ctx, o); err != nil {
+	if err := lb.removeAll(ctx, o, service.UID); err != nil {
 		return err
 	}
 	lb.mu.Lock()
@@ -195,7 +202,7 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 // ensure is EnsureLoadBalancer for owner o on nodes.
 func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	if !selected(lb.cfg.Services, svc) {
-		if err := lb.removeAll(ctx, o); err != nil {
+		if err := lb.removeAll(ctx, o, svc.UID); err != nil {
 			return nil, err
 		}
 		return nil, cloudprovider.ImplementedElsewhere
@@ -220,6 +227,7 @@ func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, no
 		return nil, err
 	}
 	defer release()
+	lb.undelete(svc.UID)
 	t, err := lb.readTable(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
@@ -252,13 +260,15 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, invalid error) er
 
 // removeAll deletes every mapping o owns, as seen by a table read: the
 // observation of a GetLoadBalancer just before, when it still stands in for
-// one, or a read of its own.
-func (lb *LoadBalancer) removeAll(ctx context.Context, o owner) error {
+// one, or a read of its own. It first marks the Service (uid) deleted, so
+// that background passes leave it alone until an Ensure serves it again.
+func (lb *LoadBalancer) removeAll(ctx context.Context, o owner, uid types.UID) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer release()
+	lb.markDeleted(uid)
 	t, ok := lb.takeObservation(o)
 	if !ok {
 		if t, err = lb.readTable(ctx); err != nil {
@@ -447,6 +457,43 @@ func (lb *LoadBalancer) tryAcquire(o owner) (release func(), ok bool) {
 	ch := make(chan struct{})
 	lb.busy[o.token] = ch
 	return func() { lb.releaseBusy(o, ch) }, true
+}
+
+// deletedTTL bounds how long a deleted Service is remembered: far longer
+// than a background pass can work from its list of Services.
+const deletedTTL = time.Hour
+
+// markDeleted records that the Service with this UID had its mappings
+// removed; the caller holds its gate.
+func (lb *LoadBalancer) markDeleted(uid types.UID) {
+	if uid == "" {
+		return
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	now := lb.cfg.Clock.Now()
+	for u, at := range lb.deleted {
+		if now.Sub(at) > deletedTTL {
+			delete(lb.deleted, u)
+		}
+	}
+	lb.deleted[uid] = now
+}
+
+// undelete forgets that the Service was deleted: it is served again.
+func (lb *LoadBalancer) undelete(uid types.UID) {
+	lb.mu.Lock()
+	delete(lb.deleted, uid)
+	lb.mu.Unlock()
+}
+
+// wasDeleted reports whether the Service's mappings were removed and no
+// Ensure served it since.
+func (lb *LoadBalancer) wasDeleted(uid types.UID) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	_, ok := lb.deleted[uid]
+	return ok
 }
 
 func (lb *LoadBalancer) releaseBusy(o owner, ch chan struct{}) {
