@@ -20,27 +20,12 @@ import (
 // root, miniupnpd, upnpc, nft and ip; without them they skip, except when
 // CI=true, where they fail.
 
-// labHost is the HostInfo of a lab node: /proc/net/route would show the test
-// process's namespace, not the node's, so the default gateway is given; the
-// local address is found the ordinary way, by a UDP socket made in the node.
-type labHost struct {
-	igd.SystemHost
-	gateway netip.Addr
-}
-
-func (h labHost) DefaultGateway(context.Context) (netip.Addr, error) { return h.gateway, nil }
-
 // labConfig returns a Config that acts from node i of lab, discovering by
 // SSDP (byURL false) or from the root description URL.
 func labConfig(lab *igdtest.Lab, i int, byURL bool) igd.Config {
-	n := lab.Nodes[i]
-	cfg := igd.Config{
-		DialContext:  n.DialContext,
-		ListenPacket: n.ListenPacket,
-		Host:         labHost{SystemHost: igd.SystemHost{DialContext: n.DialContext}, gateway: lab.RouterLAN},
-	}
-	if byURL {
-		cfg.RootDescURL = lab.RootDescURL
+	cfg := lab.ClientConfig(i)
+	if !byURL {
+		cfg.RootDescURL = ""
 	}
 	return cfg
 }

@@ -26,25 +26,10 @@ import (
 // miniupnpd, upnpc, nft and ip; without them they skip, except when CI=true,
 // where they fail.
 
-// labHost is the HostInfo of a lab node: /proc/net/route shows the test
-// process's namespace, not the node's, so the gateway is given.
-type labHost struct {
-	igd.SystemHost
-	gateway netip.Addr
-}
-
-func (h labHost) DefaultGateway(context.Context) (netip.Addr, error) { return h.gateway, nil }
-
 // labClient is the real client acting from node i.
 func labClient(t testing.TB, lab *igdtest.Lab, i int) *igd.UPnPClient {
 	t.Helper()
-	n := lab.Nodes[i]
-	c, err := igd.NewClient(igd.Config{
-		RootDescURL:  lab.RootDescURL,
-		DialContext:  n.DialContext,
-		ListenPacket: n.ListenPacket,
-		Host:         labHost{SystemHost: igd.SystemHost{DialContext: n.DialContext}, gateway: lab.RouterLAN},
-	})
+	c, err := igd.NewClient(lab.ClientConfig(i))
 	if err != nil {
 		t.Fatal(err)
 	}

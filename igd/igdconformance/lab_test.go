@@ -11,16 +11,12 @@ import (
 // labClient returns the real client acting from node i of lab.
 func labClient(t *testing.T, lab *igdtest.Lab, i int) igd.Client {
 	t.Helper()
-	n := lab.Nodes[i]
-	c, err := igd.NewClient(igd.Config{
-		RootDescURL:  lab.RootDescURL,
-		DialContext:  n.DialContext,
-		ListenPacket: n.ListenPacket,
-		// The suite checks behaviour, not speed: on a loaded CI machine
-		// under -race a miniupnpd answer can take longer than the default
-		// 2 s bound, which would fail a case for the wrong reason.
-		CallTimeout: igdconformance.CallTimeout,
-	})
+	cfg := lab.ClientConfig(i)
+	// The suite checks behaviour, not speed: on a loaded CI machine under
+	// -race a miniupnpd answer can take longer than the default 2 s bound,
+	// which would fail a case for the wrong reason.
+	cfg.CallTimeout = igdconformance.CallTimeout
+	c, err := igd.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("igd.NewClient: %v", err)
 	}

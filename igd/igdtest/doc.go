@@ -39,7 +39,7 @@
 // (setns on a locked thread, discarded afterwards); sockets created there stay
 // in the namespace. Node.DialContext, Node.ListenPacket, Node.Listen and
 // Node.HTTPClient are built on it and plug into clients with injectable
-// dialers. Lab.Upnpc runs the upnpc peer client on a node and Lab.ExecNode any
+// dialers; Lab.ClientConfig is an igd.Config acting from a node. Lab.Upnpc runs the upnpc peer client on a node and Lab.ExecNode any
 // program; Lab.InternetGet and Lab.InternetDialContext prove the data path
 // from the WAN side; Lab.Nft inspects the router's ruleset; Lab.Reboot and
 // Lab.Restart simulate a router reboot (table wiped) and a daemon restart
@@ -49,8 +49,8 @@
 //
 // A lab needs root (network namespaces and nftables) and the programs ip
 // (iproute2), nft (nftables), miniupnpd (the miniupnpd-nftables package),
-// upnpc (miniupnpc), mount and sh. When something is missing, Start and Require skip the
-// test with a message naming it ("igdtest: needs ...: missing ..."), except
-// when the environment variable CI is "true": there the lab tests are
-// mandatory, and the same message fails the test.
+// upnpc (miniupnpc), mount and sh. When something is missing, Start and
+// Require skip the test with a message naming it ("igdtest: needs ...:
+// missing ..."), except when the environment variable CI is "true": there
+// the lab tests are mandatory, and the same message fails the test.
 package igdtest

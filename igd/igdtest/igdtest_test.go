@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 )
 
@@ -521,6 +522,35 @@ func TestConsoleLog(t *testing.T) {
 			out, err := lab.Upnpc(ctx, 0, "-l")
 			require.NoError(t, err, out)
 			assert.Contains(t, lab.Log(), "HTTP REQUEST", "the daemon's debug log in Lab.Log")
+		})
+	}
+}
+
+// TestClientConfig: a client built from ClientConfig(i) finds the router
+// from node i, by the root description URL and by SSDP, sees it as the
+// node's default gateway, and knows the node's own address.
+func TestClientConfig(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	for _, tc := range []struct {
+		name  string
+		byURL bool
+	}{{"root description URL", true}, {"SSDP", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			cfg := lab.ClientConfig(1)
+			if !tc.byURL {
+				cfg.RootDescURL = ""
+			}
+			c, err := igd.NewClient(cfg)
+			require.NoError(t, err)
+			gw, err := c.Discover(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, lab.RouterLAN, gw.Addr)
+			assert.Equal(t, lab.ExternalIP, gw.ExternalIP)
+			assert.True(t, gw.OnDefaultGateway, "the router is the node's default gateway")
+			self, err := c.LocalAddr(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, lab.Nodes[1].Addr, self)
 		})
 	}
 }

@@ -10,9 +10,9 @@ import (
 )
 
 // Require checks what Start checks — root, and the programs ip, nft,
-// miniupnpd, upnpc, mount and sh — without starting anything. When something is missing
-// it calls t.Skip with the reason, or t.Fatal when the environment variable
-// CI is "true" (in CI the lab tests are mandatory).
+// miniupnpd, upnpc, mount and sh — without starting anything. When something
+// is missing it calls t.Skip with the reason, or t.Fatal when the environment
+// variable CI is "true" (in CI the lab tests are mandatory).
 func Require(t testing.TB) {
 	t.Helper()
 	checkPrereqs(t)
