@@ -286,31 +286,24 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 // when it differs from what the router now serves.
 func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, cluster string, ext netip.Addr, svc *v1.Service, nodes []*v1.Node) error {
 	o := newOwner(cluster, svc.Namespace, svc.Name)
-	plans, err := planPorts(o, svc)
-	if err == nil {
-		err = checkLoadBalancerIP(o, svc, ext)
+	plans, invalid := planPorts(o, svc)
+	if invalid == nil {
+		invalid = checkLoadBalancerIP(o, svc, ext)
 	}
-	if err != nil {
-		// The service controller withdraws it too, when the spec changes;
-		// this pass covers a loadBalancerIP that the external IP no
-		// longer matches, which the controller does not notice.
-		release, ok := lb.tryAcquire(o)
-		if !ok {
+	// An invalid Service has its mappings withdrawn. The service controller
+	// does that too when the spec changes; a pass covers a loadBalancerIP
+	// that the external IP no longer matches, which the controller does not
+	// notice.
+	req := request{owner: o}
+	if invalid == nil {
+		var err error
+		if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil {
 			return err
 		}
-		defer release()
-		if lb.wasDeleted(svc.UID) {
-			return nil // deleted since this pass listed it
-		}
-		return errors.Join(err, lb.reconcile(ctx, t, request{owner: o}))
-	}
-	req, err := lb.request(ctx, o, svc, plans, nodes)
-	if err != nil {
-		return err
 	}
 	release, ok := lb.tryAcquire(o)
 	if !ok {
-		return nil // the service controller is at it right now
+		return invalid // the service controller is at it right now
 	}
 	if lb.wasDeleted(svc.UID) {
 		// Deleted since this pass listed it (the list is a snapshot, and
@@ -319,8 +312,11 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, clus
 		release()
 		return nil
 	}
-	err = lb.reconcile(ctx, t, req)
+	err := lb.reconcile(ctx, t, req)
 	release()
+	if invalid != nil {
+		return errors.Join(invalid, err)
+	}
 	if err != nil {
 		return err
 	}
