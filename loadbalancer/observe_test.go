@@ -68,12 +68,19 @@ func TestDeleteAfterGetLoadBalancer(t *testing.T) {
 			wantTable: []string{row(igd.TCP, 81, addrC, 30090, desc("default", "api", "a"))},
 		},
 		{
-			name: "leases about to run out",
+			name: "leases about to run out, mappings of an earlier process",
 			cfg:  Config{Lease: MinLease},
 			between: func(t *testing.T, e *env) {
-				// The Get is redone on a table whose leases have less than
+				// A restarted process (no record of the leases it granted)
+				// redoes the Get on a table whose leases have less than
 				// leaseMargin left: by the time of the deletes another host
 				// could hold the ports.
+				lb, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Lease: MinLease})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lb.seeNodes(threeNodes())
+				e.lb = lb
 				getWithLeaseNearlyOut(t, e)
 			},
 			wantReads: 1,
