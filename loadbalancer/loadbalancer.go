@@ -140,14 +140,14 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	start := lb.cfg.Clock.Now()
 	t, err := lb.readTable(ctx)
 	if err == nil {
-		lb.observe(o, t, start)
+		t = lb.observe(o, t, start)
 	}
 	release()
 	if err != nil {
 		return nil, false, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
 	var plans []portPlan
-	for k, m := range t {
+	for k, m := range t { // the mappings whose description names o
 		if lb.owns(o, m) {
 			plans = append(plans, portPlan{key: k, nodePort: m.InternalPort, description: m.Description})
 		}

@@ -47,8 +47,9 @@ type observation struct {
 }
 
 // observe records t, read from start on, as o's observation, and drops
-// observations too old to be used.
-func (lb *LoadBalancer) observe(o owner, t table, start time.Time) {
+// observations too old to be used. It returns the part of t it keeps: the
+// mappings whose description names o.
+func (lb *LoadBalancer) observe(o owner, t table, start time.Time) table {
 	mine := make(table)
 	for k, m := range t {
 		if p, ok := parseDescription(m.Description); ok && p.token == o.token {
@@ -64,6 +65,7 @@ func (lb *LoadBalancer) observe(o owner, t table, start time.Time) {
 		}
 	}
 	lb.observed[o.token] = observation{at: start, mappings: mine}
+	return mine
 }
 
 // forget drops o's observation: called before every router write for o.
