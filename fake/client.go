@@ -125,12 +125,24 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 	return call.Mapping, nil
 }
 
-// ListPortMappings returns every mapping in the table, newest first (the
-// order miniupnpd lists them in; callers must not rely on it).
-func (c *Client) ListPortMappings(ctx context.Context) ([]igd.Mapping, error) {
+// ListPortMappings implements igd.Lister: the mappings of proto in ports,
+// newest first (the order miniupnpd lists them in; callers must not rely on
+// it). On a router configured with RouterConfig.NoList it fails with an
+// error matching igd.ErrNotSupported, as an IGD:1 router would.
+func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local}
 	err := c.do(ctx, &call, func() error {
-		call.Mappings = c.router.list()
+		if c.router.cfg.NoList {
+			return igd.ErrNotSupported
+		}
+		if !proto.Valid() || ports.First > ports.Last {
+			return &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
+		}
+		for _, m := range c.router.list() {
+			if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
+				call.Mappings = append(call.Mappings, m)
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -44,6 +44,11 @@ type RouterConfig struct {
 	// unlimited.
 	Capacity int
 
+	// NoList makes Client.ListPortMappings fail with igd.ErrNotSupported,
+	// like a router that can only be read entry by entry (IGD:1,
+	// WANPPPConnection:1) or a backend with no table to list.
+	NoList bool
+
 	// Clock is what leases expire on. Nil means the real clock; tests pass a
 	// k8s.io/utils/clock/testing.FakeClock and step it.
 	Clock clock.PassiveClock

@@ -33,6 +33,10 @@ var (
 	ErrNoPortMapsAvailable = errors.New("igd: no port maps available (728)")
 	// ErrNoGateway means no usable Internet Gateway Device was found.
 	ErrNoGateway = errors.New("igd: no gateway found")
+	// ErrNotSupported means the router (or the client) cannot do what was
+	// asked, for example list its table in one call; it matches
+	// errors.ErrUnsupported too.
+	ErrNotSupported = fmt.Errorf("igd: not supported by the router: %w", errors.ErrUnsupported)
 	// ErrInvalidMapping is matched by every *FieldError from Mapping.Validate.
 	ErrInvalidMapping = errors.New("igd: invalid mapping")
 	// ErrNotPublic is matched by every *NotPublicError from CheckPublic: the

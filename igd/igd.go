@@ -2,6 +2,7 @@ package igd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -165,11 +166,60 @@ type Client interface {
 	// matching ErrNoSuchEntry.
 	GetPortMapping(ctx context.Context, proto Protocol, externalPort uint16) (Mapping, error)
 
-	// ListPortMappings returns every mapping in the router's table, TCP and
-	// UDP, in no particular order.
-	ListPortMappings(ctx context.Context) ([]Mapping, error)
-
 	// LocalAddr returns this host's own address toward the router: the only
 	// internal client a router in secure mode lets this host map to.
 	LocalAddr(ctx context.Context) (netip.Addr, error)
+}
+
+// PortRange is an inclusive range of external ports.
+type PortRange struct {
+	// First and Last bound the range; First <= Last.
+	First, Last uint16
+}
+
+// AllPorts is every external port (0 included: some routers store a
+// wildcard mapping there).
+var AllPorts = PortRange{First: 0, Last: 65535}
+
+// Lister is implemented by clients that can read many mappings of a router's
+// table in one call (WANIPConnection:2's GetListOfPortMappings). It is
+// optional: a Client that cannot list (an IGD:1 or WANPPPConnection:1 router,
+// which can only be read entry by entry, or a backend with no table to read)
+// either does not implement it or returns an error matching ErrNotSupported,
+// and callers read the keys they care about with GetPortMapping instead.
+type Lister interface {
+	// ListPortMappings returns every mapping of proto whose external port
+	// lies in ports, each once, in no particular order. Its cost grows with
+	// the number of mappings in the range, not with the whole table.
+	ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error)
+}
+
+// ReadTable returns every mapping of c's router, TCP and UDP: by listing
+// when c is a Lister that can list, otherwise by walking the table entry by
+// entry when c has a WalkPortMappings method (UPnPClient does). It returns an
+// error matching ErrNotSupported when c can do neither.
+func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
+	if l, ok := c.(Lister); ok {
+		var out []Mapping
+		var err error
+		for _, proto := range []Protocol{TCP, UDP} {
+			var ms []Mapping
+			if ms, err = l.ListPortMappings(ctx, proto, AllPorts); err != nil {
+				break
+			}
+			out = append(out, ms...)
+		}
+		if err == nil {
+			return out, nil
+		}
+		if !errors.Is(err, ErrNotSupported) {
+			return nil, err
+		}
+	}
+	if w, ok := c.(interface {
+		WalkPortMappings(context.Context) ([]Mapping, error)
+	}); ok {
+		return w.WalkPortMappings(ctx)
+	}
+	return nil, fmt.Errorf("igd: read table: %w", ErrNotSupported)
 }

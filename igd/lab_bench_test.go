@@ -134,7 +134,7 @@ func BenchmarkLabListTable(b *testing.B) {
 		var ours, bareDs []time.Duration
 		for range b.N {
 			start := time.Now()
-			ms, err := c.ListPortMappings(ctx)
+			ms, err := igd.ReadTable(ctx, c)
 			if err != nil || len(ms) != 2*perProto {
 				b.Fatalf("ListPortMappings() = %d mappings, %v", len(ms), err)
 			}

@@ -125,7 +125,7 @@ func TestLabMappings(t *testing.T) {
 				}
 				assertSameMapping(t, got, m)
 			}
-			list, err := c.ListPortMappings(ctx)
+			list, err := igd.ReadTable(ctx, c)
 			if err != nil {
 				t.Fatalf("ListPortMappings: %v", err)
 			}
@@ -169,7 +169,7 @@ func TestLabMappings(t *testing.T) {
 					t.Errorf("DeletePortMapping(%s) again = %v, want nil", m.Key(), err)
 				}
 			}
-			if list, err := c.ListPortMappings(ctx); err != nil || len(list) != 0 {
+			if list, err := igd.ReadTable(ctx, c); err != nil || len(list) != 0 {
 				t.Errorf("ListPortMappings() after deleting all = %v, %v", list, err)
 			}
 		})
@@ -207,7 +207,7 @@ func TestLabListPagesThroughFullAnswers(t *testing.T) {
 		add(igd.UDP, uint16(40000+i*3))
 	}
 	before := strings.Count(lab.Log(), "#GetListOfPortMappings")
-	list, err := c.ListPortMappings(ctx)
+	list, err := igd.ReadTable(ctx, c)
 	if err != nil {
 		t.Fatalf("ListPortMappings: %v", err)
 	}
@@ -343,7 +343,7 @@ func TestLabSecureMode(t *testing.T) {
 	if _, err := c1.AddPortMapping(ctx, m1); err != nil {
 		t.Fatalf("node1 AddPortMapping(to itself): %v", err)
 	}
-	list, err := c.ListPortMappings(ctx)
+	list, err := igd.ReadTable(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

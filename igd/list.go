@@ -16,43 +16,55 @@ import (
 // IGD:2 spec and miniupnpd both cap it at 1000).
 const listPage = 1000
 
-// ListPortMappings implements Client.
+// ListPortMappings implements Lister.
 //
-// Where the service is WANIPConnection:2 it reads the table with
-// GetListOfPortMappings: one call per protocol (the action needs NewProtocol
-// and returns only that protocol's entries) while the protocol has fewer
-// than 1000 mappings. On miniupnpd with 60 mappings that is about 180 ms
-// against 7.5 s for the entry-by-entry walk. Past 1000 (see listByRange) it
-// splits the port range in halves until every part fits one answer. Elsewhere,
-// or when the router does not implement the action (401, 602) or refuses its
-// arguments (402, 501, 606), it walks the table with GetGenericPortMappingEntry
-// until 713 (or 714, or 402, which some routers answer past the end). Both
-// ways are bounded by Config.MaxListEntries, so a misbehaving router cannot
-// keep the listing going. A mapping seen twice (the table shifted during a
-// walk, or the same entry came in two answers) is returned once.
-func (c *UPnPClient) ListPortMappings(ctx context.Context) ([]Mapping, error) {
+// Where the service is WANIPConnection:2 it reads the range with
+// GetListOfPortMappings: one call while the protocol has fewer than 1000
+// mappings in the range; past it (see listByRange) it splits the range in
+// halves until every part fits one answer. Elsewhere (IGD:1 and
+// WANPPPConnection:1 have no such action), or when the router does not
+// implement it (401, 602), it returns an error matching ErrNotSupported:
+// callers read single keys with GetPortMapping, or the whole table with
+// WalkPortMappings. A router that refuses the call's arguments (402, 501,
+// 606) gets the error as it is. The listing is bounded by
+// Config.MaxListEntries, so a misbehaving router cannot keep it going.
+func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error) {
+	if !proto.Valid() || ports.First > ports.Last {
+		return nil, fmt.Errorf("igd: list port mappings %s %d-%d: %w", proto, ports.First, ports.Last, ErrInvalidMapping)
+	}
 	gw, err := c.gateway(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("igd: list port mappings: %w", err)
 	}
-	if lister, ok := gw.conn.(portMappingLister); ok && !gw.noList.Load() {
-		ms, err := c.listByRange(ctx, gw, lister)
-		switch code := Code(err); {
-		case err == nil:
-			return ms, nil
-		case code == CodeInvalidAction || code == CodeOptionalActionNotImpl:
-			gw.noList.Store(true)
-			klog.FromContext(ctx).V(2).Info("Router does not implement GetListOfPortMappings, walking its table instead",
-				"location", gw.info.Location, "code", code)
-		case code == CodeInvalidArgs || code == CodeActionFailed || code == CodeNotAuthorized:
-			// Refused this time; walk, and try the list call again next time.
-		default:
-			return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, err)
-		}
+	lister, ok := gw.conn.(portMappingLister)
+	if !ok || gw.noList.Load() {
+		return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, ErrNotSupported)
+	}
+	ms, err := c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	switch code := Code(err); {
+	case err == nil:
+		return ms, nil
+	case code == CodeInvalidAction || code == CodeOptionalActionNotImpl:
+		gw.noList.Store(true)
+		klog.FromContext(ctx).V(2).Info("Router does not implement GetListOfPortMappings",
+			"location", gw.info.Location, "code", code)
+		return nil, fmt.Errorf("igd: list port mappings on %s: %w: %w", gw.info.Location, ErrNotSupported, err)
+	}
+	return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, err)
+}
+
+// WalkPortMappings reads the whole table entry by entry with
+// GetGenericPortMappingEntry, until 713 (or 714, or 402, which some routers
+// answer past the end). It works on every router but costs one call per
+// mapping. It is bounded by Config.MaxListEntries.
+func (c *UPnPClient) WalkPortMappings(ctx context.Context) ([]Mapping, error) {
+	gw, err := c.gateway(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("igd: walk port mappings: %w", err)
 	}
 	ms, err := c.walk(ctx, gw)
 	if err != nil {
-		return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, err)
+		return nil, fmt.Errorf("igd: walk port mappings on %s: %w", gw.info.Location, err)
 	}
 	return ms, nil
 }
@@ -90,12 +102,12 @@ func (r portRange) halves() (portRange, portRange) {
 // range is not split. Ranges are computed within 0-65535 and never wrap.
 // Since a part is split only when it holds 1000 distinct ports, the
 // Config.MaxListEntries bound on distinct mappings also bounds the calls.
-func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister) ([]Mapping, error) {
+func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
 	seen := map[Key]bool{}
 	var out []Mapping
-	for _, proto := range []Protocol{TCP, UDP} {
+	{
 		// Depth first, lower half first: a stack of the ranges still to read.
-		todo := []portRange{{0, 65535}}
+		todo := []portRange{whole}
 		logged := false
 		for len(todo) > 0 {
 			r := todo[len(todo)-1]

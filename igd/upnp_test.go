@@ -558,7 +558,7 @@ func TestListPortMappingsByRange(t *testing.T) {
 			g := newTestIGD(t, igd2Device, "")
 			g.handle("GetListOfPortMappings", listTable(t, tt.table, tt.order))
 			c := newTestClient(t, g, nil)
-			ms, err := c.ListPortMappings(testCtx(t))
+			ms, err := ReadTable(testCtx(t), c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -642,7 +642,7 @@ func TestListPortMappingsPaging(t *testing.T) {
 				return [][2]string{{"NewPortListing", listing}}, 0
 			})
 			c := newTestClient(t, g, func(cfg *Config) { cfg.MaxListEntries = tt.maxEntries })
-			ms, err := c.ListPortMappings(testCtx(t))
+			ms, err := ReadTable(testCtx(t), c)
 			mu.Lock()
 			defer mu.Unlock()
 			if tt.wantCalls != nil && !slices.Equal(calls, tt.wantCalls) {
@@ -690,7 +690,7 @@ func TestListPortMappingsMiniupnpdFixture(t *testing.T) {
 		return nil, CodePortMappingNotFound
 	})
 	c := newTestClient(t, g, nil)
-	ms, err := c.ListPortMappings(testCtx(t))
+	ms, err := ReadTable(testCtx(t), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,7 +771,7 @@ func TestListPortMappingsWalk(t *testing.T) {
 			}
 			c := newTestClient(t, g, nil)
 			for range 2 {
-				ms, err := c.ListPortMappings(testCtx(t))
+				ms, err := ReadTable(testCtx(t), c)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -795,7 +795,7 @@ func TestListPortMappingsWalkIsBounded(t *testing.T) {
 	g.handle("GetGenericPortMappingEntry", reply("NewRemoteHost", "", "NewExternalPort", "8080", "NewProtocol", "TCP",
 		"NewInternalPort", "30080", "NewInternalClient", "192.0.2.10", "NewEnabled", "1", "NewPortMappingDescription", "", "NewLeaseDuration", "0"))
 	c := newTestClient(t, g, func(cfg *Config) { cfg.MaxListEntries = 10 })
-	_, err := c.ListPortMappings(testCtx(t))
+	_, err := ReadTable(testCtx(t), c)
 	if err == nil || !strings.Contains(err.Error(), "MaxListEntries=10") {
 		t.Fatalf("ListPortMappings() = %v, want an error naming the bound", err)
 	}
@@ -808,7 +808,7 @@ func TestListPortMappingsOtherFaultIsError(t *testing.T) {
 	g := newTestIGD(t, igd2Device, "")
 	g.handle("GetListOfPortMappings", fault(CodeNotAuthorized+1))
 	c := newTestClient(t, g, nil)
-	if _, err := c.ListPortMappings(testCtx(t)); Code(err) != CodeNotAuthorized+1 {
+	if _, err := ReadTable(testCtx(t), c); Code(err) != CodeNotAuthorized+1 {
 		t.Fatalf("ListPortMappings() = %v, want the router's 607", err)
 	}
 }

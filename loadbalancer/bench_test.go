@@ -70,7 +70,7 @@ func (c *countingClient) GetPortMapping(ctx context.Context, p igd.Protocol, por
 
 func (c *countingClient) ListPortMappings(ctx context.Context) ([]igd.Mapping, error) {
 	c.count(fake.MethodListPortMappings)
-	return c.Client.ListPortMappings(ctx)
+	return igd.ReadTable(ctx, c.Client)
 }
 
 // tally accumulates router calls over a benchmark and reports them per op.

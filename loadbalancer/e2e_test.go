@@ -240,7 +240,7 @@ func TestServiceControllerEndToEndMiniupnpd(t *testing.T) {
 		table: func(t *testing.T) []igd.Mapping {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			ms, err := client.ListPortMappings(ctx)
+			ms, err := igd.ReadTable(ctx, client)
 			if err != nil {
 				t.Fatal(err)
 			}

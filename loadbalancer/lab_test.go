@@ -94,7 +94,7 @@ func TestLabForeignMappingsSurviveAndDataPath(t *testing.T) {
 	}
 	foreign := func(t *testing.T, when string) {
 		t.Helper()
-		ms, err := client.ListPortMappings(ctx)
+		ms, err := igd.ReadTable(ctx, client)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestLabForeignMappingsSurviveAndDataPath(t *testing.T) {
 	// The free port converged: the data path from the internet reaches the
 	// chosen node's nodePort.
 	var target netip.Addr
-	ms, err := client.ListPortMappings(ctx)
+	ms, err := igd.ReadTable(ctx, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestLabRebootRepairedByBackgroundWork(t *testing.T) {
 		objs = append(objs, svc)
 	}
 	snapshot := func() []string {
-		ms, err := client.ListPortMappings(ctx)
+		ms, err := igd.ReadTable(ctx, client)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestLabSecureMode(t *testing.T) {
 				t.Fatalf("Ensure s%d: %v", i, err)
 			}
 		}
-		ms, err := labClient(t, lab, 0).ListPortMappings(ctx)
+		ms, err := igd.ReadTable(ctx, labClient(t, lab, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +398,7 @@ func benchEnsureVsBare(b *testing.B, opts igdtest.Options) {
 		*d = append(*d, time.Since(start))
 	}
 	bare := func() {
-		timed(&listEmpty, func() error { _, err := client.ListPortMappings(ctx); return err })
+		timed(&listEmpty, func() error { _, err := igd.ReadTable(ctx, client); return err })
 		timed(&bareAdd, func() error {
 			for _, m := range mappings {
 				if _, err := client.AddPortMapping(ctx, m); err != nil {
@@ -407,7 +407,7 @@ func benchEnsureVsBare(b *testing.B, opts igdtest.Options) {
 			}
 			return nil
 		})
-		timed(&listFull, func() error { _, err := client.ListPortMappings(ctx); return err })
+		timed(&listFull, func() error { _, err := igd.ReadTable(ctx, client); return err })
 		// The cheapest call there is (the external IP), on the same
 		// 10-mapping table: any ownership check made before the deletes
 		// costs at least this much.

@@ -36,7 +36,7 @@ type table map[igd.Key]igd.Mapping
 // readTable reads the router's whole table: the one ListPortMappings call of
 // an operation.
 func (lb *LoadBalancer) readTable(ctx context.Context) (table, error) {
-	ms, err := lb.cfg.Client.ListPortMappings(ctx)
+	ms, err := igd.ReadTable(ctx, lb.cfg.Client)
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: read router table: %w", err)
 	}

@@ -212,7 +212,7 @@ func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 		if err != nil || found {
 			return nil, false, err
 		}
-		all, err := view.ListPortMappings(ctx)
+		all, err := igd.ReadTable(ctx, view)
 		return all, err == nil, err
 	})
 	if err != nil {

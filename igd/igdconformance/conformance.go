@@ -209,7 +209,7 @@ func mustDelete(t *testing.T, c igd.Client, k igd.Key) {
 
 func mustList(t *testing.T, c igd.Client) []igd.Mapping {
 	t.Helper()
-	got, err := c.ListPortMappings(ctx(t))
+	got, err := igd.ReadTable(ctx(t), c)
 	if err != nil {
 		t.Fatalf("ListPortMappings: %v", err)
 	}
