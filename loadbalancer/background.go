@@ -31,8 +31,8 @@ import (
 const clientName = "ccmkit-loadbalancer"
 
 // EventReasonExternalIPNotPublic is the reason of the Warning event a Service
-// gets when the router's external IP is not public (double NAT, CGNAT): its
-// mappings are then not reachable from the internet.
+// gets when the router's external IP is not public (double NAT, CGNAT) or not
+// usable at all (0.0.0.0 while the WAN link is down).
 const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
 
 // watch is the background work's view of the cluster.
@@ -196,16 +196,28 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		lb.watch, lb.client = nil, nil
 		lb.mu.Unlock()
 	}()
-	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval)
+	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
 
 	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
 	defer ticker.Stop()
+	probe := lb.cfg.Clock.NewTicker(lb.cfg.ProbeInterval)
+	defer probe.Stop()
 	trigger() // one pass at start: repair what changed while we were away
 	for {
 		select {
 		case <-ctx.Done():
 			logger.Info("Load balancer background work stopped")
 			return nil
+		case <-probe.C():
+			// One cheap call between passes tells a router that lost its
+			// table; each call is bounded by the igd client.
+			probeCtx, cancel := context.WithTimeout(ctx, lb.cfg.ProbeInterval)
+			lost := lb.probe(probeCtx)
+			cancel()
+			lb.probes.Add(1)
+			if !lost {
+				continue
+			}
 		case <-ticker.C():
 		case <-kick:
 		}
@@ -236,9 +248,13 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// pass reconciles every served Service against one read of the router's
-// table. Errors are logged: there is no caller to return them to, and the
-// next pass tries again.
+// pass serves every Service again: it refreshes the external IP, lists the
+// router's table where the client can list (to find mappings of the
+// Services at keys nothing else records), and then serves each Service as
+// EnsureLoadBalancer would, from its own fresh read of its keys: the listing
+// only says where to look, never what to delete. It patches the status of
+// Services whose status differs. Errors are logged: there is no caller to
+// return them to, and the next pass tries again.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
 	cluster := lb.clusterName()
@@ -246,12 +262,13 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.V(4).Info("Skipping load balancer pass: cluster name not known yet")
 		return
 	}
-	ext, err := lb.refreshExternalIP(ctx)
-	if err != nil {
-		logger.Error(err, "Load balancer pass failed")
+	lb.pruneDeleted()
+	ext, extErr := lb.refreshExternalIP(ctx)
+	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
+		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
-	t, err := lb.readTable(ctx)
+	hints, err := lb.hints(ctx)
 	if err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
@@ -276,52 +293,49 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(svc) || !selected(lb.cfg.Services, svc) {
 			continue
 		}
-		if err := lb.passService(ctx, w, t, cluster, ext, svc, nodes); err != nil {
+		o := newOwner(cluster, svc.Namespace, svc.Name)
+		if err := lb.passService(ctx, w, o, svc, nodes, ext, extErr, hints[o.token]); err != nil {
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
 		}
 	}
 }
 
-// passService reconciles one Service during a pass and patches its status
-// when it differs from what the router now serves.
-func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, cluster string, ext netip.Addr, svc *v1.Service, nodes []*v1.Node) error {
-	o := newOwner(cluster, svc.Namespace, svc.Name)
-	plans, invalid := planPorts(o, svc)
-	if invalid == nil {
-		invalid = checkLoadBalancerIP(o, svc, ext)
+// hints lists the router's table, where the client can list, and returns
+// the keys of mappings in this package's format that point at a node, by
+// owner token. It is a hint of where a Service may hold mappings, read once
+// per pass; no write rests on it.
+func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
+	l, ok := lb.cfg.Client.(igd.Lister)
+	if !ok || lb.noList.Load() {
+		return nil, nil
 	}
-	// An invalid Service has its mappings withdrawn. The service controller
-	// does that too when the spec changes; a pass covers a loadBalancerIP
-	// that the external IP no longer matches, which the controller does not
-	// notice.
-	req := request{owner: o}
-	if invalid == nil {
-		var err error
-		if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil {
-			return err
+	out := make(map[string][]igd.Key)
+	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
+		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
+		if errors.Is(err, igd.ErrNotSupported) {
+			lb.noList.Store(true)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("loadbalancer: list router table: %w", err)
+		}
+		for _, m := range ms {
+			if p, ok := parseDescription(m.Description); ok && lb.isNodeAddr(m.InternalClient) {
+				out[p.token] = append(out[p.token], m.Key())
+			}
 		}
 	}
-	release, ok := lb.tryAcquire(o)
-	if !ok {
-		return invalid // the service controller is at it right now
-	}
-	if lb.wasDeleted(svc.UID) {
-		// Deleted since this pass listed it (the list is a snapshot, and
-		// the informer may lag the service controller's): serving it now
-		// would leave mappings nothing removes.
-		release()
-		return nil
-	}
-	err := lb.reconcile(ctx, t, req)
-	release()
-	if invalid != nil {
-		return errors.Join(invalid, err)
-	}
-	if err != nil {
+	return out, nil
+}
+
+// passService serves one Service during a pass and patches its status when
+// it differs from what the router now serves.
+func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
+	st, err := lb.serve(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
+	if err != nil || st == nil {
 		return err
 	}
 	lb.warnNotPublic(svc, ext)
-	st := status(ext, plans)
 	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
 		return nil
 	}
@@ -332,6 +346,48 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, t table, clus
 	}
 	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ip", ext)
 	return nil
+}
+
+// probe reads one mapping this process wrote, a different one each time, and
+// reports whether the router lost or changed it (a reboot, a daemon restart
+// or a wiped table): the caller then repairs at once. One call per probe.
+func (lb *LoadBalancer) probe(ctx context.Context) bool {
+	k, want, ok := lb.nextProbe()
+	if !ok {
+		return false
+	}
+	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	switch {
+	case errors.Is(err, igd.ErrNoSuchEntry):
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
+		return false
+	case m.InternalClient.Unmap() == want.InternalClient && (m.InternalPort == want.InternalPort || m.InternalPort == 0):
+		return false
+	}
+	klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
+	return true
+}
+
+// nextProbe returns the next mapping this process wrote, in turn.
+func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	var written []igd.Mapping
+	for _, s := range lb.services {
+		for _, h := range s.held {
+			if h.written.InternalClient.IsValid() {
+				written = append(written, h.written)
+			}
+		}
+	}
+	if len(written) == 0 {
+		return igd.Key{}, igd.Mapping{}, false
+	}
+	slices.SortFunc(written, func(a, b igd.Mapping) int { return compareKeys(a.Key(), b.Key()) })
+	lb.probeSeq++
+	m := written[lb.probeSeq%len(written)]
+	return m.Key(), m, true
 }
 
 // currentWatch returns the background work's view, and whether background
@@ -391,21 +447,36 @@ func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) 
 }
 
 // warnNotPublic records a Warning event on svc, once per address, when the
-// router's external IP is not public.
+// router's external IP is not public (served anyway: see
+// Config.AllowNonPublicExternalIP).
 func (lb *LoadBalancer) warnNotPublic(svc *v1.Service, ext netip.Addr) {
 	if igd.IsPublic(ext) {
 		return
 	}
+	lb.warn(svc, ext, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+}
+
+// warnExternalIP records a Warning event on svc, once per address, when the
+// router's external IP cannot be reported: the Service waits for it.
+func (lb *LoadBalancer) warnExternalIP(svc *v1.Service, ext netip.Addr, err error) {
+	lb.warn(svc, ext, "Waiting for a usable external IP: %v", err)
+}
+
+// warn records a Warning event with reason EventReasonExternalIPNotPublic on
+// svc, unless svc was already warned about ext; without background work
+// there is no recorder and nothing is recorded.
+func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, format string, args ...any) {
+	o := newOwner(lb.clusterName(), svc.Namespace, svc.Name)
 	lb.mu.Lock()
 	w := lb.watch
-	already := lb.warned[svc.UID] == ext
-	if w != nil && !already {
-		lb.warned[svc.UID] = ext
+	s := lb.stateLocked(o)
+	already := s.warned == ext && ext.IsValid()
+	if w != nil {
+		s.warned = ext
 	}
 	lb.mu.Unlock()
 	if w == nil || already {
 		return
 	}
-	w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic,
-		"The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+	w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, format, args...)
 }

@@ -94,6 +94,15 @@ func (r *running) tick(t testing.TB) {
 	eventually(t, "a background pass", func() bool { return r.lb.passes.Load() > before })
 }
 
+// probe advances the fake clock by one probe interval and waits for the probe
+// it triggers.
+func (r *running) probe(t testing.TB) {
+	t.Helper()
+	before := r.lb.probes.Load()
+	r.clock.Step(r.lb.cfg.ProbeInterval)
+	eventually(t, "a probe", func() bool { return r.lb.probes.Load() > before })
+}
+
 func (r *running) service(t testing.TB, ns, name string) *v1.Service {
 	t.Helper()
 	s, err := r.client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -123,17 +132,30 @@ func TestBackgroundRepairsRouterReboot(t *testing.T) {
 	objs = append(objs, newService("default", "unclaimed", withPorts(port("a", v1.ProtocolTCP, 81, 30081))))
 	r := startBackground(t, e, objs...)
 
+	// The router loses its table: the next probe, one GetPortMapping,
+	// notices and repairs at once, long before the next renewal pass.
 	e.router.Reboot()
 	e.calls()
-	r.tick(t)
+	passes := e.lb.passes.Load()
+	r.probe(t)
+	eventually(t, "the repair pass", func() bool { return e.lb.passes.Load() > passes })
 	diffRows(t, "table after repair", e.table(), before)
-	if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != 3 || c[fake.MethodExternalIP] != 1 || c[fake.MethodDeletePortMapping] != 0 {
-		t.Errorf("repair calls = %v, want 1 external IP + 1 list + 3 adds", c)
+	// Probe: 1 get. Pass: 1 external IP, the table listed once per
+	// protocol (where to look), each Service's keys read again before
+	// anything is written (web: TCP, dns: UDP), 3 adds.
+	if c := e.calls(); c[fake.MethodGetPortMapping] != 1 || c[fake.MethodListPortMappings] != 4 || c[fake.MethodAddPortMapping] != 3 || c[fake.MethodExternalIP] != 1 || c[fake.MethodDeletePortMapping] != 0 {
+		t.Errorf("probe and repair calls = %v, want 1 get, 1 external IP, 4 lists, 3 adds", c)
 	}
-	// A pass with nothing to do: one external IP, one list.
-	r.tick(t)
-	if c := e.calls(); len(c) != 2 || c[fake.MethodListPortMappings] != 1 || c[fake.MethodExternalIP] != 1 {
-		t.Errorf("idle pass calls = %v, want 1 external IP + 1 list", c)
+	// Nothing lost: a probe costs one call and starts no pass.
+	passes = e.lb.passes.Load()
+	for range 3 {
+		r.probe(t)
+		if c := e.calls(); len(c) != 1 || c[fake.MethodGetPortMapping] != 1 {
+			t.Errorf("idle probe calls = %v, want 1 get", c)
+		}
+	}
+	if n := e.lb.passes.Load(); n != passes {
+		t.Errorf("%d passes after idle probes, want none", n-passes)
 	}
 }
 

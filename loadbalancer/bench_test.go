@@ -68,9 +68,13 @@ func (c *countingClient) GetPortMapping(ctx context.Context, p igd.Protocol, por
 	return c.Client.GetPortMapping(ctx, p, port)
 }
 
-func (c *countingClient) ListPortMappings(ctx context.Context) ([]igd.Mapping, error) {
+func (c *countingClient) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+	l, ok := c.Client.(igd.Lister)
+	if !ok {
+		return nil, igd.ErrNotSupported
+	}
 	c.count(fake.MethodListPortMappings)
-	return igd.ReadTable(ctx, c.Client)
+	return l.ListPortMappings(ctx, proto, ports)
 }
 
 // tally accumulates router calls over a benchmark and reports them per op.

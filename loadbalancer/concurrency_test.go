@@ -137,8 +137,8 @@ func TestConcurrentMixedOperations(t *testing.T) {
 	if ms := e.router.Mappings(); len(ms) != 0 {
 		t.Fatalf("left behind: %v", e.table())
 	}
-	if len(e.lb.claims) != 0 {
-		t.Errorf("reservations left behind: %v", e.lb.claims)
+	if held := e.lb.heldKeys(); len(held) != 0 {
+		t.Errorf("reservations left behind: %v", held)
 	}
 	// And the shared ports are free again for anyone.
 	e.mustEnsure(t, newService("mix", "late", withPorts(port("a", v1.ProtocolTCP, 7000, 32000))), nodes)

@@ -19,6 +19,11 @@ const (
 	// DefaultMaxRenewInterval bounds the default renewal interval: it is also
 	// how long a router reboot or a new external IP goes unnoticed.
 	DefaultMaxRenewInterval = 5 * time.Minute
+	// DefaultProbeInterval is how often the background work checks, with one
+	// router call, that the router still holds a mapping this process wrote
+	// (Config.ProbeInterval 0): a router that lost its table is repaired
+	// within about one interval.
+	DefaultProbeInterval = 5 * time.Second
 	// DefaultRetryAfter is how long the service controller is told to wait
 	// when the cluster is not ready yet (Config.RetryAfter 0).
 	DefaultRetryAfter = 10 * time.Second
@@ -93,6 +98,18 @@ type Config struct {
 	// lease.
 	RenewInterval time.Duration
 
+	// ProbeInterval is how often the background work reads one mapping this
+	// process wrote, a different one each time, and repairs every Service at
+	// once when the router lost or changed it. Zero means
+	// DefaultProbeInterval; it must not exceed RenewInterval.
+	ProbeInterval time.Duration
+
+	// AllowNonPublicExternalIP lets Services report a private or CGNAT
+	// external IP (a router that is itself behind NAT: reachable from the
+	// outer network only). False, the default, makes them wait for a public
+	// one, with a Warning event.
+	AllowNonPublicExternalIP bool
+
 	// Services selects the Services served. The zero value is AllServices.
 	Services ServiceSelection
 
@@ -150,6 +167,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.RenewInterval = min(eff/2, DefaultMaxRenewInterval)
 	case c.RenewInterval < 0 || c.RenewInterval > eff/2:
 		bad("RenewInterval", fmt.Sprintf("%s must be positive and at most half the lease (%s)", c.RenewInterval, eff/2))
+	}
+	switch {
+	case c.ProbeInterval == 0:
+		c.ProbeInterval = min(DefaultProbeInterval, c.RenewInterval)
+	case c.ProbeInterval < 0 || (c.RenewInterval > 0 && c.ProbeInterval > c.RenewInterval):
+		bad("ProbeInterval", fmt.Sprintf("%s must be positive and at most RenewInterval (%s)", c.ProbeInterval, c.RenewInterval))
 	}
 	if c.Services != AllServices && c.Services != AnnotatedServices {
 		bad("Services", fmt.Sprintf("%s is not AllServices or AnnotatedServices", c.Services))

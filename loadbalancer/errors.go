@@ -26,6 +26,11 @@ var (
 	// process runs on, Config.NodeName is empty, and no single node
 	// reports this host's address toward the router.
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
+	// ErrExternalIPNotUsable means the router's external IP cannot be
+	// reported: not IPv4, unspecified (0.0.0.0 while its WAN link is down),
+	// or not public while Config.AllowNonPublicExternalIP is false. Services
+	// wait for a usable one, with an api.RetryError.
+	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 
 // ServiceError reports a Service field that a router port mapping cannot

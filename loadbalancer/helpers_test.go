@@ -181,3 +181,17 @@ func diffRows(t testing.TB, what string, got, want []string) {
 		t.Errorf("%s:\n got  %q\n want %q", what, got, want)
 	}
 }
+
+// heldKeys returns every key a Service of lb holds or is taking, with the
+// Service's "namespace/name".
+func (lb *LoadBalancer) heldKeys() map[igd.Key]string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	out := make(map[igd.Key]string)
+	for _, s := range lb.services {
+		for k := range s.held {
+			out[k] = s.name
+		}
+	}
+	return out
+}

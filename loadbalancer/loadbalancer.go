@@ -9,10 +9,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -25,65 +23,42 @@ var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
 // LoadBalancer serves Services of type LoadBalancer with port mappings on a
 // UPnP IGD router. It implements cloudprovider.LoadBalancer; its background
-// work (lease renewal, repair, external IP refresh, re-pointing) is started
-// by Initialize or Run. It is safe for concurrent use.
+// work (repair, lease renewal, external IP refresh, re-pointing) is started
+// by Initialize and Run. It is safe for concurrent use.
 type LoadBalancer struct {
 	cfg           Config // read-only after New, defaults filled in
 	permanentOnce sync.Once
-	// passes counts finished background passes (read by tests).
-	passes atomic.Int64
-	// observationsUsed counts deletes made from a GetLoadBalancer's read
-	// (read by tests).
-	observationsUsed atomic.Int64
+	// noList is set once the client said it cannot list (igd.ErrNotSupported):
+	// keys are then read one by one.
+	noList atomic.Bool
+	// passes and probes count finished background passes and probes (read
+	// by tests).
+	passes, probes atomic.Int64
 
 	// mu guards every field below it. It is never held across a router or
 	// API server call.
 	mu sync.Mutex
 	// cluster is the cluster name learned from Config or the first call.
 	cluster string
-	// external is the cached external IP of the router (zero: not known).
+	// external is the last usable external IP the router reported (zero:
+	// not known, or the router's answer was not usable).
 	external netip.Addr
-	// nodeAddrs maps the addresses of every node seen by this process to
-	// the node's name: a mapping claiming to be ours must point at one.
+	// nodeAddrs maps the addresses of every node seen to its name: a mapping
+	// is ours only when it points at one of them.
 	nodeAddrs map[netip.Addr]string
-	// claims reserves router keys for the Service taking or holding them.
-	claims map[igd.Key]owner
-	// expires records when the mappings this process added (or renewed)
-	// expire, by the lease the router granted (none for permanent ones).
-	expires map[igd.Key]time.Time
-	// written records, by key, the description this process last wrote to
-	// its own mapping there. When the router reports another one although
-	// nothing else was written since, the router alters descriptions (cuts
-	// them short, say): the mapping then counts as labelled, rather than
-	// being deleted and re-added on every pass.
-	written map[igd.Key]string
-	// busy holds one channel per Service with an operation in flight,
-	// closed when it ends.
-	busy map[string]chan struct{}
-	// warned records the non-public external IP each Service was warned
-	// about.
-	warned map[types.UID]netip.Addr
-	// deleted records when EnsureLoadBalancerDeleted (or a deselection) last
-	// removed the mappings of a Service, by UID: a background pass works
-	// from a list of Services taken at its start, and must not serve one
-	// again that was deleted since (its mappings would outlive it). Ensure
-	// of the same UID clears it; entries older than deletedTTL are dropped.
-	deleted map[types.UID]time.Time
-	// observed holds, by owner token, the table read of the last
-	// GetLoadBalancer of that Service, for the EnsureLoadBalancerDeleted
-	// that the service controller makes right after it (see observation).
-	observed map[string]observation
+	// services holds what this process knows of each Service, by owner token.
+	services map[string]*serviceState
 	// watch is the background work's view of the cluster (nil until its
-	// caches have synced).
-	watch *watch
-	// client is the background work's API client, set by Initialize.
-	client kubernetes.Interface
-	// running is set when Run has started.
+	// caches have synced); client is its API client, set by Initialize.
+	watch   *watch
+	client  kubernetes.Interface
 	running bool
-	// self is the node this process runs on, found by its address toward
-	// the router, selfAddr, when Config.NodeName is empty ("" until found).
+	// self is the node this process runs on, found by its address toward the
+	// router, selfAddr, when Config.NodeName is empty ("" until found).
 	self     string
 	selfAddr netip.Addr
+	// probeSeq picks the mapping the next probe reads.
+	probeSeq int
 }
 
 // New returns a LoadBalancer configured by cfg. It makes no router call: an
@@ -98,13 +73,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		cfg:       cfg,
 		cluster:   cfg.ClusterName,
 		nodeAddrs: make(map[netip.Addr]string),
-		claims:    make(map[igd.Key]owner),
-		expires:   make(map[igd.Key]time.Time),
-		written:   make(map[igd.Key]string),
-		busy:      make(map[string]chan struct{}),
-		warned:    make(map[types.UID]netip.Addr),
-		observed:  make(map[string]observation),
-		deleted:   make(map[types.UID]time.Time),
+		services:  make(map[string]*serviceState),
 	}, nil
 }
 
@@ -117,37 +86,28 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }
 
-// GetLoadBalancer reports whether the router holds any mapping of the
-// Service (whatever the Service's spec says now), and its status built from
-// those mappings. It costs one table read, plus one external-IP call when
-// the address is not cached. It waits for an operation in flight on the
-// same Service to end, so that its read shows what that operation wrote. An
-// EnsureLoadBalancerDeleted of the same Service that follows within
-// ObservationTTL, with no write for the Service in between, deletes from
-// this read instead of reading again: that is how the service controller
-// deletes (GetLoadBalancer, then EnsureLoadBalancerDeleted when it exists).
+// GetLoadBalancer reports whether the router holds a mapping of the Service
+// at any key its spec, its status or this process knows of, and its status
+// built from those mappings. It reads those keys only (one listing call per
+// protocol where the router can list), plus one external-IP call when the
+// address is not cached, and waits for an operation in flight on the same
+// Service.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
 	}
-	// Under the Service's gate no write for it is in flight, so the read
-	// shows every mapping this process made for it.
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
 		return nil, false, err
 	}
-	start := lb.cfg.Clock.Now()
-	t, err := lb.readTable(ctx)
-	if err == nil {
-		t = lb.observe(o, t, start)
-	}
+	got, err := lb.read(ctx, lb.knownKeys(o, service, nil))
 	release()
 	if err != nil {
 		return nil, false, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
 	var plans []portPlan
-	for k, m := range t { // the mappings whose description names o
+	for k, m := range got {
 		if lb.owns(o, m) {
 			plans = append(plans, portPlan{key: k, nodePort: m.InternalPort, description: m.Description})
 		}
@@ -165,13 +125,20 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
 // its nodePort on one eligible node and returns the status. It is idempotent:
-// a call with nothing to change costs one table read. A Service not selected
-// by Config.Services has its mappings removed and gets
-// cloudprovider.ImplementedElsewhere.
+// a call with nothing to change reads the Service's keys and writes nothing.
+// A Service not selected by Config.Services has its mappings removed and
+// gets cloudprovider.ImplementedElsewhere.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o := lb.owner(clusterName, service)
-	return lb.ensure(ctx, o, service, nodes)
+	if !selected(lb.cfg.Services, service) {
+		if err := lb.withdraw(ctx, o, service, true); err != nil {
+			return nil, err
+		}
+		return nil, cloudprovider.ImplementedElsewhere
+	}
+	ext, extErr := lb.externalIP(ctx)
+	return lb.serve(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
 // UpdateLoadBalancer converges the Service's mappings onto the given nodes;
@@ -181,107 +148,111 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 	return err
 }
 
-// EnsureLoadBalancerDeleted removes every mapping the Service owns, and
-// nothing else. It needs only the Service's namespace and name, so it works
-// for Services that are no longer valid or no longer selected, and it
-// succeeds when there is nothing to remove.
+// EnsureLoadBalancerDeleted removes every mapping the Service owns at the
+// keys its spec, its status or this process knows of, and nothing else. It
+// needs only the Service's namespace, name, ports and status, so it works
+// for Services that are no longer valid or selected, and it succeeds when
+// there is nothing to remove.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
-	if err := lb.removeAll(ctx, o, service.UID); err != nil {
-		return err
-	}
-	lb.mu.Lock()
-	delete(lb.warned, service.UID)
-	lb.mu.Unlock()
-	return nil
+	return lb.withdraw(ctx, o, service, true)
 }
 
-// ensure is EnsureLoadBalancer for owner o on nodes.
-func (lb *LoadBalancer) ensure(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
-	if !selected(lb.cfg.Services, svc) {
-		if err := lb.removeAll(ctx, o, svc.UID); err != nil {
+// operation says how serve runs.
+type operation struct {
+	// pass: a background pass, which gives up when the Service is busy or
+	// was deleted since the pass listed it (and returns a nil status).
+	pass bool
+	// ext and extErr are the router's external IP and the error of reading
+	// it, if any.
+	ext    netip.Addr
+	extErr error
+	// extra are keys where the Service may hold mappings beyond those its
+	// spec, status and this process know of (a pass's listing).
+	extra []igd.Key
+}
+
+// serve is EnsureLoadBalancer for a selected Service, and a background
+// pass's work on one Service.
+func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	plans, invalid := planPorts(o, svc)
+	ext, extErr := op.ext, op.extErr
+	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
+		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), extErr)
+	}
+	if invalid == nil && extErr == nil {
+		invalid = checkLoadBalancerIP(o, svc, ext)
+	}
+	var req request
+	if invalid == nil {
+		var err error
+		req, err = lb.request(ctx, o, svc, plans, nodes)
+		if errors.Is(err, ErrInvalidService) {
+			invalid = err
+		} else if err != nil {
 			return nil, err
 		}
-		return nil, cloudprovider.ImplementedElsewhere
 	}
-	plans, err := planPorts(o, svc)
-	if err != nil {
-		return nil, lb.withdraw(ctx, o, err)
+	if invalid != nil {
+		// Ports the user asked to restrict or stop serving must not stay
+		// open: the Service loses its own mappings, and nothing else.
+		return nil, errors.Join(invalid, lb.withdraw(ctx, o, svc, false))
 	}
-	ext, err := lb.externalIP(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
-	}
-	if err := checkLoadBalancerIP(o, svc, ext); err != nil {
-		return nil, lb.withdraw(ctx, o, err)
-	}
-	req, err := lb.request(ctx, o, svc, plans, nodes)
-	if err != nil {
-		return nil, err
-	}
-	release, err := lb.acquire(ctx, o)
-	if err != nil {
-		return nil, err
+	var release func()
+	if op.pass {
+		var ok bool
+		if release, ok = lb.tryAcquire(o, svc); !ok {
+			return nil, nil // busy with the service controller, or deleted
+		}
+	} else {
+		var err error
+		if release, err = lb.acquire(ctx, o); err != nil {
+			return nil, err
+		}
+		lb.undelete(o)
 	}
 	defer release()
-	lb.undelete(svc.UID)
-	t, err := lb.readTable(ctx)
+	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
 	}
-	if err := lb.reconcile(ctx, t, req); err != nil {
+	if err := lb.converge(ctx, req, got); err != nil {
 		return nil, err
 	}
-	lb.warnNotPublic(svc, ext)
+	if extErr != nil {
+		lb.warnExternalIP(svc, ext, extErr)
+		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
+	}
 	return status(ext, plans), nil
 }
 
-// withdraw handles a Service whose spec a port mapping cannot serve
-// (invalid, a *ServiceError): it removes the mappings o already owns, if
-// any, so that ports the user asked to restrict or stop serving do not stay
-// open, and touches nothing else; for a Service with no mapping of ours it
-// only reads the table. It returns invalid, joined with any error of the
-// removal.
-func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, invalid error) error {
-	release, err := lb.acquire(ctx, o)
-	if err != nil {
-		return errors.Join(invalid, err)
-	}
-	defer release()
-	t, err := lb.readTable(ctx)
-	if err != nil {
-		return errors.Join(invalid, fmt.Errorf("loadbalancer: withdraw invalid service %s: %w", o.key(), err))
-	}
-	return errors.Join(invalid, lb.reconcile(ctx, t, request{owner: o}))
-}
-
-// removeAll deletes every mapping o owns, as seen by a table read: the
-// observation of a GetLoadBalancer just before, when it still stands in for
-// one, or a read of its own. It first marks the Service (uid) deleted, so
-// that background passes leave it alone until an Ensure serves it again.
-func (lb *LoadBalancer) removeAll(ctx context.Context, o owner, uid types.UID) error {
+// withdraw removes every mapping o owns at the keys svc and this process know
+// of. deleted marks the Service deleted, so that background passes leave it
+// alone until an Ensure serves it again.
+func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, deleted bool) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer release()
-	lb.markDeleted(uid)
-	t, ok := lb.takeObservation(o)
-	if !ok {
-		if t, err = lb.readTable(ctx); err != nil {
-			return fmt.Errorf("loadbalancer: delete service %s: %w", o.key(), err)
-		}
+	if deleted {
+		lb.markDeleted(o, svc)
 	}
-	return lb.reconcile(ctx, t, request{owner: o})
+	got, err := lb.read(ctx, lb.knownKeys(o, svc, nil))
+	if err != nil {
+		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", o.key(), err)
+	}
+	return lb.converge(ctx, request{owner: o}, got)
 }
 
 // request builds the desired state of svc: its ports and which of nodes may
-// receive them.
+// receive them. An error matching ErrInvalidService means the spec cannot be
+// served as it is.
 func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
-	req := request{owner: o, ports: plans}
+	req := request{owner: o, svc: svc, ports: plans}
 	targets, reasons := eligibleTargets(nodes)
 	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 		withEndpoints, err := lb.endpointNodes(svc)
@@ -405,100 +376,37 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 	return lb.refreshExternalIP(ctx)
 }
 
-// refreshExternalIP asks the router for its external IP and caches it.
+// refreshExternalIP asks the router for its external IP and caches it when
+// it is usable: IPv4, not unspecified, and public unless
+// Config.AllowNonPublicExternalIP. An unusable answer returns the address
+// with an error matching ErrExternalIPNotUsable, and clears the cache.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("loadbalancer: get external IP: %w", err)
 	}
-	if !ext.Unmap().Is4() {
-		return netip.Addr{}, fmt.Errorf("loadbalancer: get external IP: router reports %q, not an IPv4 address", ext)
-	}
 	ext = ext.Unmap()
+	var why string
+	switch {
+	case !ext.Is4():
+		why = "not an IPv4 address"
+	case ext.IsUnspecified():
+		why = "unspecified (a router answers 0.0.0.0 while its WAN link is down)"
+	case !igd.IsPublic(ext) && !lb.cfg.AllowNonPublicExternalIP:
+		why = "not a public address (double NAT or carrier-grade NAT: unreachable from the internet; set AllowNonPublicExternalIP to serve it anyway)"
+	}
 	lb.mu.Lock()
 	old := lb.external
-	lb.external = ext
+	lb.external = netip.Addr{}
+	if why == "" {
+		lb.external = ext
+	}
 	lb.mu.Unlock()
+	if why != "" {
+		return ext, fmt.Errorf("%w: router reports %q: %s", ErrExternalIPNotUsable, ext, why)
+	}
 	if old != ext {
 		klog.FromContext(ctx).Info("Router external IP", "ip", ext, "previous", old, "public", igd.IsPublic(ext))
 	}
 	return ext, nil
-}
-
-// acquire waits until no other operation on o is in flight and marks one as
-// in flight; release ends it. No lock is held while waiting or after it
-// returns: operations on other Services proceed in parallel.
-func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), err error) {
-	for {
-		lb.mu.Lock()
-		ch, busy := lb.busy[o.token]
-		if !busy {
-			ch = make(chan struct{})
-			lb.busy[o.token] = ch
-			lb.mu.Unlock()
-			return func() { lb.releaseBusy(o, ch) }, nil
-		}
-		lb.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("loadbalancer: service %s: waiting for another operation: %w", o.key(), ctx.Err())
-		}
-	}
-}
-
-// tryAcquire is acquire that gives up at once when o is busy.
-func (lb *LoadBalancer) tryAcquire(o owner) (release func(), ok bool) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if _, busy := lb.busy[o.token]; busy {
-		return nil, false
-	}
-	ch := make(chan struct{})
-	lb.busy[o.token] = ch
-	return func() { lb.releaseBusy(o, ch) }, true
-}
-
-// deletedTTL bounds how long a deleted Service is remembered: far longer
-// than a background pass can work from its list of Services.
-const deletedTTL = time.Hour
-
-// markDeleted records that the Service with this UID had its mappings
-// removed; the caller holds its gate.
-func (lb *LoadBalancer) markDeleted(uid types.UID) {
-	if uid == "" {
-		return
-	}
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	now := lb.cfg.Clock.Now()
-	for u, at := range lb.deleted {
-		if now.Sub(at) > deletedTTL {
-			delete(lb.deleted, u)
-		}
-	}
-	lb.deleted[uid] = now
-}
-
-// undelete forgets that the Service was deleted: it is served again.
-func (lb *LoadBalancer) undelete(uid types.UID) {
-	lb.mu.Lock()
-	delete(lb.deleted, uid)
-	lb.mu.Unlock()
-}
-
-// wasDeleted reports whether the Service's mappings were removed and no
-// Ensure served it since.
-func (lb *LoadBalancer) wasDeleted(uid types.UID) bool {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	_, ok := lb.deleted[uid]
-	return ok
-}
-
-func (lb *LoadBalancer) releaseBusy(o owner, ch chan struct{}) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	delete(lb.busy, o.token)
-	close(ch)
 }

@@ -111,14 +111,15 @@ func TestEnsureCreatesMappingsAndStatus(t *testing.T) {
 	if got := st.Ingress[0].Ports; len(got) != 2 || got[0] != wantPorts[0] || got[1] != wantPorts[1] {
 		t.Errorf("port status = %+v, want %+v", got, wantPorts)
 	}
-	if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != 2 || c[fake.MethodDeletePortMapping] != 0 || c[fake.MethodExternalIP] != 1 {
-		t.Errorf("router calls = %v, want 1 external IP, 1 list, 2 adds", c)
+	// One listing per protocol of the Service's ports, never the whole table.
+	if c := e.calls(); c[fake.MethodListPortMappings] != 2 || c[fake.MethodAddPortMapping] != 2 || c[fake.MethodDeletePortMapping] != 0 || c[fake.MethodExternalIP] != 1 {
+		t.Errorf("router calls = %v, want 1 external IP, 2 lists (TCP, UDP), 2 adds", c)
 	}
 
-	// The same Ensure again changes nothing and costs one table read.
+	// The same Ensure again changes nothing and costs a read of its keys.
 	st2 := e.mustEnsure(t, svc, nodes)
-	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-		t.Errorf("no-op Ensure router calls = %v, want exactly 1 list", c)
+	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
+		t.Errorf("no-op Ensure router calls = %v, want exactly 2 lists (TCP, UDP)", c)
 	}
 	if st2.Ingress[0].IP != st.Ingress[0].IP {
 		t.Errorf("status changed on no-op: %+v", st2)
@@ -275,8 +276,8 @@ func TestUpdateConvergesPorts(t *testing.T) {
 		row(igd.UDP, 82, to, 31082, desc("default", "web", "c")),
 		row(igd.TCP, 83, to, 30083, desc("default", "web", "d")),
 	})
-	if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != 2 || c[fake.MethodDeletePortMapping] != 1 {
-		t.Errorf("router calls = %v, want 1 list, 2 adds (c updated in place, d), 1 delete (b)", c)
+	if c := e.calls(); c[fake.MethodListPortMappings] != 2 || c[fake.MethodAddPortMapping] != 2 || c[fake.MethodDeletePortMapping] != 1 {
+		t.Errorf("router calls = %v, want 2 lists (TCP, UDP), 2 adds (c updated in place, d), 1 delete (b)", c)
 	}
 }
 
@@ -313,8 +314,8 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 				row(igd.TCP, 8080, to, uint16(tt.newNodePort), desc("default", "web", "web")),
 				row(igd.UDP, 5353, to, 30053, desc("default", "web", "dns")),
 			})
-			if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodAddPortMapping] != tt.wantAdds || c[fake.MethodDeletePortMapping] != tt.wantDeletes {
-				t.Errorf("rename: router calls = %v, want 1 list, %d add, %d delete", c, tt.wantAdds, tt.wantDeletes)
+			if c := e.calls(); c[fake.MethodListPortMappings] != 2 || c[fake.MethodAddPortMapping] != tt.wantAdds || c[fake.MethodDeletePortMapping] != tt.wantDeletes {
+				t.Errorf("rename: router calls = %v, want 2 lists, %d add, %d delete", c, tt.wantAdds, tt.wantDeletes)
 			}
 			if ms := e.router.Mappings(); len(ms) == 2 {
 				for _, m := range ms {
@@ -324,10 +325,10 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 				}
 			}
 
-			// Converged: the next Ensure only reads the table.
+			// Converged: the next Ensure only reads its keys.
 			e.mustEnsure(t, renamed, nodes)
-			if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-				t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+			if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
+				t.Errorf("Ensure after rename: router calls = %v, want exactly 2 lists", c)
 			}
 
 			// Renamed back: the old name is written again.
@@ -496,8 +497,8 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("Delete: %v", err)
 	}
 	diffRows(t, "table", e.table(), apiRows)
-	if c := e.calls(); c[fake.MethodListPortMappings] != 1 || c[fake.MethodDeletePortMapping] != 2 || c[fake.MethodAddPortMapping] != 0 {
-		t.Errorf("Delete calls = %v, want 1 list + 2 deletes", c)
+	if c := e.calls(); c[fake.MethodListPortMappings] != 2 || c[fake.MethodDeletePortMapping] != 2 || c[fake.MethodAddPortMapping] != 0 {
+		t.Errorf("Delete calls = %v, want 2 lists (TCP, UDP) + 2 deletes", c)
 	}
 	// Idempotent.
 	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, invalid); err != nil {
@@ -567,7 +568,7 @@ func TestRouterRefusedPortNamesReason(t *testing.T) {
 		t.Errorf("table = %v, want only 8080", e.table())
 	}
 	// The refused port holds no reservation: another Service may try it.
-	if _, ok := e.lb.claims[igd.Key{Protocol: igd.TCP, ExternalPort: 80}]; ok {
+	if _, ok := e.lb.heldKeys()[igd.Key{Protocol: igd.TCP, ExternalPort: 80}]; ok {
 		t.Error("a refused port stays reserved")
 	}
 }
@@ -626,8 +627,8 @@ func TestGetLoadBalancer(t *testing.T) {
 	if st.Ingress[0].IP != want.Ingress[0].IP || len(st.Ingress[0].Ports) != 2 {
 		t.Errorf("status = %+v, want %+v", st, want)
 	}
-	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-		t.Errorf("Get calls = %v, want 1 list", c)
+	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
+		t.Errorf("Get calls = %v, want 2 lists (TCP, UDP)", c)
 	}
 	// Another cluster's Service of the same name does not exist.
 	if _, exists, _ := e.lb.GetLoadBalancer(ctx, "other", svc); exists {
@@ -855,11 +856,11 @@ func TestOperationsOnOneServiceAreSerialised(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// The Service is busy: a background attempt gives up, a controller call waits.
-	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "web")); ok {
+	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "web"), svc); ok {
 		t.Fatal("tryAcquire succeeded while an Ensure is in flight")
 	}
 	// Other Services are not blocked by it.
-	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "other")); !ok {
+	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "other"), newService("default", "other")); !ok {
 		t.Fatal("another Service is blocked")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

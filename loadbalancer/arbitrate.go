@@ -1,0 +1,78 @@
+package loadbalancer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// contendersOnce returns a function that lists the cluster's Services from
+// the API server, live (no informer lag), at most once per operation. Without
+// an API client (no Initialize) it lists nothing.
+func (lb *LoadBalancer) contendersOnce(req request) func(context.Context) ([]*v1.Service, error) {
+	var once sync.Once
+	var list []*v1.Service
+	var err error
+	return func(ctx context.Context) ([]*v1.Service, error) {
+		once.Do(func() {
+			lb.mu.Lock()
+			client := lb.client
+			lb.mu.Unlock()
+			if client == nil || req.svc == nil {
+				return
+			}
+			var l *v1.ServiceList
+			if l, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+				err = fmt.Errorf("loadbalancer: service %s: list Services to see who else wants its ports: %w", req.owner.key(), err)
+				return
+			}
+			for i := range l.Items {
+				list = append(list, &l.Items[i])
+			}
+		})
+		return list, err
+	}
+}
+
+// arbitrate refuses k to req's Service when another Service of the cluster
+// has the prior claim on it: it wants k, is served (a LoadBalancer Service
+// selected by this LoadBalancer, valid, not being deleted), and was created
+// first (ties go to the lower namespace/name). Every process of the cluster
+// reads the same Services from the API server, so two of them (a leader
+// fail-over overlap) never both take one key; the router cannot arbitrate
+// between them, since both map to the cluster's own nodes.
+func (lb *LoadBalancer) arbitrate(ctx context.Context, req request, k igd.Key, contenders func(context.Context) ([]*v1.Service, error)) error {
+	svcs, err := contenders(ctx)
+	if err != nil {
+		return err
+	}
+	me := req.svc
+	for _, s := range svcs {
+		if (s.Namespace == me.Namespace && s.Name == me.Name) || !prior(s, me) {
+			continue
+		}
+		if !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
+			continue
+		}
+		if _, invalid := planPorts(newOwner(req.owner.cluster, s.Namespace, s.Name), s); invalid != nil {
+			continue // an invalid Service is not served, so it claims nothing
+		}
+		return &PortError{Service: req.owner.key(), Key: k, Claimant: s.Namespace + "/" + s.Name,
+			Err: fmt.Errorf("%w: an older Service of the cluster wants it", ErrPortInUse)}
+	}
+	return nil
+}
+
+// prior reports whether a was created before b (ties: lower namespace/name).
+func prior(a, b *v1.Service) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}

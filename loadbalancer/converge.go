@@ -1,0 +1,258 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// request is the desired state of one Service on the router.
+type request struct {
+	owner owner
+	// svc is the Service (nil when removing all its mappings).
+	svc *v1.Service
+	// ports are the mappings the Service wants; none means "remove all of
+	// the Service's mappings".
+	ports []portPlan
+	// candidates are the nodes the mappings may target, sorted by name.
+	candidates []target
+	// noTarget explains an empty candidates list. It is returned when ports
+	// is not empty and there is no candidate.
+	noTarget error
+	// self is the node this process runs on, for secure-mode routers ("" when
+	// not in secure mode).
+	self string
+}
+
+// converge brings the router from got, a fresh read of the keys where the
+// Service may hold mappings, to req: it deletes the Service's own mappings
+// it no longer wants, adds missing ones, and re-points, relabels or renews
+// its own out-of-date ones. It never touches a mapping the Service does not
+// own. A port that fails does not stop the others; the errors are joined,
+// with an api.RetryError among them when the caller should come back at a
+// fixed delay. The caller holds the Service's gate.
+func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
+	o := req.owner
+	ours := make(map[igd.Key]igd.Mapping)
+	var current []netip.Addr
+	for k, m := range got {
+		if lb.owns(o, m) {
+			ours[k] = m
+			current = append(current, m.InternalClient.Unmap())
+		}
+	}
+	slices.SortFunc(current, netip.Addr.Compare)
+	tgt, haveTarget := chooseTarget(o.key(), req.candidates, current)
+
+	var errs []error
+	var retry time.Duration
+	wait := func(d time.Duration, err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if d > 0 && (retry == 0 || d < retry) {
+			retry = d
+		}
+	}
+	lb.keepOnly(o, ours) // the read proves the Service holds nothing else
+	// Withdraw first, whether or not a node can take the wanted ports: a
+	// port the Service gave up, or a mapping to a nodePort it no longer
+	// has, must not stay forwarded.
+	for _, k := range sortedKeys(ours) {
+		m := ours[k]
+		p, wanted := findPlan(req.ports, k)
+		if wanted && (haveTarget || m.InternalPort == p.nodePort || m.InternalPort == 0) {
+			continue
+		}
+		wait(lb.remove(ctx, o, m))
+	}
+	if len(req.ports) > 0 && !haveTarget {
+		errs = append(errs, req.noTarget)
+		return errors.Join(errs...)
+	}
+	contenders := lb.contendersOnce(req)
+	for _, p := range req.ports {
+		cur, exists := got[p.key]
+		_, mine := ours[p.key]
+		switch {
+		case exists && !mine:
+			errs = append(errs, &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse})
+		case mine && lb.upToDate(o, cur, p, tgt):
+			lb.recordHeld(o, p.key)
+		default:
+			wait(lb.apply(ctx, req, p, tgt, cur, mine, contenders))
+		}
+	}
+	if retry > 0 {
+		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
+	}
+	return errors.Join(errs...)
+}
+
+// upToDate reports whether our mapping m already is what p wants on tgt, with
+// enough lease left. The lease left is what the router reports (miniupnpd
+// reports the time left) or, for mappings this process wrote, what is left
+// of the lease the router granted, whichever is less: some routers report
+// the lease as granted. A router that reports internal port 0 (miniupnpd
+// 2.3.6 lists every mapping so) is taken at this process's word when it
+// wrote p's node port there; otherwise the mapping is written once more.
+func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
+	h, wrote := lb.written(o, m.Key())
+	port := m.InternalPort
+	if port == 0 && wrote {
+		port = h.written.InternalPort
+	}
+	if m.InternalClient.Unmap() != tgt.addr || port != p.nodePort {
+		return false
+	}
+	// A router that alters descriptions (cuts them short) keeps what this
+	// process wrote in its own way: rewriting would repeat on every pass.
+	if m.Description != p.description && !(wrote && h.written.Description == p.description) {
+		return false
+	}
+	below := lb.cfg.renewBelow()
+	if m.Lease != 0 && m.Lease < below {
+		return false
+	}
+	return !wrote || h.expires.IsZero() || h.expires.Sub(lb.cfg.Clock.Now()) >= below
+}
+
+// apply makes the mapping for p point at tgt, with p's description. old is
+// what the read found at p's key; mine says whether it is the Service's own.
+// Our mapping is deleted first when it must move to another node, or when
+// only its description changes (miniupnpd keeps the description on a re-add
+// with the same internal client and port); otherwise one add writes it. It
+// returns a delay when the caller should retry at a fixed rate.
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func(context.Context) ([]*v1.Service, error)) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	o := req.owner
+	if !mine {
+		if err := lb.arbitrate(ctx, req, p.key, contenders); err != nil {
+			return 0, err
+		}
+		if err := lb.reserve(o, p.key); err != nil {
+			return 0, err
+		}
+	}
+	moved := mine && old.InternalClient.Unmap() != tgt.addr
+	relabel := mine && !moved && old.InternalPort == p.nodePort && old.Description != p.description
+	if moved || relabel {
+		// A router keeps a key for the internal client holding it (another
+		// client gets 718), and miniupnpd only renews the lease of a mapping
+		// re-added with the same internal client and port: moving a mapping,
+		// or changing only its description, is a delete and an add. The
+		// read just before proves the mapping ours. Between the two calls
+		// another LAN host could take the port: the add then fails with a
+		// PortError naming it.
+		if err := lb.cfg.Client.DeletePortMapping(ctx, p.key.Protocol, p.key.ExternalPort); err != nil {
+			return lb.deleteFailed(o, old, err)
+		}
+		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
+			"from", old.InternalClient, "to", tgt.addr, "description", p.description)
+	}
+	want := igd.Mapping{
+		Protocol:       p.key.Protocol,
+		ExternalPort:   p.key.ExternalPort,
+		InternalClient: tgt.addr,
+		InternalPort:   p.nodePort,
+		Description:    p.description,
+		Lease:          lb.cfg.requestLease(),
+		Enabled:        true,
+	}
+	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
+	if err != nil {
+		lb.forgetKey(o, p.key)
+		return 0, lb.addFailed(ctx, req, p.key, err)
+	}
+	lb.recordWrite(o, want, stored.Lease)
+	if want.Lease != 0 && stored.Lease == 0 {
+		lb.permanentOnce.Do(func() {
+			logger.Info("Router only accepts permanent leases; mappings are permanent and still renewed", "requestedLease", want.Lease)
+		})
+	}
+	if mine && !moved && !relabel {
+		logger.V(2).Info("Renewed port mapping", "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
+	} else {
+		logger.Info("Added port mapping", "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
+	}
+	return 0, nil
+}
+
+// addFailed turns an AddPortMapping error into a PortError. A conflict on a
+// key the read showed free or ours means another host took it meanwhile, or
+// that the router is in secure mode; one GetPortMapping names the holder.
+func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
+	o := req.owner
+	if !errors.Is(err, igd.ErrConflict) {
+		return &PortError{Service: o.key(), Key: k, Err: err}
+	}
+	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	if gerr != nil {
+		// Nobody holds the port: the router refuses to map to our target.
+		if lb.cfg.SecureMode {
+			err = fmt.Errorf("%w (the port is free: a secure-mode router maps only to the caller's own address; is node %s this host's address toward the router?)", err, req.self)
+		} else {
+			err = fmt.Errorf("%w (the port is free: is the router in secure mode? then set SecureMode)", err)
+		}
+		return &PortError{Service: o.key(), Key: k, Err: err}
+	}
+	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
+}
+
+// deleteFailed turns a DeletePortMapping error for our mapping old into a
+// PortError. A secure-mode router refuses (606) to let us delete a mapping
+// that another node made (the previous leader): it expires with its lease,
+// so the caller is told to come back then.
+func (lb *LoadBalancer) deleteFailed(o owner, old igd.Mapping, err error) (time.Duration, error) {
+	if lb.cfg.SecureMode && errors.Is(err, igd.ErrNotAuthorized) {
+		after := old.Lease + time.Second
+		if old.Lease == 0 || after > maxSecureWait {
+			after = maxSecureWait
+		}
+		return after, &PortError{Service: o.key(), Key: old.Key(), Holder: &old,
+			Err: fmt.Errorf("secure-mode router lets only %s change this cluster's mapping (made by a previous leader); it expires with its lease: %w", old.InternalClient, err)}
+	}
+	return 0, &PortError{Service: o.key(), Key: old.Key(), Err: err}
+}
+
+// maxSecureWait bounds the fixed retry delay while waiting for a previous
+// leader's mapping to expire (the service controller's own back-off cap).
+const maxSecureWait = 5 * time.Minute
+
+// remove deletes our mapping m, which a read of this operation proved ours.
+func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (time.Duration, error) {
+	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
+		return lb.deleteFailed(o, m, err)
+	}
+	lb.forgetKey(o, m.Key())
+	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
+	return 0, nil
+}
+
+// findPlan returns the plan for k among plans.
+func findPlan(plans []portPlan, k igd.Key) (portPlan, bool) {
+	i := slices.IndexFunc(plans, func(p portPlan) bool { return p.key == k })
+	if i < 0 {
+		return portPlan{}, false
+	}
+	return plans[i], true
+}
+
+// sortedKeys returns the keys of m in compareKeys order.
+func sortedKeys(m map[igd.Key]igd.Mapping) []igd.Key {
+	keys := make([]igd.Key, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys
+}
