@@ -1,0 +1,296 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// These tests act as the adversary: someone acts between the LoadBalancer's
+// read of the router and its write. Each reproduces a hazard found in an
+// earlier design (see DESIGN.md).
+
+// A background pass lists the table, then serves Service after Service. If
+// it deleted from that listing, a port the user removed from a Service (and
+// Ensure withdrew) and a LAN host then took would be deleted when the pass
+// reaches the Service. The pass must delete only what a fresh read proves
+// ours.
+func TestPassNeverDeletesFromAStaleListing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	web := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+	webNow := web.DeepCopy() // the user removes port 81
+	webNow.Spec.Ports = webNow.Spec.Ports[:1]
+	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 81, InternalClient: addrStranger, InternalPort: 81, Description: "game console", Enabled: true}
+
+	var fired atomic.Bool
+	e.router.PrependHook(fake.MethodListPortMappings, func(ctx context.Context, call *fake.Call) (bool, error) {
+		if fired.Swap(true) {
+			return false, nil
+		}
+		// The pass's listing answers with the table as it is now; then,
+		// before the pass reaches web, the service controller withdraws
+		// port 81 and a game console maps it.
+		call.Mappings = e.router.Mappings()
+		if _, err := e.lb.EnsureLoadBalancer(ctx, testCluster, webNow, nodes); err != nil {
+			t.Errorf("Ensure without port 81: %v", err)
+		}
+		e.router.Put(console)
+		return true, nil
+	})
+	e.lb.pass(ctx, staticWatch(t, nodes, []*v1.Service{webNow}))
+	if !fired.Load() {
+		t.Fatal("the pass did not list the table")
+	}
+	if m, err := e.router.Client(addrStranger).GetPortMapping(ctx, igd.TCP, 81); err != nil || m.Description != console.Description {
+		t.Errorf("console's mapping after the pass = %v, %v; want it untouched", m, err)
+	}
+}
+
+// Several workers of the service controller delete Services at once. On a
+// router that can only be read entry by entry (IGD:1), a walk of the table
+// skips rows when another delete shifts the indexes under it. No Service may
+// keep a mapping after its delete returned nil.
+func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
+	for round := range 5 {
+		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{})
+			// Let the workers' calls interleave, as on a real router.
+			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
+			r.Delay(fake.MethodDeletePortMapping, 200*time.Microsecond)
+			s := fake.NewServer(r, fake.ServerOptions{Service: fake.WANIPConnection1, ClientAddr: func(*http.Request) netip.Addr { return addrA }})
+			t.Cleanup(s.Close)
+			c, err := igd.NewClient(igd.Config{RootDescURL: s.RootDescURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, err := New(Config{Client: c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			nodes := threeNodes()
+			var svcs []*v1.Service
+			for i := range 6 {
+				svc := newService("default", fmt.Sprint("s", i), withPorts(
+					port("a", v1.ProtocolTCP, int32(1000+i), 30000),
+					port("b", v1.ProtocolTCP, int32(2000+i), 30001),
+					port("c", v1.ProtocolUDP, int32(3000+i), 30002)))
+				st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				svc.Status.LoadBalancer = *st
+				svcs = append(svcs, svc)
+			}
+			var wg sync.WaitGroup
+			for i, svc := range svcs {
+				wg.Go(func() {
+					// Staggered, so one worker's deletes land during
+					// another's read.
+					time.Sleep(time.Duration(i) * 2 * time.Millisecond)
+					if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+						t.Errorf("delete %s: %v", svc.Name, err)
+					}
+				})
+			}
+			wg.Wait()
+			if ms := r.Mappings(); len(ms) != 0 {
+				t.Errorf("%d mappings left after every delete returned: %v", len(ms), ms)
+			}
+		})
+	}
+}
+
+// A port removed from a Service, or a nodePort changed, must stop being
+// forwarded even while no node can take the Service's traffic: the old
+// nodePort may be given to another Service.
+func TestWithdrawalsDoNotWaitForAnEligibleNode(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ports []v1.ServicePort
+		want  func(to netip.Addr) []string
+	}{
+		{
+			name:  "port removed",
+			ports: []v1.ServicePort{port("a", v1.ProtocolTCP, 80, 30080)},
+			want: func(to netip.Addr) []string {
+				return []string{row(igd.TCP, 80, to, 30080, desc("default", "web", "a"))}
+			},
+		},
+		{
+			name:  "nodePort changed",
+			ports: []v1.ServicePort{port("a", v1.ProtocolTCP, 80, 31080), port("b", v1.ProtocolTCP, 81, 30081)},
+			want: func(to netip.Addr) []string {
+				return []string{row(igd.TCP, 81, to, 30081, desc("default", "web", "b"))}
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{})
+			web := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+			web.Status.LoadBalancer = *e.mustEnsure(t, web, threeNodes())
+			to := e.router.Mappings()[0].InternalClient
+			down := []*v1.Node{newNode("node-a", addrA, notReady), newNode("node-b", addrB, notReady), newNode("node-c", addrC, notReady)}
+			web.Spec.Ports = tt.ports
+			_, err := e.ensure(t, web, down)
+			if !errors.Is(err, ErrNoEligibleNode) {
+				t.Errorf("Ensure with every node NotReady = %v, want ErrNoEligibleNode", err)
+			}
+			diffRows(t, "table", e.table(), tt.want(to))
+		})
+	}
+}
+
+// Routers answer GetExternalIPAddress with 0.0.0.0 while their WAN link is
+// down. Neither Ensure nor a background pass may report such an address, or
+// a private one (unless allowed): the Service waits, with a Warning event.
+func TestUnusableExternalIPIsNeverReported(t *testing.T) {
+	for _, tt := range []struct {
+		ip         string
+		allowed    bool
+		wantServed bool
+	}{
+		{ip: "0.0.0.0"},
+		{ip: "0.0.0.0", allowed: true},
+		{ip: "192.168.1.2"},
+		{ip: "100.64.7.7"},
+		{ip: "192.168.1.2", allowed: true, wantServed: true},
+	} {
+		t.Run(fmt.Sprintf("%s allowed=%v", tt.ip, tt.allowed), func(t *testing.T) {
+			e := newEnv(t, Config{AllowNonPublicExternalIP: tt.allowed}, fake.RouterConfig{})
+			nodes := threeNodes()
+			web := lbService("default", "web")
+			web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+			good := web.Status.LoadBalancer.Ingress[0].IP
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
+
+			e.router.SetExternalIP(netip.MustParseAddr(tt.ip))
+			r.tick(t)
+			st, err := e.ensure(t, r.service(t, "default", "web"), nodes)
+			if tt.wantServed {
+				if err != nil || st.Ingress[0].IP != tt.ip {
+					t.Fatalf("Ensure = %v, %v; want ingress %s", st, err, tt.ip)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrExternalIPNotUsable) {
+				t.Errorf("Ensure = %+v, %v; want ErrExternalIPNotUsable", st, err)
+			}
+			if got := r.service(t, "default", "web").Status.LoadBalancer.Ingress[0].IP; got != good {
+				t.Errorf("status after a pass = %s, want %s kept", got, good)
+			}
+			if len(e.router.Mappings()) != 1 {
+				t.Errorf("table = %v, want the mapping kept, ready for when the address is usable", e.table())
+			}
+			eventually(t, "a Warning event", func() bool {
+				evs, err := r.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+				if err != nil {
+					return false
+				}
+				for _, ev := range evs.Items {
+					if ev.Reason == EventReasonExternalIPNotPublic && ev.Type == v1.EventTypeWarning {
+						return true
+					}
+				}
+				return false
+			})
+		})
+	}
+}
+
+// A served Service switched to externalTrafficPolicy Local cannot be served
+// without background work (nothing watches its endpoints): like every
+// invalid Service, it loses its mappings.
+func TestServiceThatCannotBeServedLosesItsMappings(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := newService("default", "web")
+	e.mustEnsure(t, web, threeNodes())
+	web.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	if _, err := e.ensure(t, web, threeNodes()); !errors.Is(err, ErrInvalidService) {
+		t.Errorf("Ensure = %v, want ErrInvalidService", err)
+	}
+	diffRows(t, "table", e.table(), nil)
+}
+
+// Two LoadBalancers of one cluster on one router (a leader fail-over
+// overlap) ensure different Services on the same external port, and both
+// read the port free before either writes. The router cannot tell their
+// adds apart (both map to the cluster's node, so the second replaces the
+// first); the API server decides: the older Service gets the port, and the
+// other gets a PortError, whichever process is faster.
+func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
+	for round := range 4 {
+		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{})
+			node := newNode("node-a", addrA)
+			older := newService("default", "older", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+			older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			younger := newService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+			younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+			cluster := k8sfake.NewClientset(node, older, younger)
+
+			// Both adds wait until both Ensures have read the port free.
+			var adds sync.WaitGroup
+			adds.Add(2)
+			r.PrependHook(fake.MethodAddPortMapping, func(ctx context.Context, call *fake.Call) (bool, error) {
+				adds.Done()
+				done := make(chan struct{})
+				go func() { adds.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(200 * time.Millisecond): // the other never writes
+				}
+				return false, nil
+			})
+			svcs := []*v1.Service{older, younger}
+			errs := make([]error, 2)
+			order := []int{0, 1}
+			if round%2 == 1 {
+				order = []int{1, 0}
+			}
+			var wg sync.WaitGroup
+			for _, i := range order {
+				host := []netip.Addr{addrB, addrC}[i] // each process on its own host
+				lb, err := New(Config{Client: r.Client(host)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lb.Initialize(context.Background(), builder{cluster}); err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					_, errs[i] = lb.EnsureLoadBalancer(context.Background(), testCluster, svcs[i], []*v1.Node{node})
+				})
+			}
+			wg.Wait()
+			if errs[0] != nil {
+				t.Errorf("older Service: %v, want it served", errs[0])
+			}
+			if !errors.Is(errs[1], ErrPortInUse) {
+				t.Errorf("younger Service: %v, want ErrPortInUse", errs[1])
+			}
+			diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30080, desc("default", "older", "http"))})
+		})
+	}
+}
+
+// e2eTable is the table of r as diffRows lines.
+func e2eTable(r *fake.Router) []string {
+	return (&env{router: r}).table()
+}
