@@ -41,28 +41,30 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 	return got, nil
 }
 
-// list fills got with the mappings at keys, one listing per protocol over
-// the range of the keys' ports.
+// maxListWidth bounds the port range of one listing. miniupnpd up to 2.3.3
+// (nftables backend) overflows a heap buffer and dies when more than 128
+// mappings of one protocol fall in a listed range; a range at most 128 ports
+// wide cannot hold more, whatever the rest of the table holds.
+const maxListWidth = 128
+
+// list fills got with the mappings at keys (sorted by compareKeys): one
+// listing per run of keys of one protocol at most maxListWidth ports wide.
 func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, got map[igd.Key]igd.Mapping) error {
 	want := make(map[igd.Key]bool, len(keys))
-	ranges := make(map[igd.Protocol]igd.PortRange)
 	for _, k := range keys {
 		want[k] = true
-		r, ok := ranges[k.Protocol]
-		if !ok {
-			r = igd.PortRange{First: k.ExternalPort, Last: k.ExternalPort}
-		}
-		r.First, r.Last = min(r.First, k.ExternalPort), max(r.Last, k.ExternalPort)
-		ranges[k.Protocol] = r
 	}
-	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
-		r, ok := ranges[proto]
-		if !ok {
-			continue
+	for i := 0; i < len(keys); {
+		first := keys[i]
+		j := i
+		for j+1 < len(keys) && keys[j+1].Protocol == first.Protocol && int(keys[j+1].ExternalPort)-int(first.ExternalPort) < maxListWidth {
+			j++
 		}
-		ms, err := l.ListPortMappings(ctx, proto, r)
+		r := igd.PortRange{First: first.ExternalPort, Last: keys[j].ExternalPort}
+		i = j + 1
+		ms, err := l.ListPortMappings(ctx, first.Protocol, r)
 		if err != nil {
-			return fmt.Errorf("loadbalancer: read router %s ports %d-%d: %w", proto, r.First, r.Last, err)
+			return fmt.Errorf("loadbalancer: read router %s ports %d-%d: %w", first.Protocol, r.First, r.Last, err)
 		}
 		for _, m := range ms {
 			if want[m.Key()] {
