@@ -28,9 +28,6 @@ const (
 	// ssdpResend is how often the search is repeated while no usable router
 	// has answered: SSDP is UDP, and a router may miss the first search.
 	ssdpResend = time.Second
-	// maxDescriptionSize bounds the root description read into memory; real
-	// ones are a few kilobytes (miniupnpd's: 3 KB).
-	maxDescriptionSize = 1 << 20
 	// maxLocations bounds how many distinct answers one discovery probes, so
 	// that a LAN full of devices answering every search cannot make it open
 	// unbounded connections. Real LANs have one router, rarely two or three.
@@ -188,13 +185,19 @@ loop:
 }
 
 // readSSDP reads answers from pc until it is closed or stop is, sending each
-// one with a LOCATION on answers.
+// one with a LOCATION on answers. Datagrams over maxSSDPAnswerSize are
+// ignored.
 func readSSDP(pc net.PacketConn, answers chan<- ssdpAnswer, stop <-chan struct{}) {
-	buf := make([]byte, 2048)
+	// One byte past the cap tells a datagram of the cap from a larger one,
+	// which the socket truncates to fit.
+	buf := make([]byte, maxSSDPAnswerSize+1)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
+		}
+		if n > maxSSDPAnswerSize {
+			continue
 		}
 		a, ok := parseSSDPAnswer(buf[:n], from)
 		if !ok {
@@ -316,6 +319,7 @@ func rejectReason(ctx context.Context, err error) string {
 func probeCall(ctx context.Context, timeout time.Duration, action string, fn func(context.Context) (string, error)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx = withOversizeRecord(ctx)
 	s, err := fn(ctx)
 	if err != nil {
 		err, _ = callError(ctx, action, err)
@@ -344,7 +348,7 @@ func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (*goupnp.RootD
 		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
 	root := new(goupnp.RootDevice)
-	dec := xml.NewDecoder(io.LimitReader(resp.Body, maxDescriptionSize))
+	dec := xml.NewDecoder(resp.Body) // capped by the client's transport
 	dec.DefaultSpace = goupnp.DeviceXMLNamespace
 	dec.CharsetReader = charsetReader
 	if err := dec.Decode(root); err != nil {

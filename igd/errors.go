@@ -44,6 +44,9 @@ var (
 	// is itself behind another NAT and its mappings are not reachable from
 	// the internet.
 	ErrNotPublic = errors.New("igd: external address is not public")
+	// ErrAnswerTooLarge is matched by every *AnswerTooLargeError: an answer
+	// from a router or LAN host was larger than the client reads.
+	ErrAnswerTooLarge = errors.New("igd: answer too large")
 )
 
 // UPnP error codes this package gives meaning to.

@@ -89,8 +89,10 @@ type Config struct {
 	// HTTPClient makes every HTTP request: description fetches and SOAP
 	// calls. Nil means a private client whose transport dials with
 	// DialContext, uses no proxy and no keep-alive (routers close every
-	// connection anyway). When set, DialContext is not applied to it. goupnp's
-	// global HTTPClientDefault is never used.
+	// connection anyway). When set, DialContext is not applied to it. Either
+	// way the client uses a copy whose transport caps every answer (see
+	// ErrAnswerTooLarge); the given client is not modified. goupnp's global
+	// HTTPClientDefault is never used.
 	HTTPClient *http.Client
 
 	// DialContext opens connections for the default HTTP client and the UDP
@@ -144,6 +146,7 @@ func (cfg Config) withDefaults() Config {
 			},
 		}
 	}
+	cfg.HTTPClient = cappedClient(cfg.HTTPClient)
 	if cfg.Host == nil {
 		cfg.Host = SystemHost{DialContext: cfg.DialContext}
 	}
@@ -489,6 +492,7 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 	defer release(c.sem)
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	callCtx = withOversizeRecord(callCtx)
 	err := fn(callCtx)
 	if err == nil {
 		return nil
