@@ -28,10 +28,16 @@ const (
 	// ssdpResend is how often the search is repeated while no usable router
 	// has answered: SSDP is UDP, and a router may miss the first search.
 	ssdpResend = time.Second
-	// maxLocations bounds how many distinct answers one discovery probes, so
-	// that a LAN full of devices answering every search cannot make it open
-	// unbounded connections. Real LANs have one router, rarely two or three.
+	// maxLocations bounds how many distinct answers from hosts other than
+	// the default gateway one discovery probes, so that a LAN full of devices
+	// answering every search cannot make it open unbounded connections. Real
+	// LANs have one router, rarely two or three. The default gateway's
+	// answers do not count against it, so other hosts cannot crowd it out.
 	maxLocations = 16
+	// maxLocationsPerHost bounds the distinct locations probed per answering
+	// host, so that one host cannot fill maxLocations. A router answers every
+	// search type with the same location, some with one per device version.
+	maxLocationsPerHost = 4
 )
 
 // mSearch returns an SSDP search for st. MX 1 asks devices to answer within
@@ -141,6 +147,8 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, er
 	results := make(chan []probed)
 	pending := 0
 	seen := map[string]bool{}
+	perHost := map[netip.Addr]int{}
+	others := 0 // locations probed on hosts other than the default gateway
 	var found []probed
 	var settle <-chan time.Time
 
@@ -149,12 +157,19 @@ loop:
 		select {
 		case a := <-answers:
 			// A router answers once per search type; probe each location once
-			// per answering host.
+			// per answering host, a few per host, and the default gateway's
+			// whatever others answered. An answer whose sender is unknown
+			// cannot be checked against its LOCATION.
 			key := a.location + " " + a.responder.String()
-			if seen[key] || len(seen) >= maxLocations {
+			onGW := defGW.IsValid() && a.responder == defGW
+			if seen[key] || !a.responder.IsValid() || perHost[a.responder] >= maxLocationsPerHost || (!onGW && others >= maxLocations) {
 				continue
 			}
 			seen[key] = true
+			perHost[a.responder]++
+			if !onGW {
+				others++
+			}
 			pending++
 			go func() { results <- c.probe(probeCtx, a.location, a.responder, defGW) }()
 		case ps := <-results:
@@ -230,8 +245,9 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 
 // probe fetches the root description at location and asks each supported
 // connection service for its status and external IP. When responder is valid
-// (an SSDP answer), the description must be on the responder's own address:
-// an answer must not send this host to fetch URLs elsewhere.
+// (an SSDP answer), the location's host must be the responder's own address,
+// written as an IP literal: an answer must not send this host to fetch URLs
+// elsewhere, nor through a name it would have to resolve.
 func (c *UPnPClient) probe(ctx context.Context, location string, responder, defGW netip.Addr) []probed {
 	reject := func(why string, args ...any) []probed {
 		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
@@ -241,7 +257,7 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder, defG
 		return reject("location is not an absolute http URL")
 	}
 	if responder.IsValid() {
-		if h, err := netip.ParseAddr(loc.Hostname()); err == nil && h.Unmap() != responder {
+		if h, err := netip.ParseAddr(loc.Hostname()); err != nil || h.Unmap() != responder {
 			return reject("location is not on the answering host %s", responder)
 		}
 	}
