@@ -315,12 +315,13 @@ func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, 
 		cand.Rejected = rejectReason(ctx, err)
 		return probed{cand: cand}
 	}
-	cand.ExternalIP = parseAddr(ext)
+	extIP, extErr := parseExternalIP(ext)
+	cand.ExternalIP = extIP
 	switch {
 	case status != "" && status != "Connected":
 		cand.Rejected = fmt.Sprintf("WAN connection is %q, not Connected", status)
-	case !cand.ExternalIP.IsValid() || cand.ExternalIP.IsUnspecified():
-		cand.Rejected = fmt.Sprintf("no external IP address (GetExternalIPAddress answered %q)", ext)
+	case extErr != nil:
+		cand.Rejected = extErr.Error()
 	}
 	return probed{cand: cand, conn: conn}
 }

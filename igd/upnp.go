@@ -504,8 +504,12 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 	return wrapped
 }
 
-// ExternalIP implements Client. The address may be non-public (see IsPublic,
-// CheckPublic and Gateway.PublicExternalIP); it is returned all the same.
+// ExternalIP implements Client. Every answer is validated: one that is no
+// IPv4 host address (empty, unparsable, unspecified, IPv6, loopback,
+// multicast, broadcast) gives an error matching ErrInvalidExternalIP (an
+// *ExternalIPError) that names the router, and the router stays cached. The
+// address may be non-public (see IsPublic, CheckPublic and
+// Gateway.PublicExternalIP); it is returned all the same.
 func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {
@@ -519,11 +523,11 @@ func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: %w", gw.info.Location, err)
 	}
-	a, err := netip.ParseAddr(s)
+	a, err := parseExternalIP(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: router answered %q: %w", gw.info.Location, s, err)
+		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: %w", gw.info.Location, err)
 	}
-	return a.Unmap(), nil
+	return a, nil
 }
 
 // AddPortMapping implements Client. m is validated first and an invalid
