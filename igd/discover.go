@@ -364,8 +364,14 @@ func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (*goupnp.RootD
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
+	return parseRoot(resp.Body, loc) // the body is capped by the client's transport
+}
+
+// parseRoot parses a root description fetched from loc, and resolves its
+// URLs against its URLBase or, without one, loc.
+func parseRoot(r io.Reader, loc *url.URL) (*goupnp.RootDevice, error) {
 	root := new(goupnp.RootDevice)
-	dec := xml.NewDecoder(resp.Body) // capped by the client's transport
+	dec := xml.NewDecoder(r)
 	dec.DefaultSpace = goupnp.DeviceXMLNamespace
 	dec.CharsetReader = charsetReader
 	if err := dec.Decode(root); err != nil {
