@@ -33,11 +33,16 @@ bench:
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
-## fuzz-smoke: each fuzz target of the fake IGD server for FUZZTIME.
+## fuzz-smoke: each fuzz target (the fake IGD server's, the igd client's parsers of router answers) for FUZZTIME.
 FUZZTIME ?= 15s
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSOAPRequest$$' -fuzztime $(FUZZTIME) ./fake/
 	$(GO) test -run '^$$' -fuzz '^FuzzServeControl$$' -fuzztime $(FUZZTIME) ./fake/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRootDescription$$' -fuzztime $(FUZZTIME) ./igd/
+	$(GO) test -run '^$$' -fuzz '^FuzzSOAPAnswer$$' -fuzztime $(FUZZTIME) ./igd/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePortListing$$' -fuzztime $(FUZZTIME) ./igd/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseExternalIP$$' -fuzztime $(FUZZTIME) ./igd/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSSDPAnswer$$' -fuzztime $(FUZZTIME) ./igd/
 
 ## tools: install the Debian packages and Go tools the tests need (as root).
 tools:

@@ -1,6 +1,9 @@
 package igd
 
-import "net/netip"
+import (
+	"net/netip"
+	"strings"
+)
 
 // nonPublic lists the IPv4 ranges that are not reachable from the internet:
 // private, shared (CGNAT), loopback, link-local and the reserved and
@@ -60,4 +63,37 @@ func CheckPublic(a netip.Addr) error {
 		}
 	}
 	return &NotPublicError{Addr: a}
+}
+
+// parseExternalIP reads a router's answer to GetExternalIPAddress. It
+// accepts an IPv4 host address, written plain or IPv4-mapped, white space
+// around it ignored; private and CGNAT addresses are accepted (IsPublic
+// tells them apart). Anything else (empty, unparsable, unspecified, IPv6,
+// loopback, multicast, broadcast) gives an *ExternalIPError.
+func parseExternalIP(s string) (netip.Addr, error) {
+	bad := func(reason string) (netip.Addr, error) {
+		return netip.Addr{}, &ExternalIPError{Value: s, Reason: reason}
+	}
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return bad("no external IP address")
+	}
+	a, err := netip.ParseAddr(t)
+	if err != nil {
+		return bad("not an IP address")
+	}
+	a = a.Unmap()
+	switch {
+	case !a.Is4():
+		return bad("not an IPv4 address")
+	case a.IsUnspecified():
+		return bad("no external IP address (unspecified)")
+	case a.IsLoopback():
+		return bad("a loopback address")
+	case a.IsMulticast():
+		return bad("a multicast address")
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return bad("the broadcast address")
+	}
+	return a, nil
 }

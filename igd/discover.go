@@ -28,13 +28,16 @@ const (
 	// ssdpResend is how often the search is repeated while no usable router
 	// has answered: SSDP is UDP, and a router may miss the first search.
 	ssdpResend = time.Second
-	// maxDescriptionSize bounds the root description read into memory; real
-	// ones are a few kilobytes (miniupnpd's: 3 KB).
-	maxDescriptionSize = 1 << 20
-	// maxLocations bounds how many distinct answers one discovery probes, so
-	// that a LAN full of devices answering every search cannot make it open
-	// unbounded connections. Real LANs have one router, rarely two or three.
+	// maxLocations bounds how many distinct answers from hosts other than
+	// the default gateway one discovery probes, so that a LAN full of devices
+	// answering every search cannot make it open unbounded connections. Real
+	// LANs have one router, rarely two or three. The default gateway's
+	// answers do not count against it, so other hosts cannot crowd it out.
 	maxLocations = 16
+	// maxLocationsPerHost bounds the distinct locations probed per answering
+	// host, so that one host cannot fill maxLocations. A router answers every
+	// search type with the same location, some with one per device version.
+	maxLocationsPerHost = 4
 )
 
 // mSearch returns an SSDP search for st. MX 1 asks devices to answer within
@@ -144,6 +147,8 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, er
 	results := make(chan []probed)
 	pending := 0
 	seen := map[string]bool{}
+	perHost := map[netip.Addr]int{}
+	others := 0 // locations probed on hosts other than the default gateway
 	var found []probed
 	var settle <-chan time.Time
 
@@ -152,12 +157,19 @@ loop:
 		select {
 		case a := <-answers:
 			// A router answers once per search type; probe each location once
-			// per answering host.
+			// per answering host, a few per host, and the default gateway's
+			// whatever others answered. An answer whose sender is unknown
+			// cannot be checked against its LOCATION.
 			key := a.location + " " + a.responder.String()
-			if seen[key] || len(seen) >= maxLocations {
+			onGW := defGW.IsValid() && a.responder == defGW
+			if seen[key] || !a.responder.IsValid() || perHost[a.responder] >= maxLocationsPerHost || (!onGW && others >= maxLocations) {
 				continue
 			}
 			seen[key] = true
+			perHost[a.responder]++
+			if !onGW {
+				others++
+			}
 			pending++
 			go func() { results <- c.probe(probeCtx, a.location, a.responder, defGW) }()
 		case ps := <-results:
@@ -188,13 +200,19 @@ loop:
 }
 
 // readSSDP reads answers from pc until it is closed or stop is, sending each
-// one with a LOCATION on answers.
+// one with a LOCATION on answers. Datagrams over maxSSDPAnswerSize are
+// ignored.
 func readSSDP(pc net.PacketConn, answers chan<- ssdpAnswer, stop <-chan struct{}) {
-	buf := make([]byte, 2048)
+	// One byte past the cap tells a datagram of the cap from a larger one,
+	// which the socket truncates to fit.
+	buf := make([]byte, maxSSDPAnswerSize+1)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
+		}
+		if n > maxSSDPAnswerSize {
+			continue
 		}
 		a, ok := parseSSDPAnswer(buf[:n], from)
 		if !ok {
@@ -227,8 +245,9 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 
 // probe fetches the root description at location and asks each supported
 // connection service for its status and external IP. When responder is valid
-// (an SSDP answer), the description must be on the responder's own address:
-// an answer must not send this host to fetch URLs elsewhere.
+// (an SSDP answer), the location's host must be the responder's own address,
+// written as an IP literal: an answer must not send this host to fetch URLs
+// elsewhere, nor through a name it would have to resolve.
 func (c *UPnPClient) probe(ctx context.Context, location string, responder, defGW netip.Addr) []probed {
 	reject := func(why string, args ...any) []probed {
 		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
@@ -238,7 +257,7 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder, defG
 		return reject("location is not an absolute http URL")
 	}
 	if responder.IsValid() {
-		if h, err := netip.ParseAddr(loc.Hostname()); err == nil && h.Unmap() != responder {
+		if h, err := netip.ParseAddr(loc.Hostname()); err != nil || h.Unmap() != responder {
 			return reject("location is not on the answering host %s", responder)
 		}
 	}
@@ -296,12 +315,13 @@ func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, 
 		cand.Rejected = rejectReason(ctx, err)
 		return probed{cand: cand}
 	}
-	cand.ExternalIP = parseAddr(ext)
+	extIP, extErr := parseExternalIP(ext)
+	cand.ExternalIP = extIP
 	switch {
 	case status != "" && status != "Connected":
 		cand.Rejected = fmt.Sprintf("WAN connection is %q, not Connected", status)
-	case !cand.ExternalIP.IsValid() || cand.ExternalIP.IsUnspecified():
-		cand.Rejected = fmt.Sprintf("no external IP address (GetExternalIPAddress answered %q)", ext)
+	case extErr != nil:
+		cand.Rejected = extErr.Error()
 	}
 	return probed{cand: cand, conn: conn}
 }
@@ -316,6 +336,7 @@ func rejectReason(ctx context.Context, err error) string {
 func probeCall(ctx context.Context, timeout time.Duration, action string, fn func(context.Context) (string, error)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx = withOversizeRecord(ctx)
 	s, err := fn(ctx)
 	if err != nil {
 		err, _ = callError(ctx, action, err)
@@ -343,8 +364,14 @@ func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (*goupnp.RootD
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
+	return parseRoot(resp.Body, loc) // the body is capped by the client's transport
+}
+
+// parseRoot parses a root description fetched from loc, and resolves its
+// URLs against its URLBase or, without one, loc.
+func parseRoot(r io.Reader, loc *url.URL) (*goupnp.RootDevice, error) {
 	root := new(goupnp.RootDevice)
-	dec := xml.NewDecoder(io.LimitReader(resp.Body, maxDescriptionSize))
+	dec := xml.NewDecoder(r)
 	dec.DefaultSpace = goupnp.DeviceXMLNamespace
 	dec.CharsetReader = charsetReader
 	if err := dec.Decode(root); err != nil {

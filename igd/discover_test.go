@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -19,9 +20,22 @@ import (
 // address, after delay.
 type ssdpDevice struct {
 	*testIGD
-	pc       net.PacketConn
-	delay    time.Duration
-	location string // LOCATION to answer with; "" = the IGD's URL
+	pc    net.PacketConn
+	delay time.Duration
+	// locations are the LOCATIONs it answers each search with, one answer
+	// each; none = one answer with the IGD's URL. Guarded by testIGD.mu.
+	locations []string
+	// pad is how many bytes of body each answer carries after its header.
+	// Guarded by testIGD.mu.
+	pad int
+}
+
+// SetAnswers makes d answer each search with one answer per location (none:
+// its own URL), each carrying pad bytes of body.
+func (d *ssdpDevice) SetAnswers(locations []string, pad int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.locations, d.pad = locations, pad
 }
 
 func newSSDPDevice(t *testing.T, dev device, ip string, delay time.Duration) *ssdpDevice {
@@ -39,7 +53,10 @@ func newSSDPDeviceAt(t *testing.T, dev device, ip string, delay time.Duration, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &ssdpDevice{testIGD: g, pc: pc, delay: delay, location: location}
+	d := &ssdpDevice{testIGD: g, pc: pc, delay: delay}
+	if location != "" {
+		d.locations = []string{location}
+	}
 	done := make(chan struct{})
 	t.Cleanup(func() { pc.Close(); <-done })
 	go func() {
@@ -58,12 +75,16 @@ func newSSDPDeviceAt(t *testing.T, dev device, ip string, delay time.Duration, l
 			if !strings.HasPrefix(st, "urn:schemas-upnp-org:service:") {
 				continue
 			}
-			loc := d.location
-			if loc == "" {
-				loc = g.URL
+			d.mu.Lock()
+			locs, pad := d.locations, d.pad
+			d.mu.Unlock()
+			if len(locs) == 0 {
+				locs = []string{g.URL}
 			}
-			answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: %s\r\nUSN: uuid:test::%s\r\nEXT:\r\nSERVER: test UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: %s\r\n\r\n", st, st, loc)
-			time.AfterFunc(d.delay, func() { pc.WriteTo([]byte(answer), from) })
+			for _, loc := range locs {
+				answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: %s\r\nUSN: uuid:test::%s\r\nEXT:\r\nSERVER: test UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: %s\r\n\r\n%s", st, st, loc, strings.Repeat("x", pad))
+				time.AfterFunc(d.delay, func() { pc.WriteTo([]byte(answer), from) })
+			}
 		}
 	}()
 	return d
@@ -489,4 +510,106 @@ func (c *floodConn) ReadFrom(b []byte) (int, net.Addr, error) {
 func (c *floodConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return c.PacketConn.Close()
+}
+
+func TestSSDPDiscoveryResistsRogueAnswers(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	// rogue answers every search with 16 LOCATIONs on its own address, none
+	// of which holds a description.
+	rogue := func(t *testing.T, ip string) *ssdpDevice {
+		d := newSSDPDevice(t, igd2Device, ip, 0)
+		var locs []string
+		for i := range 16 {
+			locs = append(locs, fmt.Sprintf("%s/rogue%d.xml", d.srv.URL, i))
+		}
+		d.SetAnswers(locs, 0)
+		return d
+	}
+	tests := []struct {
+		name   string
+		rogues []string // addresses of rogue hosts
+	}{
+		{"one host with 16 locations", []string{"127.0.0.2"}},
+		{"five hosts with 16 locations each", []string{"127.0.0.10", "127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &ssdpNet{t: t}
+			for _, ip := range tt.rogues {
+				n.devices = append(n.devices, rogue(t, ip))
+			}
+			// The real router, the default gateway, answers 20 ms later.
+			real := newSSDPDevice(t, igd1Device, gwIP, 20*time.Millisecond)
+			n.devices = append(n.devices, real)
+			c := newSSDPClient(t, n, netip.MustParseAddr(gwIP))
+			gw, err := c.Discover(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.Location != real.URL {
+				t.Errorf("chose %s, want the default gateway %s", gw.Location, real.URL)
+			}
+			perHost := map[string]int{}
+			for _, cand := range gw.Candidates {
+				u, err := url.Parse(cand.Location)
+				if err != nil {
+					t.Fatal(err)
+				}
+				perHost[u.Hostname()]++
+			}
+			for host, got := range perHost {
+				if got > maxLocationsPerHost {
+					t.Errorf("probed %d locations of %s, want at most %d", got, host, maxLocationsPerHost)
+				}
+			}
+		})
+	}
+}
+
+func TestSSDPDiscoveryLocationMustBeTheAnsweringIP(t *testing.T) {
+	tests := []struct {
+		name string
+		loc  func(g *ssdpDevice) string
+	}{
+		{"host name", func(g *ssdpDevice) string { return strings.Replace(g.URL, "127.0.0.1", "localhost", 1) }},
+		{"another IP", func(g *ssdpDevice) string { return strings.Replace(g.URL, "127.0.0.1", "127.0.0.5", 1) }},
+		{"IPv6 loopback", func(g *ssdpDevice) string { return strings.Replace(g.URL, "127.0.0.1", "[::1]", 1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newSSDPDevice(t, igd2Device, "127.0.0.1", 0)
+			d.SetAnswers([]string{tt.loc(d)}, 0)
+			n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
+			c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 500 * time.Millisecond, Host: fakeHost{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw, err := c.Discover(testCtx(t))
+			if err == nil {
+				t.Fatalf("Discover() chose %s, whose LOCATION does not name the answering IP", gw.Location)
+			}
+			if !strings.Contains(err.Error(), "not on the answering host 127.0.0.1") {
+				t.Errorf("Discover() = %v, want the location rejected as not on the answering host", err)
+			}
+			if f := d.DescFetches(); f != 0 {
+				t.Errorf("description fetched %d times, want 0", f)
+			}
+		})
+	}
+}
+
+func TestSSDPDiscoveryIgnoresAnswersOverTheCap(t *testing.T) {
+	d := newSSDPDevice(t, igd2Device, "127.0.0.1", 0)
+	d.SetAnswers(nil, maxSSDPAnswerSize) // header plus this much is over the cap
+	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
+	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 300 * time.Millisecond, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Discover(testCtx(t)); !errors.Is(err, ErrNoGateway) || !strings.Contains(err.Error(), "no device answered") {
+		t.Errorf("Discover() = %v, want no device answered", err)
+	}
+	if f := d.DescFetches(); f != 0 {
+		t.Errorf("description fetched %d times after an answer over the cap, want 0", f)
+	}
 }

@@ -43,10 +43,14 @@
 // Discovery sends SSDP searches for the three service types from
 // Config.ListenPacket (or, with Config.RootDescURL, fetches that one
 // description and sends no search). For every router that answers it fetches
-// the root description (only from the answering host's own address) and asks
-// each supported service for its status (GetStatusInfo) and external address
-// (GetExternalIPAddress). A service is rejected when it does not answer, has
-// no external address, or says its WAN connection is anything but Connected.
+// the root description and asks each supported service for its status
+// (GetStatusInfo) and external address (GetExternalIPAddress). An answer's
+// LOCATION is followed only when its host is the answering host's own IP
+// address written as one (never a name); at most four locations are probed
+// per answering host, and at most 16 from hosts other than the default
+// gateway, whose answers are always probed. A service is rejected when it
+// does not answer, has no valid external address, or says its WAN
+// connection is anything but Connected.
 // Among the others it prefers, in order: a Connected status over an unknown
 // one, a public external address over a private or CGNAT one, the host's
 // default gateway over any other router, and WANIPConnection:2 over :1 over
@@ -57,9 +61,23 @@
 // one won; when none qualifies the error is a *NoGatewayError (matching
 // ErrNoGateway) listing every candidate and why it was rejected.
 //
-// A router whose external address is not public (Gateway.PublicExternalIP is
-// false; CheckPublic names the range) is still used, but its mappings are not
-// reachable from the internet: callers should tell the user.
+// Every external address the client returns, at discovery and from each
+// ExternalIP call, is an IPv4 host address: an answer that is empty,
+// unparsable, unspecified, IPv6, loopback, multicast or broadcast gives an
+// *ExternalIPError (matching ErrInvalidExternalIP). A router whose external
+// address is private or CGNAT (Gateway.PublicExternalIP is false; CheckPublic
+// names the range) is still used, but its mappings are not reachable from
+// the internet: callers should tell the user.
+//
+// # Answer size caps
+//
+// Every answer the client reads is capped, through any Config.HTTPClient
+// too: a root description at 1 MiB, a GetListOfPortMappings answer at 4 MiB
+// (1000 entries), any other SOAP answer at 64 KiB, and an SSDP answer at
+// 2 KiB (larger datagrams are ignored). An HTTP answer over its cap fails as
+// soon as the cap is passed, or at once when its Content-Length says so,
+// with an *AnswerTooLargeError (matching ErrAnswerTooLarge) naming the URL
+// and the cap; it is never truncated, and the router stays cached.
 //
 // # Router quirks handled
 //

@@ -44,6 +44,13 @@ var (
 	// is itself behind another NAT and its mappings are not reachable from
 	// the internet.
 	ErrNotPublic = errors.New("igd: external address is not public")
+	// ErrAnswerTooLarge is matched by every *AnswerTooLargeError: an answer
+	// from a router or LAN host was larger than the client reads.
+	ErrAnswerTooLarge = errors.New("igd: answer too large")
+	// ErrInvalidExternalIP is matched by every *ExternalIPError: the router
+	// answered GetExternalIPAddress with something that is no usable IPv4
+	// host address.
+	ErrInvalidExternalIP = errors.New("igd: invalid external IP address")
 )
 
 // UPnP error codes this package gives meaning to.
@@ -181,3 +188,21 @@ func (e *NotPublicError) Error() string {
 
 // Is makes errors.Is(err, ErrNotPublic) true.
 func (e *NotPublicError) Is(target error) bool { return target == ErrNotPublic }
+
+// ExternalIPError reports an answer to GetExternalIPAddress that is no
+// usable address. It matches ErrInvalidExternalIP.
+type ExternalIPError struct {
+	// Value is what the router answered.
+	Value string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error quotes the answer and says what is wrong with it. It has no "igd:"
+// prefix: callers wrap it with the operation and the router.
+func (e *ExternalIPError) Error() string {
+	return fmt.Sprintf("router answered GetExternalIPAddress with %q: %s", e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidExternalIP) true.
+func (e *ExternalIPError) Is(target error) bool { return target == ErrInvalidExternalIP }

@@ -61,7 +61,13 @@ var (
 // error is wrapped explicitly so that errors.Is(err, context.DeadlineExceeded)
 // and errors.Is(err, context.Canceled) hold. transport reports whether the
 // error says the device did not answer (as opposed to answering with a fault).
+// An answer over its cap, recorded in ctx by capTransport, is returned as its
+// *AnswerTooLargeError and is not a transport error: the router answered.
 func callError(ctx context.Context, action string, err error) (wrapped error, transport bool) {
+	if tl := oversize(ctx); tl != nil {
+		// The router answered, too much: not a router that stopped answering.
+		return fmt.Errorf("%s: %w", action, tl), false
+	}
 	var fault *soap.SOAPFaultError
 	if errors.As(err, &fault) {
 		ue := &UPnPError{

@@ -89,8 +89,10 @@ type Config struct {
 	// HTTPClient makes every HTTP request: description fetches and SOAP
 	// calls. Nil means a private client whose transport dials with
 	// DialContext, uses no proxy and no keep-alive (routers close every
-	// connection anyway). When set, DialContext is not applied to it. goupnp's
-	// global HTTPClientDefault is never used.
+	// connection anyway). When set, DialContext is not applied to it. Either
+	// way the client uses a copy whose transport caps every answer (see
+	// ErrAnswerTooLarge); the given client is not modified. goupnp's global
+	// HTTPClientDefault is never used.
 	HTTPClient *http.Client
 
 	// DialContext opens connections for the default HTTP client and the UDP
@@ -144,6 +146,7 @@ func (cfg Config) withDefaults() Config {
 			},
 		}
 	}
+	cfg.HTTPClient = cappedClient(cfg.HTTPClient)
 	if cfg.Host == nil {
 		cfg.Host = SystemHost{DialContext: cfg.DialContext}
 	}
@@ -489,6 +492,7 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 	defer release(c.sem)
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	callCtx = withOversizeRecord(callCtx)
 	err := fn(callCtx)
 	if err == nil {
 		return nil
@@ -500,8 +504,12 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 	return wrapped
 }
 
-// ExternalIP implements Client. The address may be non-public (see IsPublic,
-// CheckPublic and Gateway.PublicExternalIP); it is returned all the same.
+// ExternalIP implements Client. Every answer is validated: one that is no
+// IPv4 host address (empty, unparsable, unspecified, IPv6, loopback,
+// multicast, broadcast) gives an error matching ErrInvalidExternalIP (an
+// *ExternalIPError) that names the router, and the router stays cached. The
+// address may be non-public (see IsPublic, CheckPublic and
+// Gateway.PublicExternalIP); it is returned all the same.
 func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {
@@ -515,11 +523,11 @@ func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: %w", gw.info.Location, err)
 	}
-	a, err := netip.ParseAddr(s)
+	a, err := parseExternalIP(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: router answered %q: %w", gw.info.Location, s, err)
+		return netip.Addr{}, fmt.Errorf("igd: external IP of %s: %w", gw.info.Location, err)
 	}
-	return a.Unmap(), nil
+	return a, nil
 }
 
 // AddPortMapping implements Client. m is validated first and an invalid

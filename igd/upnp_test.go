@@ -1113,3 +1113,66 @@ func TestEveryRequestUsesTheConfiguredClient(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestExternalIPIsValidatedOnEveryCall(t *testing.T) {
+	tests := []struct {
+		answer string
+		want   string // the address returned; "" = an error
+	}{
+		{"198.51.101.7", "198.51.101.7"},
+		{"::ffff:198.51.101.7", "198.51.101.7"},
+		{" 198.51.101.7 ", "198.51.101.7"},
+		{"10.0.0.2", "10.0.0.2"},     // private: returned, flagged by IsPublic
+		{"100.64.3.4", "100.64.3.4"}, // CGNAT: likewise
+		{"0.0.0.0", ""},
+		{"", ""},
+		{"not-an-ip", ""},
+		{"2001:db8::1", ""},
+		{"::", ""},
+		{"224.0.0.1", ""},
+		{"127.0.0.1", ""},
+		{"255.255.255.255", ""},
+		{"198.51.101.7%eth0", ""},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.answer), func(t *testing.T) {
+			g := newTestIGD(t, igd2Device, "")
+			c := newTestClient(t, g, nil)
+			ctx := testCtx(t)
+			if _, err := c.Discover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The router changes its answer after discovery.
+			g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", tt.answer))
+			ip, err := c.ExternalIP(ctx)
+			if tt.want != "" {
+				if err != nil || ip != netip.MustParseAddr(tt.want) {
+					t.Fatalf("ExternalIP() = %s, %v; want %s", ip, err, tt.want)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidExternalIP) {
+				t.Fatalf("ExternalIP() = %s, %v; want ErrInvalidExternalIP", ip, err)
+			}
+			var eie *ExternalIPError
+			if !errors.As(err, &eie) || eie.Value != tt.answer {
+				t.Errorf("ExternalIP() error = %#v, want an *ExternalIPError with Value %q", err, tt.answer)
+			}
+			if ip.IsValid() {
+				t.Errorf("ExternalIP() returned %s with the error", ip)
+			}
+			for _, want := range []string{g.URL, fmt.Sprintf("%q", tt.answer)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+
+			// Discovery rejects such a router too.
+			_, err = c.Discover(ctx)
+			var nge *NoGatewayError
+			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, fmt.Sprintf("%q", tt.answer)) {
+				t.Errorf("Discover() = %v, want the router rejected for answering %q", err, tt.answer)
+			}
+		})
+	}
+}
