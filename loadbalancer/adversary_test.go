@@ -294,3 +294,36 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 func e2eTable(r *fake.Router) []string {
 	return (&env{router: r}).table()
 }
+
+// The igd client itself refuses an unusable answer (0.0.0.0 from a real
+// router); the LoadBalancer waits for a usable one rather than failing as if
+// the router were down.
+func TestClientRefusingTheExternalIPMakesServicesWait(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return addrA }})
+	t.Cleanup(s.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: s.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := New(Config{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	web := newService("default", "web")
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, web, threeNodes()); err != nil {
+		t.Fatal(err)
+	}
+	r.SetExternalIP(netip.MustParseAddr("0.0.0.0"))
+	lb.mu.Lock()
+	lb.external = netip.Addr{} // as after a pass's refresh
+	lb.mu.Unlock()
+	st, err := lb.EnsureLoadBalancer(ctx, testCluster, web, threeNodes())
+	if !errors.Is(err, ErrExternalIPNotUsable) || !errors.Is(err, igd.ErrInvalidExternalIP) || st != nil {
+		t.Errorf("Ensure = %v, %v; want ErrExternalIPNotUsable from the client's ErrInvalidExternalIP", st, err)
+	}
+	if len(r.Mappings()) != 1 {
+		t.Errorf("table = %v, want the Service's mapping kept", r.Mappings())
+	}
+}

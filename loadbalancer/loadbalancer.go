@@ -382,6 +382,12 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 // with an error matching ErrExternalIPNotUsable, and clears the cache.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
+	if errors.Is(err, igd.ErrInvalidExternalIP) {
+		lb.mu.Lock()
+		lb.external = netip.Addr{}
+		lb.mu.Unlock()
+		return netip.Addr{}, fmt.Errorf("%w: %w", ErrExternalIPNotUsable, err)
+	}
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("loadbalancer: get external IP: %w", err)
 	}
