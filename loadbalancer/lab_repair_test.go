@@ -1,0 +1,80 @@
+package loadbalancer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+)
+
+// BenchmarkLabRepairInSeconds runs the background work with the default
+// configuration (lease 1h, renewal every 5 min, probe every 5 s) on the real
+// clock against miniupnpd, reboots the router (its table is gone), and
+// reports how long until every mapping is back (repair-s) and, before the
+// reboot, how many router calls the idle background work makes per 5 s.
+func BenchmarkLabRepairInSeconds(b *testing.B) {
+	lab := igdtest.Start(b, igdtest.Options{Nodes: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cc := newCounting(labClient(b, lab, 0))
+	lb, err := New(Config{Client: cc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := labNodes(lab)
+	objs := []k8sruntime.Object{nodes[0]}
+	for i := range 10 {
+		svc := lbService("repair", fmt.Sprintf("s%d", i), withPorts(
+			port("a", v1.ProtocolTCP, int32(25000+i), 30000),
+			port("b", v1.ProtocolUDP, int32(25000+i), 30001)))
+		st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		svc.Status.LoadBalancer = *st
+		objs = append(objs, svc)
+	}
+	if err := lb.Initialize(ctx, builder{k8sfake.NewClientset(objs...)}); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); lb.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(what string, limit time.Duration, cond func() bool) time.Duration {
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > limit {
+				b.Fatalf("%s: not within %s", what, limit)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitFor("first pass", time.Minute, func() bool { return lb.passes.Load() > 0 })
+	peer := labClient(b, lab, 0) // counts nothing of the LoadBalancer's
+	restored := func() bool {
+		ms, err := igd.ReadTable(ctx, peer)
+		return err == nil && len(ms) == 20
+	}
+	var repair, idle []time.Duration
+	idleCalls := 0
+	for range b.N {
+		cc.take()
+		time.Sleep(10 * time.Second)
+		for _, n := range cc.take() {
+			idleCalls += n
+		}
+		idle = append(idle, 10*time.Second)
+		lab.Reboot(b)
+		repair = append(repair, waitFor("repair", time.Minute, restored))
+	}
+	b.ReportMetric(median(repair).Seconds(), "repair-s")
+	b.ReportMetric(float64(idleCalls)/(float64(b.N)*2), "idle-calls/5s")
+}
