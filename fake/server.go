@@ -295,6 +295,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if n == 0 || n > 1000 {
 			n = 1000 // miniupnpd's limit per call
 		}
+		call.Key, call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
 		op = func() ([]soapArg, error) {
 			// One protocol, newest first, as miniupnpd lists it.
 			var out []igd.Mapping

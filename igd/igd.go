@@ -196,8 +196,10 @@ type Lister interface {
 
 // ReadTable returns every mapping of c's router, TCP and UDP: by listing
 // when c is a Lister that can list, otherwise by walking the table entry by
-// entry when c has a WalkPortMappings method (UPnPClient does). It returns an
-// error matching ErrNotSupported when c can do neither.
+// entry when c has a WalkPortMappings method (UPnPClient does). A router that
+// refuses the list call (402 Invalid Args or 501 Action Failed: some routers
+// reject GetListOfPortMappings' arguments) is walked too, so it stays
+// usable. It returns an error matching ErrNotSupported when c can do neither.
 func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 	if l, ok := c.(Lister); ok {
 		var out []Mapping
@@ -212,7 +214,7 @@ func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 		if err == nil {
 			return out, nil
 		}
-		if !errors.Is(err, ErrNotSupported) {
+		if code := Code(err); !errors.Is(err, ErrNotSupported) && code != CodeInvalidArgs && code != CodeActionFailed {
 			return nil, err
 		}
 	}

@@ -26,7 +26,7 @@ const listPage = 1000
 // implement it (401, 602), it returns an error matching ErrNotSupported:
 // callers read single keys with GetPortMapping, or the whole table with
 // WalkPortMappings. A router that refuses the call's arguments (402, 501,
-// 606) gets the error as it is. The listing is bounded by
+// 606) gets the error as it is (ReadTable then walks on 402 and 501). The listing is bounded by
 // Config.MaxListEntries, so a misbehaving router cannot keep it going.
 func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error) {
 	if !proto.Valid() || ports.First > ports.Last {
