@@ -40,7 +40,12 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 	if !ok || gw.noList.Load() {
 		return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, ErrNotSupported)
 	}
-	ms, err := c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	var ms []Mapping
+	if gw.listGuard {
+		ms, err = c.listGuarded(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	} else {
+		ms, err = c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	}
 	switch code := Code(err); {
 	case err == nil:
 		return ms, nil
@@ -216,29 +221,12 @@ func (c *UPnPClient) walk(ctx context.Context, gw *gateway) ([]Mapping, error) {
 		if i >= c.cfg.MaxListEntries || i > 65535 {
 			return nil, fmt.Errorf("GetGenericPortMappingEntry: router still answering at index %d; stopped at Config.MaxListEntries=%d", i, c.cfg.MaxListEntries)
 		}
-		var m Mapping
-		err := c.call(ctx, gw, "GetGenericPortMappingEntry", c.cfg.CallTimeout, func(ctx context.Context) error {
-			remote, ext, proto, in, client, enabled, desc, lease, err := gw.conn.GetGenericPortMappingEntryCtx(ctx, uint16(i))
-			if err != nil {
-				return err
-			}
-			m = Mapping{
-				Protocol:       Protocol(strings.ToUpper(proto)),
-				ExternalPort:   ext,
-				InternalClient: parseAddr(client),
-				InternalPort:   in,
-				Description:    desc,
-				Lease:          time.Duration(lease) * time.Second,
-				RemoteHost:     parseAddr(remote),
-				Enabled:        enabled,
-			}
-			return nil
-		})
-		if errors.Is(err, ErrInvalidArrayIndex) || errors.Is(err, ErrNoSuchEntry) || Code(err) == CodeInvalidArgs {
-			return out, nil
-		}
+		m, ok, err := c.entryAt(ctx, gw, i)
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			return out, nil
 		}
 		if !seen[m.Key()] {
 			seen[m.Key()] = true

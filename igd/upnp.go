@@ -195,6 +195,12 @@ type Candidate struct {
 	OnDefaultGateway bool
 	// Rejected says why the service cannot be used; empty when it can.
 	Rejected string
+	// Server is how the router's HTTP server describes itself (the Server
+	// header of the root description, else the SSDP answer's SERVER header),
+	// for example "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"; empty when it said
+	// nothing. Known buggy versions are worked around (see the package
+	// documentation).
+	Server string
 }
 
 // Connected reports whether the router said its WAN connection is up.
@@ -240,6 +246,16 @@ type gateway struct {
 	// noList is set once GetListOfPortMappings failed in a way that says the
 	// router does not support it, so later listings walk directly.
 	noList atomic.Bool
+	// listGuard is set when the router's GetListOfPortMappings crashes on
+	// long answers (see crashesOnLongLists); read-only after discovery.
+	listGuard bool
+
+	// mu guards known.
+	mu sync.Mutex
+	// known is, on a guarded router, the sorted external ports of each
+	// protocol's mappings as last read; a protocol is absent until a read
+	// covered all its ports.
+	known map[Protocol][]uint16
 }
 
 // UPnPClient is the goupnp-based Client. It finds the router lazily, inside
@@ -446,7 +462,7 @@ func (c *UPnPClient) runDiscovery(ctx context.Context, d *discovery) {
 		klog.FromContext(ctx).Info("Discovered internet gateway device",
 			"location", gw.info.Location, "service", gw.info.ServiceType,
 			"externalIP", gw.info.ExternalIP, "publicExternalIP", gw.info.PublicExternalIP,
-			"reason", gw.info.Reason, "candidates", len(gw.info.Candidates))
+			"reason", gw.info.Reason, "candidates", len(gw.info.Candidates), "server", gw.info.Server)
 	}
 	d.gw, d.err = gw, err
 	close(d.done)

@@ -1,0 +1,189 @@
+package igd_test
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// These tests hold the client to the router quirks of the README's "Router
+// compatibility" table, on the fake IGD server.
+
+var quirkHost = netip.MustParseAddr("192.0.2.10")
+
+// quirkMapping is mapping i of a test table.
+func quirkMapping(proto igd.Protocol, port uint16) igd.Mapping {
+	return igd.Mapping{Protocol: proto, ExternalPort: port, InternalClient: quirkHost, InternalPort: 30000 + port%1000,
+		Description: fmt.Sprintf("q %s %d", proto, port), Enabled: true}
+}
+
+// seed puts the mappings of proto at ports into r.
+func seed(r *fake.Router, proto igd.Protocol, ports ...int) {
+	for _, p := range ports {
+		r.Put(quirkMapping(proto, uint16(p)))
+	}
+}
+
+// ports returns n ports from first, step apart.
+func ports(first, n, step int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = first + i*step
+	}
+	return out
+}
+
+// keysOf returns the sorted keys of ms, and the keys listed more than once.
+func keysOf(ms []igd.Mapping) (keys []string, dups []string) {
+	seen := map[igd.Key]bool{}
+	for _, m := range ms {
+		if seen[m.Key()] {
+			dups = append(dups, m.Key().String())
+		}
+		seen[m.Key()] = true
+		keys = append(keys, m.Key().String())
+	}
+	slices.Sort(keys)
+	return keys, dups
+}
+
+// diffKeys returns a "(-want +got)" description of two sorted key lists, or
+// "" when they are equal.
+func diffKeys(want, got []string) string {
+	var d string
+	for _, k := range want {
+		if _, ok := slices.BinarySearch(got, k); !ok {
+			d += "\n-" + k
+		}
+	}
+	for _, k := range got {
+		if _, ok := slices.BinarySearch(want, k); !ok {
+			d += "\n+" + k
+		}
+	}
+	return d
+}
+
+func TestListingNeverCrashesOldMiniupnpd(t *testing.T) {
+	tests := []struct {
+		name   string
+		server string // Server header; "" is the fake's default (MiniUPnPd/2.3.1)
+		tcp    []int
+		udp    []int
+		// grow is added between the first and the second read (TCP).
+		grow []int
+	}{
+		{"140 TCP on adjacent ports", "", ports(20000, 140, 1), nil, nil},
+		{"150 TCP and 150 UDP scattered", "", ports(1100, 150, 401), ports(2000, 150, 373), nil},
+		{"129 UDP on adjacent ports, 3 TCP", "", ports(5, 3, 1), ports(40000, 129, 1), nil},
+		{"50 mappings: one listing per protocol is safe", "", ports(20000, 40, 1), ports(20000, 10, 1), nil},
+		{"200 TCP, then 60 more among them", "", ports(20000, 200, 2), nil, ports(20001, 60, 2)},
+		{"200 TCP, then 120 more at one end", "", ports(20000, 200, 1), nil, ports(30000, 120, 1)},
+		{"miniupnpd without a version", "MiniUPnPd", ports(20000, 140, 1), nil, nil},
+		{"Debian's header", "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1", ports(20000, 140, 1), nil, nil},
+		{"2.3.3 is affected", "OpenWrt UPnP/1.1 MiniUPnPd/2.3.3", ports(20000, 140, 1), nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{CrashOnLongList: true})
+			srv := fake.NewServer(r, fake.ServerOptions{ServerHeader: tt.server})
+			t.Cleanup(srv.Close)
+			seed(r, igd.TCP, tt.tcp...)
+			seed(r, igd.UDP, tt.udp...)
+			c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := testContext(t)
+			for read := range 2 {
+				if read == 1 {
+					seed(r, igd.TCP, tt.grow...)
+				}
+				walked := r.CallCount("GetGenericPortMappingEntry")
+				got, err := igd.ReadTable(ctx, c)
+				walked = r.CallCount("GetGenericPortMappingEntry") - walked
+				if read == 1 && tt.grow == nil && walked != 0 {
+					t.Errorf("read %d of an unchanged table made %d GetGenericPortMappingEntry calls, want none (the shape is known)", read, walked)
+				}
+				if r.Crashed() {
+					t.Fatalf("read %d crashed the router (%v)", read, err)
+				}
+				if err != nil {
+					t.Fatalf("read %d: ReadTable: %v", read, err)
+				}
+				want, _ := keysOf(r.Mappings())
+				keys, dups := keysOf(got)
+				if d := diffKeys(want, keys); d != "" || dups != nil {
+					t.Errorf("read %d: ReadTable keys (-want +got):%s\nlisted twice: %v", read, d, dups)
+				}
+			}
+			// A ranged listing of the middle of the table.
+			rng := igd.PortRange{First: 20050, Last: 40050}
+			got, err := c.ListPortMappings(ctx, igd.TCP, rng)
+			if err != nil || r.Crashed() {
+				t.Fatalf("ListPortMappings(TCP %v) = %v (crashed: %v)", rng, err, r.Crashed())
+			}
+			var want []igd.Mapping
+			for _, m := range r.Mappings() {
+				if m.Protocol == igd.TCP && m.ExternalPort >= rng.First && m.ExternalPort <= rng.Last {
+					want = append(want, m)
+				}
+			}
+			wantKeys, _ := keysOf(want)
+			keys, dups := keysOf(got)
+			if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
+				t.Errorf("ListPortMappings(TCP %v) keys (-want +got):%s\nlisted twice: %v", rng, d, dups)
+			}
+		})
+	}
+}
+
+// A fixed miniupnpd (2.3.4 and later) and other daemons are listed a whole
+// protocol at a time.
+func TestListingFixedMiniupnpdInOneCallPerProtocol(t *testing.T) {
+	for _, server := range []string{"OpenWrt/23.05 UPnP/1.1 MiniUPnPd/2.3.4", "Linux UPnP/1.1 MiniUPnPd/2.3.7", "Router UPnP/1.0 SomeOtherDaemon/1.0"} {
+		t.Run(server, func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{})
+			srv := fake.NewServer(r, fake.ServerOptions{ServerHeader: server})
+			t.Cleanup(srv.Close)
+			seed(r, igd.TCP, ports(20000, 300, 1)...)
+			c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := igd.ReadTable(testContext(t), c)
+			if err != nil || len(ms) != 300 {
+				t.Fatalf("ReadTable = %d mappings, %v; want 300", len(ms), err)
+			}
+			if n, w := r.CallCount("GetListOfPortMappings"), 2; n != w {
+				t.Errorf("%d GetListOfPortMappings calls, want %d", n, w)
+			}
+			if n := r.CallCount("GetGenericPortMappingEntry"); n != 0 {
+				t.Errorf("%d GetGenericPortMappingEntry calls, want none", n)
+			}
+		})
+	}
+}
+
+func TestGatewayNamesTheServer(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{ServerHeader: "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := c.Discover(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"; gw.Server != want {
+		t.Errorf("Gateway.Server = %q, want %q", gw.Server, want)
+	}
+}
+
+
