@@ -185,5 +185,3 @@ func TestGatewayNamesTheServer(t *testing.T) {
 		t.Errorf("Gateway.Server = %q, want %q", gw.Server, want)
 	}
 }
-
-
