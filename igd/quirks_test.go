@@ -1,10 +1,13 @@
 package igd_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -183,5 +186,179 @@ func TestGatewayNamesTheServer(t *testing.T) {
 	}
 	if want := "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"; gw.Server != want {
 		t.Errorf("Gateway.Server = %q, want %q", gw.Server, want)
+	}
+}
+
+// newIGD1 starts a fake IGD:1 router (no GetListOfPortMappings: every read
+// walks the table) holding n TCP mappings, added in port order (the highest
+// port is the newest, entry 0 of the walk), and a client of it.
+func newIGD1(t *testing.T, n int) (*fake.Router, *fake.Server, *igd.UPnPClient) {
+	t.Helper()
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{Service: fake.WANIPConnection1})
+	t.Cleanup(srv.Close)
+	seed(r, igd.TCP, ports(20000, n, 1)...)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, srv, c
+}
+
+// missing returns the keys of want (other than those in gone) that got lacks.
+func missing(want, got []igd.Mapping, gone map[igd.Key]bool) []string {
+	have := map[igd.Key]bool{}
+	for _, m := range got {
+		have[m.Key()] = true
+	}
+	var out []string
+	for _, m := range want {
+		if !have[m.Key()] && !gone[m.Key()] {
+			out = append(out, m.Key().String())
+		}
+	}
+	return out
+}
+
+// Another host deletes a mapping in the middle of the walk: every later
+// entry's index shifts down by one, and a naive walk skips a row.
+func TestWalkSurvivesAnotherHostDeleting(t *testing.T) {
+	for _, at := range []int{3, 8, 15, 25} {
+		t.Run(fmt.Sprintf("delete at call %d", at), func(t *testing.T) {
+			r, _, c := newIGD1(t, 30)
+			newest := igd.Key{Protocol: igd.TCP, ExternalPort: 20029}
+			other := r.Client(netip.MustParseAddr("192.0.2.99"))
+			r.PrependHook("GetGenericPortMappingEntry", fake.NthHook(at, func(ctx context.Context, _ *fake.Call) (bool, error) {
+				return false, other.DeletePortMapping(ctx, newest.Protocol, newest.ExternalPort)
+			}))
+			got, err := igd.ReadTable(testContext(t), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantKeys, _ := keysOf(r.Mappings())
+			keys, dups := keysOf(got)
+			if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
+				t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
+			}
+		})
+	}
+}
+
+// This process deletes mappings through the same client while it walks the
+// table (the load balancer's workers do): the walk must see every mapping
+// that is not deleted.
+func TestWalkSurvivesOwnConcurrentDeletes(t *testing.T) {
+	for round := range 5 {
+		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			r, _, c := newIGD1(t, 40)
+			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
+			ctx := testContext(t)
+			before := r.Mappings()
+			gone := map[igd.Key]bool{}
+			for _, p := range ports(20039, 10, -3) {
+				gone[igd.Key{Protocol: igd.TCP, ExternalPort: uint16(p)}] = true
+			}
+			done := make(chan error, 1)
+			go func() {
+				var errs []error
+				for k := range gone {
+					errs = append(errs, c.DeletePortMapping(ctx, k.Protocol, k.ExternalPort))
+					time.Sleep(time.Millisecond)
+				}
+				done <- errors.Join(errs...)
+			}()
+			got, err := igd.ReadTable(ctx, c)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := missing(before, got, gone); m != nil {
+				t.Errorf("ReadTable skipped mappings nobody deleted: %v", m)
+			}
+		})
+	}
+}
+
+// Another client keeps deleting and adding while this one walks: the walk
+// either returns every mapping nobody touched, or fails; never a partial
+// table.
+func TestWalkNeverReturnsAPartialTable(t *testing.T) {
+	r, srv, c := newIGD1(t, 40)
+	r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
+	ctx := testContext(t)
+	before := r.Mappings()
+	other, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	churn := map[igd.Key]bool{}
+	for _, p := range ports(20000, 40, 4) {
+		churn[igd.Key{Protocol: igd.TCP, ExternalPort: uint16(p)}] = true
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := uint16(20000 + (i%10)*4)
+			_ = other.DeletePortMapping(ctx, igd.TCP, p)
+			_, _ = other.AddPortMapping(ctx, quirkMapping(igd.TCP, p))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for range 5 {
+		got, err := igd.ReadTable(ctx, c)
+		if err != nil {
+			t.Logf("ReadTable failed (allowed while the table churns): %v", err)
+			continue
+		}
+		if m := missing(before, got, churn); m != nil {
+			t.Errorf("ReadTable returned a partial table: it lacks %v", m)
+		}
+	}
+}
+
+// miniupnpd 2.3.6 (nftables) answers NewInternalPort 0 in
+// GetListOfPortMappings and GetSpecificPortMappingEntry (miniupnpd issue
+// 768): every read must accept it and pass it on as 0, "not said".
+func TestInternalPortZeroIsReadAsUnknown(t *testing.T) {
+	for _, svc := range []fake.ServiceType{fake.WANIPConnection2, fake.WANIPConnection1} {
+		t.Run(string(svc), func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{ReportInternalPortZero: true})
+			srv := fake.NewServer(r, fake.ServerOptions{Service: svc, ServerHeader: "OpenWrt UPnP/1.1 MiniUPnPd/2.3.6"})
+			t.Cleanup(srv.Close)
+			c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := testContext(t)
+			m := quirkMapping(igd.TCP, 8080)
+			if _, err := c.AddPortMapping(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.GetPortMapping(ctx, igd.TCP, 8080)
+			if err != nil || got.InternalPort != 0 || got.InternalClient != m.InternalClient || got.Description != m.Description {
+				t.Errorf("GetPortMapping = %v, %v; want %v with InternalPort 0", got, err, m)
+			}
+			list, err := igd.ReadTable(ctx, c)
+			if err != nil || len(list) != 1 || list[0].InternalPort != 0 || list[0].Key() != m.Key() {
+				t.Errorf("ReadTable = %v, %v; want [%v] with InternalPort 0", list, err, m.Key())
+			}
+			// Re-adding what the router reports unchanged is a renewal: the
+			// stored internal port is untouched.
+			if _, err := c.AddPortMapping(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if stored := r.Mappings(); len(stored) != 1 || stored[0].InternalPort != m.InternalPort {
+				t.Errorf("router stores %v, want internal port %d kept", stored, m.InternalPort)
+			}
+		})
 	}
 }

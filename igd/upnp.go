@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"k8s.io/klog/v2"
 )
 
@@ -278,6 +279,11 @@ type UPnPClient struct {
 
 	// sem holds one token per request in flight to the router (capacity 1).
 	sem chan struct{}
+	// writes orders this client's table writes against its walks: an add or
+	// delete holds one unit, a walk all of them, so that no write of this
+	// process shifts the entry indexes a walk is reading (see walk). Reads
+	// other than walks take none.
+	writes *semaphore.Weighted
 
 	// mu guards the fields below. It is never held across a network call.
 	mu sync.Mutex
@@ -317,6 +323,7 @@ func NewClient(cfg Config) (*UPnPClient, error) {
 		cfg:      cfg.withDefaults(),
 		listPage: listPage,
 		sem:      make(chan struct{}, 1),
+		writes:   semaphore.NewWeighted(maxWriters),
 	}, nil
 }
 
@@ -483,6 +490,19 @@ func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
 	}
 }
 
+// maxWriters is the capacity of UPnPClient.writes: more adds and deletes
+// than can ever be in flight at once.
+const maxWriters = 1 << 30
+
+// holdWrite waits (honouring ctx) until no walk is running and keeps walks
+// off until the returned func is called.
+func (c *UPnPClient) holdWrite(ctx context.Context, action string) (func(), error) {
+	if err := c.writes.Acquire(ctx, 1); err != nil {
+		return nil, fmt.Errorf("%s: waiting for a table walk to end: %w", action, err)
+	}
+	return func() { c.writes.Release(1) }, nil
+}
+
 func acquire(ctx context.Context, sem chan struct{}) error {
 	select {
 	case sem <- struct{}{}:
@@ -552,6 +572,11 @@ func (c *UPnPClient) AddPortMapping(ctx context.Context, m Mapping) (Mapping, er
 		return Mapping{}, fmt.Errorf("igd: add port mapping %s: %w", m.Key(), err)
 	}
 	m.Enabled = true
+	done, err := c.holdWrite(ctx, "AddPortMapping")
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: add port mapping %s on %s: %w", m.Key(), gw.info.Location, err)
+	}
+	defer done()
 	err = c.addPortMapping(ctx, gw, m)
 	if m.Lease != 0 && (errors.Is(err, ErrOnlyPermanentLeases) || Code(err) == CodeInvalidArgs) {
 		m.Lease = 0
@@ -588,6 +613,11 @@ func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, exte
 	if err != nil {
 		return fmt.Errorf("igd: delete port mapping %s: %w", k, err)
 	}
+	done, err := c.holdWrite(ctx, "DeletePortMapping")
+	if err != nil {
+		return fmt.Errorf("igd: delete port mapping %s on %s: %w", k, gw.info.Location, err)
+	}
+	defer done()
 	err = c.call(ctx, gw, "DeletePortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
 		return gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
 	})
