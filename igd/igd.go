@@ -43,7 +43,11 @@ type Mapping struct {
 	ExternalPort uint16
 	// InternalClient is the LAN host the router forwards to. Required, IPv4.
 	InternalClient netip.Addr
-	// InternalPort is the port on InternalClient. Required (non-zero).
+	// InternalPort is the port on InternalClient. Required (non-zero) in a
+	// mapping sent to a router. In a mapping read from a router, 0 means the
+	// router did not say: miniupnpd 2.3.6 with the nftables backend answers
+	// 0 for every mapping (miniupnpd issue 768). Compare it only when it is
+	// non-zero; a re-add with the real port renews the mapping.
 	InternalPort uint16
 	// Description is free text stored with the mapping, at most
 	// MaxDescriptionLen bytes. On a router it is the only record of who owns
