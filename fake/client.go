@@ -130,7 +130,7 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 // it). On a router configured with RouterConfig.NoList it fails with an
 // error matching igd.ErrNotSupported, as an IGD:1 router would.
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
-	call := Call{Method: MethodListPortMappings, Client: c.local}
+	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
 	err := c.do(ctx, &call, func() error {
 		if c.router.cfg.NoList {
 			return igd.ErrNotSupported
@@ -175,6 +175,9 @@ func (c *Client) do(ctx context.Context, call *Call, op func() error) error {
 
 // describe names the object of call for error messages.
 func describe(call *Call) string {
+	if call.Method == MethodListPortMappings || call.Method == "GetListOfPortMappings" {
+		return fmt.Sprintf("%s ports %d-%d", call.Key.Protocol, call.Ports.First, call.Ports.Last)
+	}
 	if call.Key != (igd.Key{}) {
 		return call.Key.String()
 	}

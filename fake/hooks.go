@@ -31,8 +31,12 @@ type Call struct {
 	Method string
 	// Client is the address of the host that made the call.
 	Client netip.Addr
-	// Key is the mapping the call is about, when it names one.
+	// Key is the mapping the call is about, when it names one. For a list
+	// call (ListPortMappings, GetListOfPortMappings) Key.Protocol is the
+	// protocol asked for and Key.ExternalPort is 0.
 	Key igd.Key
+	// Ports is the port range a list call asked for.
+	Ports igd.PortRange
 	// Mapping is the argument of AddPortMapping (or AddAnyPortMapping), or
 	// the mapping a GetPortMapping (or GetSpecificPortMappingEntry /
 	// GetGenericPortMappingEntry) returned. A hook that handles a get call

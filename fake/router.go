@@ -49,6 +49,25 @@ type RouterConfig struct {
 	// WANPPPConnection:1) or a backend with no table to list.
 	NoList bool
 
+	// CrashOnLongList makes the router die the way miniupnpd up to 2.3.3
+	// with the nftables backend does (a heap overflow in
+	// get_portmappings_in_range, fixed in 2.3.4): a GetListOfPortMappings
+	// whose range holds more than ListCrashLimit mappings of its protocol,
+	// whatever NewNumberOfPorts says, kills it. Through a Server that call
+	// and every later request get no answer (the connection is closed) until
+	// Reboot; Router.Crashed reports it. The in-memory Client is not
+	// affected: it models the client, which never sends the call.
+	CrashOnLongList bool
+
+	// ReportInternalPortZero makes the router answer NewInternalPort 0 for
+	// every mapping it reports (GetSpecificPortMappingEntry,
+	// GetGenericPortMappingEntry, GetListOfPortMappings, and the Client's
+	// GetPortMapping and ListPortMappings), as miniupnpd 2.3.6 with the
+	// nftables backend does (miniupnpd issue 768). The stored internal port
+	// is kept (Router.Mappings shows it) and still decides whether a re-add
+	// renews or replaces a mapping.
+	ReportInternalPortZero bool
+
 	// Clock is what leases expire on. Nil means the real clock; tests pass a
 	// k8s.io/utils/clock/testing.FakeClock and step it.
 	Clock clock.PassiveClock
@@ -70,6 +89,27 @@ type Router struct {
 	booted     time.Time // when the router last (re)started, on its clock
 	hooks      map[string][]Hook
 	calls      []Call
+	crashed    bool // see RouterConfig.CrashOnLongList
+}
+
+// ListCrashLimit is the most mappings of one protocol a
+// GetListOfPortMappings range may hold on a router with
+// RouterConfig.CrashOnLongList (miniupnpd's initial array size).
+const ListCrashLimit = 128
+
+// Crashed reports whether a long listing killed the router (see
+// RouterConfig.CrashOnLongList) since it was created or last rebooted.
+func (r *Router) Crashed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.crashed
+}
+
+// crash records that the router died.
+func (r *Router) crash() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.crashed = true
 }
 
 // entry is one stored mapping.
@@ -147,7 +187,8 @@ func (r *Router) Put(m igd.Mapping) {
 	r.table[m.Key()] = e
 }
 
-// Reboot simulates a router reboot: the table is wiped and the uptime
+// Reboot simulates a router reboot: the table is wiped, a crashed router
+// (RouterConfig.CrashOnLongList) answers again, and the uptime
 // (GetStatusInfo through a Server) starts again from 0. The router answers
 // again at once; hooks (Fail, Delay) simulate the outage of a real reboot.
 // Hooks, the call log and the external address are kept.
@@ -155,6 +196,7 @@ func (r *Router) Reboot() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.table)
+	r.crashed = false
 	r.booted = r.clock.Now()
 }
 
@@ -404,7 +446,16 @@ func (r *Router) get(action string, k igd.Key) (igd.Mapping, error) {
 	if !ok {
 		return igd.Mapping{}, upnpErr(action, igd.CodeNoSuchEntry)
 	}
-	return e.readLocked(now), nil
+	return r.reportLocked(e, now), nil
+}
+
+// reportLocked is e as the router reports it to a host.
+func (r *Router) reportLocked(e *entry, now time.Time) igd.Mapping {
+	m := e.readLocked(now)
+	if r.cfg.ReportInternalPortZero {
+		m.InternalPort = 0
+	}
+	return m
 }
 
 // list returns the table newest first, as miniupnpd lists it.
@@ -420,7 +471,7 @@ func (r *Router) list() []igd.Mapping {
 	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(b.seq, a.seq) })
 	out := make([]igd.Mapping, len(es))
 	for i, e := range es {
-		out[i] = e.readLocked(now)
+		out[i] = r.reportLocked(e, now)
 	}
 	return out
 }

@@ -71,7 +71,10 @@ func TestHookAnswersInsteadOfTheTable(t *testing.T) {
 		return true, nil
 	})
 	r.PrependHook(fake.MethodListPortMappings, func(_ context.Context, call *fake.Call) (bool, error) {
-		call.Mappings = []igd.Mapping{want}
+		// The table is listed one protocol at a time.
+		if call.Key.Protocol == want.Protocol {
+			call.Mappings = []igd.Mapping{want}
+		}
 		return true, nil
 	})
 	c := r.Client(hostA)
@@ -177,10 +180,11 @@ func TestCallLogRecordsAndReturnsCopies(t *testing.T) {
 	_, badErr := c.AddPortMapping(t.Context(), bad)
 
 	calls := r.Calls()
-	if len(calls) != 4 {
-		t.Fatalf("Calls() has %d entries, want 4: %v", len(calls), calls)
+	// ReadTable lists one protocol at a time: two list calls.
+	if len(calls) != 5 {
+		t.Fatalf("Calls() has %d entries, want 5: %v", len(calls), calls)
 	}
-	wantMethods := []string{fake.MethodAddPortMapping, fake.MethodListPortMappings, fake.MethodGetPortMapping, fake.MethodAddPortMapping}
+	wantMethods := []string{fake.MethodAddPortMapping, fake.MethodListPortMappings, fake.MethodListPortMappings, fake.MethodGetPortMapping, fake.MethodAddPortMapping}
 	for i, c := range calls {
 		if c.Method != wantMethods[i] || c.Client != hostB {
 			t.Errorf("call %d = %s from %s, want %s from %s", i, c.Method, c.Client, wantMethods[i], hostB)
@@ -189,14 +193,17 @@ func TestCallLogRecordsAndReturnsCopies(t *testing.T) {
 	if calls[0].Mapping != m || calls[0].Key != m.Key() || calls[0].Err != nil {
 		t.Errorf("call 0 = %+v, want the added mapping, no error", calls[0])
 	}
-	if len(calls[1].Mappings) != 1 {
-		t.Errorf("list call recorded %v, want the one mapping", calls[1].Mappings)
+	if len(calls[1].Mappings) != 1 || calls[1].Key.Protocol != igd.TCP || calls[1].Ports != igd.AllPorts {
+		t.Errorf("TCP list call recorded %v over %s %v, want the one mapping over TCP %v", calls[1].Mappings, calls[1].Key.Protocol, calls[1].Ports, igd.AllPorts)
 	}
-	if !errors.Is(calls[2].Err, igd.ErrNoSuchEntry) || calls[2].Err.Error() != getErr.Error() {
-		t.Errorf("get call recorded error %v, want the returned %v", calls[2].Err, getErr)
+	if len(calls[2].Mappings) != 0 || calls[2].Key.Protocol != igd.UDP {
+		t.Errorf("UDP list call recorded %v over %s, want none over UDP", calls[2].Mappings, calls[2].Key.Protocol)
 	}
-	if !errors.Is(calls[3].Err, igd.ErrInvalidMapping) || badErr == nil {
-		t.Errorf("invalid add recorded error %v, want ErrInvalidMapping", calls[3].Err)
+	if !errors.Is(calls[3].Err, igd.ErrNoSuchEntry) || calls[3].Err.Error() != getErr.Error() {
+		t.Errorf("get call recorded error %v, want the returned %v", calls[3].Err, getErr)
+	}
+	if !errors.Is(calls[4].Err, igd.ErrInvalidMapping) || badErr == nil {
+		t.Errorf("invalid add recorded error %v, want ErrInvalidMapping", calls[4].Err)
 	}
 
 	// Mutating the returned log changes nothing inside the router.

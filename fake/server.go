@@ -47,7 +47,16 @@ type ServerOptions struct {
 	// per host over the same Router with a fixed ClientAddr, or read a
 	// header their clients set.
 	ClientAddr func(*http.Request) netip.Addr
+
+	// ServerHeader is the HTTP Server header of every answer, which clients
+	// read to identify the daemon and its version. Zero means
+	// DefaultServerHeader; set it to emulate another daemon or version.
+	ServerHeader string
 }
+
+// DefaultServerHeader is the Server header a Server sends unless
+// ServerOptions.ServerHeader is set: miniupnpd 2.3.1's form.
+const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 
 // Server is a UPnP IGD over real HTTP: an httptest server that serves a root
 // description and the SOAP control endpoint of one connection service,
@@ -103,10 +112,12 @@ type handler struct {
 	controlPath string
 	rootDesc    []byte
 	clientAddr  func(*http.Request) netip.Addr
+	server      string // the Server header
 }
 
 func newHandler(r *Router, opts ServerOptions) *handler {
-	h := &handler{router: r, service: cmp.Or(opts.Service, WANIPConnection2), clientAddr: opts.ClientAddr}
+	h := &handler{router: r, service: cmp.Or(opts.Service, WANIPConnection2), clientAddr: opts.ClientAddr,
+		server: cmp.Or(opts.ServerHeader, DefaultServerHeader)}
 	switch h.service {
 	case WANIPConnection2, WANIPConnection1:
 		h.controlPath = ipConnPath
@@ -137,21 +148,25 @@ func remoteAddr(req *http.Request) netip.Addr {
 }
 
 // writeXML writes an XML response with miniupnpd's headers.
-func writeXML(w http.ResponseWriter, status int, body []byte) {
+func (h *handler) writeXML(w http.ResponseWriter, status int, body []byte) {
 	hd := w.Header()
 	hd.Set("Content-Type", `text/xml; charset="utf-8"`)
 	hd.Set("Connection", "close")
 	hd.Set("Content-Length", strconv.Itoa(len(body)))
-	hd.Set("Server", "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1")
+	hd.Set("Server", h.server)
 	hd["Ext"] = []string{""}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h.router.Crashed() {
+		hangUp(w)
+		return
+	}
 	switch {
 	case req.URL.Path == rootDescPath && (req.Method == http.MethodGet || req.Method == http.MethodHead):
-		writeXML(w, http.StatusOK, h.rootDesc)
+		h.writeXML(w, http.StatusOK, h.rootDesc)
 	case strings.HasPrefix(req.URL.Path, "/ctl/") && req.Method == http.MethodPost:
 		h.serveControl(w, req)
 	case strings.HasPrefix(req.URL.Path, "/ctl/"):
@@ -166,7 +181,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (h *handler) serveControl(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxRequestBody+1))
 	if err != nil {
-		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(errInvalidArgs)))
+		h.writeXML(w, http.StatusInternalServerError, soapFault(faultFor(errInvalidArgs)))
 		return
 	}
 	sr, err := parseSOAPRequest(req.Header.Get("SOAPAction"), body)
@@ -176,15 +191,30 @@ func (h *handler) serveControl(w http.ResponseWriter, req *http.Request) {
 		err = errInvalidAction
 	}
 	if err != nil {
-		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
+		h.writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
 		return
 	}
 	args, err := h.call(req.Context(), h.clientAddr(req), sr)
-	if err != nil {
-		writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
+	if h.router.Crashed() {
+		hangUp(w)
 		return
 	}
-	writeXML(w, http.StatusOK, soapResponse(string(h.service), sr.Action, args))
+	if err != nil {
+		h.writeXML(w, http.StatusInternalServerError, soapFault(faultFor(err)))
+		return
+	}
+	h.writeXML(w, http.StatusOK, soapResponse(string(h.service), sr.Action, args))
+}
+
+// hangUp closes the connection without an answer, as a dead daemon's does.
+func hangUp(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler) // a handler mounted where hijacking is not possible
 }
 
 // argError is a request argument that is missing or malformed: 402.
@@ -295,6 +325,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if n == 0 || n > 1000 {
 			n = 1000 // miniupnpd's limit per call
 		}
+		call.Key, call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
 		op = func() ([]soapArg, error) {
 			// One protocol, newest first, as miniupnpd lists it.
 			var out []igd.Mapping
@@ -302,6 +333,10 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 				if m.Protocol == proto && m.ExternalPort >= start && m.ExternalPort <= end {
 					out = append(out, m)
 				}
+			}
+			if h.router.cfg.CrashOnLongList && len(out) > ListCrashLimit {
+				h.router.crash()
+				return nil, upnpErr(sr.Action, igd.CodeActionFailed) // never sent: the server hangs up
 			}
 			if len(out) > int(n) {
 				out = out[:n]

@@ -54,6 +54,7 @@ func mSearch(st string) []byte {
 type ssdpAnswer struct {
 	location  string
 	responder netip.Addr
+	server    string // the SERVER header
 }
 
 // probed is one candidate service and, when usable, its client.
@@ -75,7 +76,7 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 	how := "SSDP search"
 	if c.cfg.RootDescURL != "" {
 		how = "root description " + c.cfg.RootDescURL
-		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, defGW)
+		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, "", defGW)
 	} else {
 		var err error
 		found, err = c.search(ctx, defGW)
@@ -171,7 +172,7 @@ loop:
 				others++
 			}
 			pending++
-			go func() { results <- c.probe(probeCtx, a.location, a.responder, defGW) }()
+			go func() { results <- c.probe(probeCtx, a.location, a.responder, a.server, defGW) }()
 		case ps := <-results:
 			pending--
 			found = append(found, ps...)
@@ -236,7 +237,7 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 	if resp.StatusCode != http.StatusOK || loc == "" {
 		return ssdpAnswer{}, false
 	}
-	a := ssdpAnswer{location: loc}
+	a := ssdpAnswer{location: loc, server: resp.Header.Get("Server")}
 	if ap, err := netip.ParseAddrPort(from.String()); err == nil {
 		a.responder = ap.Addr().Unmap()
 	}
@@ -247,8 +248,10 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 // connection service for its status and external IP. When responder is valid
 // (an SSDP answer), the location's host must be the responder's own address,
 // written as an IP literal: an answer must not send this host to fetch URLs
-// elsewhere, nor through a name it would have to resolve.
-func (c *UPnPClient) probe(ctx context.Context, location string, responder, defGW netip.Addr) []probed {
+// elsewhere, nor through a name it would have to resolve. ssdpServer is the
+// answer's SERVER header, used when the description's HTTP answer names no
+// server.
+func (c *UPnPClient) probe(ctx context.Context, location string, responder netip.Addr, ssdpServer string, defGW netip.Addr) []probed {
 	reject := func(why string, args ...any) []probed {
 		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
 	}
@@ -261,14 +264,17 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder, defG
 			return reject("location is not on the answering host %s", responder)
 		}
 	}
-	root, err := c.fetchRoot(ctx, loc)
+	root, server, err := c.fetchRoot(ctx, loc)
 	if err != nil {
 		return reject("%v", err)
 	}
+	server = cmp.Or(server, ssdpServer)
 	var out []probed
 	for _, st := range serviceTypes {
 		for _, srv := range root.Device.FindService(st) {
-			out = append(out, c.probeService(ctx, root, loc, srv, defGW))
+			p := c.probeService(ctx, root, loc, srv, defGW)
+			p.cand.Server = server
+			out = append(out, p)
 		}
 	}
 	if len(out) == 0 {
@@ -345,26 +351,31 @@ func probeCall(ctx context.Context, timeout time.Duration, action string, fn fun
 }
 
 // fetchRoot fetches and parses a root description with the configured HTTP
-// client (goupnp's DeviceByURL would use its global client).
-func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (*goupnp.RootDevice, error) {
+// client (goupnp's DeviceByURL would use its global client). server is the
+// answer's Server header.
+func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (root *goupnp.RootDevice, server string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("fetch description: %w", err)
+		return nil, "", fmt.Errorf("fetch description: %w", err)
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			return nil, fmt.Errorf("fetch description: %w (%v)", ctxErr, err)
+			return nil, "", fmt.Errorf("fetch description: %w (%v)", ctxErr, err)
 		}
-		return nil, fmt.Errorf("fetch description: %w", err)
+		return nil, "", fmt.Errorf("fetch description: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
+		return nil, "", fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
-	return parseRoot(resp.Body, loc) // the body is capped by the client's transport
+	root, err = parseRoot(resp.Body, loc) // the body is capped by the client's transport
+	if err != nil {
+		return nil, "", err
+	}
+	return root, resp.Header.Get("Server"), nil
 }
 
 // parseRoot parses a root description fetched from loc, and resolves its
@@ -458,7 +469,8 @@ func choose(found []probed) (*gateway, bool) {
 		return cmp.Or(strings.Compare(a.Location, b.Location), strings.Compare(a.ControlURL, b.ControlURL))
 	})
 	return &gateway{
-		conn: best.conn,
+		conn:      best.conn,
+		listGuard: crashesOnLongLists(best.cand.Server),
 		info: Gateway{
 			Candidate:        best.cand,
 			PublicExternalIP: IsPublic(best.cand.ExternalIP),

@@ -377,14 +377,15 @@ func TestSSDPDiscoverySocketError(t *testing.T) {
 func TestParseSSDPAnswer(t *testing.T) {
 	from := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1900}
 	tests := []struct {
-		name string
-		in   string
-		ok   bool
+		name   string
+		in     string
+		ok     bool
+		server string
 	}{
-		{"miniupnpd", "HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: urn:schemas-upnp-org:service:WANIPConnection:2\r\nUSN: uuid:x::urn:schemas-upnp-org:service:WANIPConnection:2\r\nEXT:\r\nSERVER: Debian/12 UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: http://192.0.2.1:5000/rootDesc.xml\r\nOPT: \"http://schemas.upnp.org/upnp/1/0/\"; ns=01\r\n\r\n", true},
-		{"lower-case header", "HTTP/1.1 200 OK\r\nlocation: http://192.0.2.1:5000/rootDesc.xml\r\n\r\n", true},
-		{"no location", "HTTP/1.1 200 OK\r\nST: x\r\n\r\n", false},
-		{"not a response", "NOTIFY * HTTP/1.1\r\nLOCATION: http://192.0.2.1/\r\n\r\n", false},
+		{"miniupnpd", "HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nST: urn:schemas-upnp-org:service:WANIPConnection:2\r\nUSN: uuid:x::urn:schemas-upnp-org:service:WANIPConnection:2\r\nEXT:\r\nSERVER: Debian/12 UPnP/1.1 MiniUPnPd/2.3.1\r\nLOCATION: http://192.0.2.1:5000/rootDesc.xml\r\nOPT: \"http://schemas.upnp.org/upnp/1/0/\"; ns=01\r\n\r\n", true, "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"},
+		{"lower-case header", "HTTP/1.1 200 OK\r\nlocation: http://192.0.2.1:5000/rootDesc.xml\r\n\r\n", true, ""},
+		{"no location", "HTTP/1.1 200 OK\r\nST: x\r\n\r\n", false, ""},
+		{"not a response", "NOTIFY * HTTP/1.1\r\nLOCATION: http://192.0.2.1/\r\n\r\n", false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -392,7 +393,7 @@ func TestParseSSDPAnswer(t *testing.T) {
 			if ok != tt.ok {
 				t.Fatalf("parseSSDPAnswer() ok = %v, want %v", ok, tt.ok)
 			}
-			if ok && (a.location != "http://192.0.2.1:5000/rootDesc.xml" || a.responder != netip.MustParseAddr("192.0.2.1")) {
+			if ok && (a.location != "http://192.0.2.1:5000/rootDesc.xml" || a.responder != netip.MustParseAddr("192.0.2.1") || a.server != tt.server) {
 				t.Errorf("parseSSDPAnswer() = %+v", a)
 			}
 		})

@@ -81,20 +81,34 @@
 //
 // # Router quirks handled
 //
+// The README's "Router compatibility" table names the versions affected and
+// the tests that prove each case.
+//
 //   - Leases: a router that answers 725 OnlyPermanentLeasesSupported (or 402
 //     to a non-zero lease) gets the mapping again with lease 0, and the
 //     returned Mapping says Lease 0. IGD:2 routers store lease 0 as MaxLease
 //     (seven days): "permanent" mappings still need renewing.
 //   - Deletes are idempotent: the spec's 714 for a missing mapping is success
 //     (miniupnpd already answers OK).
-//   - Listing reads WANIPConnection:2 tables with one GetListOfPortMappings
-//     call per protocol, and falls back to the GetGenericPortMappingEntry
-//     walk (until 713, 714 or 402) elsewhere or when the router refuses the
-//     call. One answer holds at most 1000 entries, and miniupnpd answers the
-//     newest first rather than by port, so a full answer cannot be continued
-//     from its highest port: the client reads the port range again in
-//     halves, recursively, until every part fits in one answer. Both ways
-//     are bounded by Config.MaxListEntries.
+//   - Listing reads WANIPConnection:2 tables with GetListOfPortMappings, one
+//     protocol at a time, and walks the table with GetGenericPortMappingEntry
+//     elsewhere or when the router refuses the call (401, 602; ReadTable also
+//     on 402, 501). A full answer (1000 entries, newest first on miniupnpd)
+//     is read again in halves until every part fits. Both ways are bounded
+//     by Config.MaxListEntries.
+//   - miniupnpd up to 2.3.3 with nftables dies when one GetListOfPortMappings
+//     range holds more than 128 mappings of its protocol. On a router whose
+//     Server header (Gateway.Server) names miniupnpd before 2.3.4, or no
+//     version, every listed range holds at most 64 mappings as far as the
+//     client knows (a size check, an entry walk, earlier listings). Another
+//     host adding over 64 mappings in one range between two reads can still
+//     crash it.
+//   - A walk never skips rows silently: this client's adds and deletes wait
+//     for it, and a table changed by others during it is walked again (up
+//     to three times) or the walk fails. Changes that keep the table's size
+//     and both ends go unnoticed.
+//   - A Mapping read from a router may have InternalPort 0, "not said"
+//     (miniupnpd 2.3.6 with nftables).
 //   - Re-adds: on miniupnpd 2.3.1, AddPortMapping by the internal client
 //     that holds the key, with the same internal port, only renews the
 //     lease; the description stays the one first stored. With another

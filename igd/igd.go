@@ -43,7 +43,11 @@ type Mapping struct {
 	ExternalPort uint16
 	// InternalClient is the LAN host the router forwards to. Required, IPv4.
 	InternalClient netip.Addr
-	// InternalPort is the port on InternalClient. Required (non-zero).
+	// InternalPort is the port on InternalClient. Required (non-zero) in a
+	// mapping sent to a router. In a mapping read from a router, 0 means the
+	// router did not say: miniupnpd 2.3.6 with the nftables backend answers
+	// 0 for every mapping (miniupnpd issue 768). Compare it only when it is
+	// non-zero; a re-add with the real port renews the mapping.
 	InternalPort uint16
 	// Description is free text stored with the mapping, at most
 	// MaxDescriptionLen bytes. On a router it is the only record of who owns
@@ -196,8 +200,10 @@ type Lister interface {
 
 // ReadTable returns every mapping of c's router, TCP and UDP: by listing
 // when c is a Lister that can list, otherwise by walking the table entry by
-// entry when c has a WalkPortMappings method (UPnPClient does). It returns an
-// error matching ErrNotSupported when c can do neither.
+// entry when c has a WalkPortMappings method (UPnPClient does). A router that
+// refuses the list call (402 Invalid Args or 501 Action Failed: some routers
+// reject GetListOfPortMappings' arguments) is walked too, so it stays
+// usable. It returns an error matching ErrNotSupported when c can do neither.
 func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 	if l, ok := c.(Lister); ok {
 		var out []Mapping
@@ -212,7 +218,7 @@ func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 		if err == nil {
 			return out, nil
 		}
-		if !errors.Is(err, ErrNotSupported) {
+		if code := Code(err); !errors.Is(err, ErrNotSupported) && code != CodeInvalidArgs && code != CodeActionFailed {
 			return nil, err
 		}
 	}

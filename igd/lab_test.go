@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -458,4 +459,99 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	if _, err := c.GetPortMapping(ctx, igd.TCP, 9300); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Errorf("GetPortMapping after reboot = %v, want ErrNoSuchEntry", err)
 	}
+}
+
+// miniupnpd 2.3.1 (nftables) dies with a heap overflow when one
+// GetListOfPortMappings range holds more than 128 mappings of its protocol.
+// The client must list 300 mappings without ever sending such a range, and
+// the daemon must still be alive afterwards.
+func TestLabListingDoesNotCrashMiniupnpd(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, true)
+	gw, err := c.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(gw.Server, "MiniUPnPd/2.3.1") {
+		t.Fatalf("Gateway.Server = %q, want miniupnpd 2.3.1's", gw.Server)
+	}
+	node := lab.Nodes[0].Addr
+	want := map[igd.Key]bool{}
+	start := time.Now()
+	// Adjacent ports: any range holding one of them holds them all, the
+	// worst case for the overflow.
+	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
+		for port := uint16(20000); port < 20150; port++ {
+			m := igd.Mapping{Protocol: proto, ExternalPort: port, InternalClient: node, InternalPort: port, Description: fmt.Sprintf("crash %s %d", proto, port)}
+			if _, err := c.AddPortMapping(ctx, m); err != nil {
+				t.Fatalf("AddPortMapping(%s): %v", m.Key(), err)
+			}
+			want[m.Key()] = true
+		}
+	}
+	t.Logf("added %d mappings in %s", len(want), time.Since(start).Round(time.Millisecond))
+
+	alive := func(when string) {
+		t.Helper()
+		pid := lab.PID()
+		if pid == 0 || syscall.Kill(pid, 0) != nil || strings.Contains(lab.Log(), "realloc") {
+			t.Fatalf("miniupnpd (pid %d) died %s; log tail:\n%s", pid, when, tail(lab.Log(), 2000))
+		}
+		if _, err := c.ExternalIP(ctx); err != nil {
+			t.Fatalf("miniupnpd does not answer %s: %v", when, err)
+		}
+	}
+	check := func(what string, got []igd.Mapping, want map[igd.Key]bool) {
+		t.Helper()
+		seen := map[igd.Key]bool{}
+		for _, m := range got {
+			if seen[m.Key()] {
+				t.Errorf("%s listed %s twice", what, m.Key())
+			}
+			seen[m.Key()] = true
+			if !want[m.Key()] {
+				t.Errorf("%s listed %s, which was not added", what, m.Key())
+			}
+		}
+		for k := range want {
+			if !seen[k] {
+				t.Errorf("%s lacks %s", what, k)
+			}
+		}
+	}
+	for _, read := range []string{"first ReadTable (learns the table)", "second ReadTable (ranges from what it learnt)"} {
+		before := strings.Count(lab.Log(), "#GetListOfPortMappings")
+		start := time.Now()
+		got, err := igd.ReadTable(ctx, c)
+		took := time.Since(start)
+		alive("after the " + read)
+		if err != nil {
+			t.Fatalf("%s: %v", read, err)
+		}
+		check(read, got, want)
+		t.Logf("%s: %d mappings in %s, %d GetListOfPortMappings calls", read, len(got), took.Round(time.Millisecond),
+			strings.Count(lab.Log(), "#GetListOfPortMappings")-before)
+	}
+	rng := igd.PortRange{First: 20010, Last: 20139}
+	got, err := c.ListPortMappings(ctx, igd.UDP, rng)
+	alive("after a ranged listing")
+	if err != nil {
+		t.Fatalf("ListPortMappings(UDP %v): %v", rng, err)
+	}
+	inRange := map[igd.Key]bool{}
+	for k := range want {
+		if k.Protocol == igd.UDP && k.ExternalPort >= rng.First && k.ExternalPort <= rng.Last {
+			inRange[k] = true
+		}
+	}
+	check(fmt.Sprintf("ListPortMappings(UDP %d-%d)", rng.First, rng.Last), got, inRange)
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
 }

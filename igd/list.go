@@ -26,7 +26,7 @@ const listPage = 1000
 // implement it (401, 602), it returns an error matching ErrNotSupported:
 // callers read single keys with GetPortMapping, or the whole table with
 // WalkPortMappings. A router that refuses the call's arguments (402, 501,
-// 606) gets the error as it is. The listing is bounded by
+// 606) gets the error as it is (ReadTable then walks on 402 and 501). The listing is bounded by
 // Config.MaxListEntries, so a misbehaving router cannot keep it going.
 func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error) {
 	if !proto.Valid() || ports.First > ports.Last {
@@ -40,7 +40,12 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 	if !ok || gw.noList.Load() {
 		return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, ErrNotSupported)
 	}
-	ms, err := c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	var ms []Mapping
+	if gw.listGuard {
+		ms, err = c.listGuarded(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	} else {
+		ms, err = c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+	}
 	switch code := Code(err); {
 	case err == nil:
 		return ms, nil
@@ -208,41 +213,133 @@ func parsePortListing(s string) ([]Mapping, error) {
 	return out, nil
 }
 
-// walk reads the table entry by entry with GetGenericPortMappingEntry.
+// walkAttempts is how many times walk reads the table while other hosts
+// keep changing it, before it gives up.
+const walkAttempts = 3
+
+// walk reads the whole table entry by entry with GetGenericPortMappingEntry.
+//
+// Entry indexes are positions in the router's current table: a mapping
+// deleted during a walk (by this process or by any host) shifts every later
+// entry down one place, and a walk that goes on counting skips a row. So
+// walk keeps this client's own adds and deletes waiting for the whole walk
+// (UPnPClient.writes), and detects the changes others make: before walking
+// it finds the table's size and its first and last entries (a binary
+// search, about 2·log2(size) calls), and after walking it reads the first
+// entry again. When the walk did not end at that size, or either end
+// differs, the table changed under it and it walks again, up to
+// walkAttempts times; then it fails. It never returns a partial table.
+//
+// Residual risk: changes by others that keep the size and both ends (as
+// many deletions as insertions, all away from the ends) go unnoticed.
+// miniupnpd puts new mappings at one end, so on it an insertion that hides
+// a deletion is seen.
 func (c *UPnPClient) walk(ctx context.Context, gw *gateway) ([]Mapping, error) {
-	seen := map[Key]bool{}
+	if err := c.writes.Acquire(ctx, maxWriters); err != nil {
+		return nil, fmt.Errorf("GetGenericPortMappingEntry: waiting for this client's writes to end: %w", err)
+	}
+	defer c.writes.Release(maxWriters)
+	var changed string
+	for range walkAttempts {
+		n, first, last, err := c.tableSize(ctx, gw)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := c.walkOnce(ctx, gw)
+		if err != nil {
+			return nil, err
+		}
+		var again Mapping
+		var ok bool
+		if n > 0 {
+			if again, ok, err = c.entryAt(ctx, gw, 0); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case len(raw) != n:
+			changed = fmt.Sprintf("it held %d entries before the walk and %d during it", n, len(raw))
+		case n > 0 && (raw[0].Key() != first || !ok || again.Key() != first):
+			changed = fmt.Sprintf("its first entry was %s before the walk, %s during it, %s after it", first, raw[0].Key(), again.Key())
+		case n > 0 && raw[n-1].Key() != last:
+			changed = fmt.Sprintf("its last entry was %s before the walk and %s during it", last, raw[n-1].Key())
+		default:
+			seen := map[Key]bool{}
+			var out []Mapping
+			for _, m := range raw {
+				if !seen[m.Key()] {
+					seen[m.Key()] = true
+					out = append(out, m)
+				}
+			}
+			return out, nil
+		}
+		klog.FromContext(ctx).V(2).Info("Port-mapping table changed during a walk, walking again",
+			"location", gw.info.Location, "change", changed)
+	}
+	return nil, fmt.Errorf("GetGenericPortMappingEntry: the table changed during each of %d walks (last time %s); not returning a partial table", walkAttempts, changed)
+}
+
+// walkOnce reads entries from index 0 until the router says there are no
+// more, bounded by Config.MaxListEntries.
+func (c *UPnPClient) walkOnce(ctx context.Context, gw *gateway) ([]Mapping, error) {
 	var out []Mapping
 	for i := 0; ; i++ {
 		if i >= c.cfg.MaxListEntries || i > 65535 {
 			return nil, fmt.Errorf("GetGenericPortMappingEntry: router still answering at index %d; stopped at Config.MaxListEntries=%d", i, c.cfg.MaxListEntries)
 		}
-		var m Mapping
-		err := c.call(ctx, gw, "GetGenericPortMappingEntry", c.cfg.CallTimeout, func(ctx context.Context) error {
-			remote, ext, proto, in, client, enabled, desc, lease, err := gw.conn.GetGenericPortMappingEntryCtx(ctx, uint16(i))
-			if err != nil {
-				return err
-			}
-			m = Mapping{
-				Protocol:       Protocol(strings.ToUpper(proto)),
-				ExternalPort:   ext,
-				InternalClient: parseAddr(client),
-				InternalPort:   in,
-				Description:    desc,
-				Lease:          time.Duration(lease) * time.Second,
-				RemoteHost:     parseAddr(remote),
-				Enabled:        enabled,
-			}
-			return nil
-		})
-		if errors.Is(err, ErrInvalidArrayIndex) || errors.Is(err, ErrNoSuchEntry) || Code(err) == CodeInvalidArgs {
-			return out, nil
-		}
+		m, ok, err := c.entryAt(ctx, gw, i)
 		if err != nil {
 			return nil, err
 		}
-		if !seen[m.Key()] {
-			seen[m.Key()] = true
-			out = append(out, m)
+		if !ok {
+			return out, nil
+		}
+		out = append(out, m)
+	}
+}
+
+// tableSize returns the number of entries in the table and the keys of the
+// first and the last, by a binary search on GetGenericPortMappingEntry.
+func (c *UPnPClient) tableSize(ctx context.Context, gw *gateway) (n int, first, last Key, err error) {
+	m, ok, err := c.entryAt(ctx, gw, 0)
+	if err != nil || !ok {
+		return 0, Key{}, Key{}, err
+	}
+	first, last = m.Key(), m.Key()
+	// lo is an index that exists, hi (once found) one that does not.
+	lo, hi := 0, -1
+	limit := min(c.cfg.MaxListEntries, 65536)
+	for step := 1; hi < 0; step *= 2 {
+		i := min(lo+step, limit)
+		if i >= limit {
+			// Probe the bound itself: a table that long is refused.
+			i = limit - 1
+			if i <= lo {
+				return 0, Key{}, Key{}, fmt.Errorf("GetGenericPortMappingEntry: router still answering at index %d; stopped at Config.MaxListEntries=%d", lo, c.cfg.MaxListEntries)
+			}
+		}
+		m, ok, err := c.entryAt(ctx, gw, i)
+		if err != nil {
+			return 0, Key{}, Key{}, err
+		}
+		if ok {
+			lo, last = i, m.Key()
+		} else {
+			hi = i
 		}
 	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		m, ok, err := c.entryAt(ctx, gw, mid)
+		if err != nil {
+			return 0, Key{}, Key{}, err
+		}
+		if ok {
+			lo, last = mid, m.Key()
+		} else {
+			hi = mid
+		}
+	}
+	return lo + 1, first, last, nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"k8s.io/klog/v2"
 )
 
@@ -198,6 +199,12 @@ type Candidate struct {
 	OnDefaultGateway bool
 	// Rejected says why the service cannot be used; empty when it can.
 	Rejected string
+	// Server is how the router's HTTP server describes itself (the Server
+	// header of the root description, else the SSDP answer's SERVER header),
+	// for example "Debian/12 UPnP/1.1 MiniUPnPd/2.3.1"; empty when it said
+	// nothing. Known buggy versions are worked around (see the package
+	// documentation).
+	Server string
 }
 
 // Connected reports whether the router said its WAN connection is up.
@@ -243,6 +250,16 @@ type gateway struct {
 	// noList is set once GetListOfPortMappings failed in a way that says the
 	// router does not support it, so later listings walk directly.
 	noList atomic.Bool
+	// listGuard is set when the router's GetListOfPortMappings crashes on
+	// long answers (see crashesOnLongLists); read-only after discovery.
+	listGuard bool
+
+	// mu guards known.
+	mu sync.Mutex
+	// known is, on a guarded router, the sorted external ports of each
+	// protocol's mappings as last read; a protocol is absent until a read
+	// covered all its ports.
+	known map[Protocol][]uint16
 }
 
 // UPnPClient is the goupnp-based Client. It finds the router lazily, inside
@@ -265,6 +282,11 @@ type UPnPClient struct {
 
 	// sem holds one token per request in flight to the router (capacity 1).
 	sem chan struct{}
+	// writes orders this client's table writes against its walks: an add or
+	// delete holds one unit, a walk all of them, so that no write of this
+	// process shifts the entry indexes a walk is reading (see walk). Reads
+	// other than walks take none.
+	writes *semaphore.Weighted
 
 	// mu guards the fields below. It is never held across a network call.
 	mu sync.Mutex
@@ -304,6 +326,7 @@ func NewClient(cfg Config) (*UPnPClient, error) {
 		cfg:      cfg.withDefaults(),
 		listPage: listPage,
 		sem:      make(chan struct{}, 1),
+		writes:   semaphore.NewWeighted(maxWriters),
 	}, nil
 }
 
@@ -449,7 +472,7 @@ func (c *UPnPClient) runDiscovery(ctx context.Context, d *discovery) {
 		klog.FromContext(ctx).Info("Discovered internet gateway device",
 			"location", gw.info.Location, "service", gw.info.ServiceType,
 			"externalIP", gw.info.ExternalIP, "publicExternalIP", gw.info.PublicExternalIP,
-			"reason", gw.info.Reason, "candidates", len(gw.info.Candidates))
+			"reason", gw.info.Reason, "candidates", len(gw.info.Candidates), "server", gw.info.Server)
 	}
 	d.gw, d.err = gw, err
 	close(d.done)
@@ -468,6 +491,19 @@ func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
 		klog.FromContext(ctx).Info("Internet gateway device stopped answering, will discover again",
 			"location", gw.info.Location, "err", cause)
 	}
+}
+
+// maxWriters is the capacity of UPnPClient.writes: more adds and deletes
+// than can ever be in flight at once.
+const maxWriters = 1 << 30
+
+// holdWrite waits (honouring ctx) until no walk is running and keeps walks
+// off until the returned func is called.
+func (c *UPnPClient) holdWrite(ctx context.Context, action string) (func(), error) {
+	if err := c.writes.Acquire(ctx, 1); err != nil {
+		return nil, fmt.Errorf("%s: waiting for a table walk to end: %w", action, err)
+	}
+	return func() { c.writes.Release(1) }, nil
 }
 
 func acquire(ctx context.Context, sem chan struct{}) error {
@@ -544,6 +580,11 @@ func (c *UPnPClient) AddPortMapping(ctx context.Context, m Mapping) (Mapping, er
 		return Mapping{}, fmt.Errorf("igd: add port mapping %s: %w", m.Key(), err)
 	}
 	m.Enabled = true
+	done, err := c.holdWrite(ctx, "AddPortMapping")
+	if err != nil {
+		return Mapping{}, fmt.Errorf("igd: add port mapping %s on %s: %w", m.Key(), gw.info.Location, err)
+	}
+	defer done()
 	err = c.addPortMapping(ctx, gw, m)
 	if m.Lease != 0 && (errors.Is(err, ErrOnlyPermanentLeases) || Code(err) == CodeInvalidArgs) {
 		m.Lease = 0
@@ -580,6 +621,11 @@ func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, exte
 	if err != nil {
 		return fmt.Errorf("igd: delete port mapping %s: %w", k, err)
 	}
+	done, err := c.holdWrite(ctx, "DeletePortMapping")
+	if err != nil {
+		return fmt.Errorf("igd: delete port mapping %s on %s: %w", k, gw.info.Location, err)
+	}
+	defer done()
 	err = c.call(ctx, gw, "DeletePortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
 		return gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
 	})

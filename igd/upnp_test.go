@@ -782,8 +782,10 @@ func TestListPortMappingsWalk(t *testing.T) {
 			if n := len(g.CallsOf("GetListOfPortMappings")); n != tt.wantList {
 				t.Errorf("GetListOfPortMappings calls = %d, want %d", n, tt.wantList)
 			}
-			if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 2*(len(table)+1) {
-				t.Errorf("GetGenericPortMappingEntry calls = %d, want %d", n, 2*(len(table)+1))
+			// Per read: the size search (entries 0, 1, 3, 2), the walk (3
+			// entries and the end) and entry 0 again.
+			if n, want := len(g.CallsOf("GetGenericPortMappingEntry")), 2*(4+len(table)+1+1); n != want {
+				t.Errorf("GetGenericPortMappingEntry calls = %d, want %d", n, want)
 			}
 		})
 	}
@@ -799,8 +801,8 @@ func TestListPortMappingsWalkIsBounded(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxListEntries=10") {
 		t.Fatalf("ListPortMappings() = %v, want an error naming the bound", err)
 	}
-	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n != 10 {
-		t.Errorf("GetGenericPortMappingEntry calls = %d, want 10", n)
+	if n := len(g.CallsOf("GetGenericPortMappingEntry")); n > 10 {
+		t.Errorf("GetGenericPortMappingEntry calls = %d, want at most 10", n)
 	}
 }
 

@@ -1,0 +1,264 @@
+package igd
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// miniupnpd up to 2.3.3 with the nftables backend (Debian 12 ships 2.3.1)
+// overflows a heap buffer in GetListOfPortMappings when more than 128
+// mappings of the requested protocol lie in the requested port range:
+// get_portmappings_in_range (netfilter_nft/nftnlrdr.c) reallocates its
+// array of ports without growing it, and glibc aborts the daemon
+// ("realloc(): invalid next size"). NewNumberOfPorts does not help: the
+// array is filled before it is applied. Fixed in 2.3.4. On such a router
+// every listing is kept to ranges the client knows to hold at most
+// listPlanned mappings of the protocol, leaving listCrashLimit-listPlanned
+// of margin for mappings other hosts add between two reads.
+const (
+	// listCrashLimit is the size of miniupnpd's initial array: a range with
+	// more mappings than this crashes an affected daemon.
+	listCrashLimit = 128
+	// listPlanned is the most known mappings one listed range holds.
+	listPlanned = 64
+	// listSurprise is an answer size that says the table grew much since it
+	// was learnt: the rest of the plan may no longer be safe.
+	listSurprise = listPlanned + (listCrashLimit-listPlanned)/2
+)
+
+// crashesOnLongLists reports whether a router whose HTTP server describes
+// itself as server has the GetListOfPortMappings crash: miniupnpd before
+// 2.3.4, or miniupnpd with no readable version. The backend (nftables or
+// iptables) is not visible, so every such version is treated as affected.
+func crashesOnLongLists(server string) bool {
+	const product = "miniupnpd"
+	for _, tok := range strings.Fields(server) {
+		name, version, _ := strings.Cut(tok, "/")
+		if !strings.EqualFold(name, product) {
+			continue
+		}
+		v, ok := parseVersion(version)
+		return !ok || slices.Compare(v, []int{2, 3, 4}) < 0
+	}
+	return false
+}
+
+// parseVersion reads "2.3.1" (or "2.3", or "2.3.4-rc1") as [2 3 1];
+// missing parts are 0.
+func parseVersion(s string) ([]int, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 3 {
+		parts = parts[:3]
+	}
+	v := []int{0, 0, 0}
+	for i, p := range parts {
+		end := strings.IndexFunc(p, func(r rune) bool { return r < '0' || r > '9' })
+		if end == 0 || (end > 0 && i < len(parts)-1) {
+			return nil, false
+		}
+		if end > 0 {
+			p = p[:end]
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, false
+		}
+		v[i] = n
+	}
+	return v, true
+}
+
+// listGuarded reads the mappings of proto in whole on a router with the
+// GetListOfPortMappings crash, never asking for a range the client does not
+// know to hold at most listPlanned of them.
+//
+// A range at most listCrashLimit ports wide is listed at once. Otherwise,
+// what the client knows is the table's shape as last read (gateway.known).
+// Before the first read it asks GetGenericPortMappingEntry for entry
+// listPlanned: when there is none, the whole table (both protocols) holds
+// at most listPlanned mappings and one listing is safe. Otherwise it walks
+// the table entry by entry, which also teaches it the shape. With the shape
+// known, whole is listed in ranges of at most listPlanned known mappings
+// each; a range that comes back with more than listSurprise says the table
+// grew fast, and the client walks again rather than list the rest.
+//
+// Residual risk: hosts that add more than listCrashLimit-listPlanned
+// mappings of one protocol inside one planned range between two reads (or
+// more than that between the size check and the listing) can still make a
+// listing crash the daemon.
+func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+	if whole.width() <= listCrashLimit {
+		// No more than listCrashLimit mappings of a protocol fit in a range
+		// this narrow: it is safe whatever the table holds.
+		out, err := c.listByRange(ctx, gw, lister, proto, whole)
+		if err != nil {
+			return nil, err
+		}
+		gw.learnRange(proto, whole, out)
+		return out, nil
+	}
+	if known, ok := gw.knownPorts(proto); ok {
+		out, surprised, err := c.listPlanned(ctx, gw, lister, proto, whole, known)
+		if err != nil {
+			return nil, err
+		}
+		if !surprised {
+			gw.learnRange(proto, whole, out)
+			return out, nil
+		}
+		klog.FromContext(ctx).V(2).Info("Port-mapping table grew since it was last read; walking it before listing again",
+			"location", gw.info.Location, "protocol", proto, "server", gw.info.Server)
+	} else {
+		small, err := c.tableAtMost(ctx, gw, listPlanned)
+		if err != nil {
+			return nil, err
+		}
+		if small {
+			out, err := c.listByRange(ctx, gw, lister, proto, whole)
+			if err != nil {
+				return nil, err
+			}
+			gw.learnRange(proto, whole, out)
+			return out, nil
+		}
+	}
+	table, err := c.walk(ctx, gw)
+	if err != nil {
+		return nil, err
+	}
+	gw.learnTable(table)
+	var out []Mapping
+	for _, m := range table {
+		if m.Protocol == proto && whole.contains(m.ExternalPort) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// listPlanned lists whole in ranges of at most listPlanned known ports each.
+// surprised reports a range that came back with more than listSurprise
+// mappings; the listing then stops early.
+func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange, known []uint16) (out []Mapping, surprised bool, err error) {
+	for _, r := range planRanges(known, whole, listPlanned) {
+		ms, err := c.listByRange(ctx, gw, lister, proto, r)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, ms...)
+		if len(ms) > listSurprise {
+			return out, true, nil
+		}
+	}
+	return out, false, nil
+}
+
+// planRanges splits whole into consecutive ranges that each hold at most
+// per of the sorted ports known; together they cover whole exactly.
+func planRanges(known []uint16, whole portRange, per int) []portRange {
+	lo, _ := slices.BinarySearch(known, whole.lo)
+	hi, found := slices.BinarySearch(known, whole.hi)
+	if found {
+		hi++
+	}
+	in := known[lo:hi]
+	var out []portRange
+	start := whole.lo
+	for i := per; i < len(in); i += per {
+		out = append(out, portRange{start, in[i] - 1})
+		start = in[i]
+	}
+	return append(out, portRange{start, whole.hi})
+}
+
+// tableAtMost reports whether the router's table holds at most n entries
+// (both protocols): whether GetGenericPortMappingEntry has no entry n.
+func (c *UPnPClient) tableAtMost(ctx context.Context, gw *gateway, n int) (bool, error) {
+	_, ok, err := c.entryAt(ctx, gw, n)
+	return !ok, err
+}
+
+// knownPorts returns the sorted ports of proto as last read, if a read
+// covered them all.
+func (gw *gateway) knownPorts(proto Protocol) ([]uint16, bool) {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	ports, ok := gw.known[proto]
+	return ports, ok
+}
+
+// learnTable records the shape of a whole table.
+func (gw *gateway) learnTable(table []Mapping) {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	gw.known = map[Protocol][]uint16{TCP: {}, UDP: {}}
+	for _, m := range table {
+		if p, ok := gw.known[m.Protocol]; ok {
+			gw.known[m.Protocol] = append(p, m.ExternalPort)
+		}
+	}
+	for proto, ports := range gw.known {
+		slices.Sort(ports)
+		gw.known[proto] = slices.Compact(ports)
+	}
+}
+
+// learnRange records what a listing of proto over r found: it replaces the
+// known ports in r, and is the whole shape when r is every port.
+func (gw *gateway) learnRange(proto Protocol, r portRange, listed []Mapping) {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	old, ok := gw.known[proto]
+	if !ok && r != (portRange{AllPorts.First, AllPorts.Last}) {
+		return
+	}
+	var ports []uint16
+	for _, p := range old {
+		if !r.contains(p) {
+			ports = append(ports, p)
+		}
+	}
+	for _, m := range listed {
+		ports = append(ports, m.ExternalPort)
+	}
+	slices.Sort(ports)
+	if gw.known == nil {
+		gw.known = map[Protocol][]uint16{}
+	}
+	gw.known[proto] = slices.Compact(ports)
+}
+
+// entryAt reads entry i of the table with GetGenericPortMappingEntry. ok is
+// false past the end (713, or 714 or 402, which some routers answer there).
+func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping, ok bool, err error) {
+	err = c.call(ctx, gw, "GetGenericPortMappingEntry", c.cfg.CallTimeout, func(ctx context.Context) error {
+		remote, ext, proto, in, client, enabled, desc, lease, err := gw.conn.GetGenericPortMappingEntryCtx(ctx, uint16(i))
+		if err != nil {
+			return err
+		}
+		m = Mapping{
+			Protocol:       Protocol(strings.ToUpper(proto)),
+			ExternalPort:   ext,
+			InternalClient: parseAddr(client),
+			InternalPort:   in,
+			Description:    desc,
+			Lease:          time.Duration(lease) * time.Second,
+			RemoteHost:     parseAddr(remote),
+			Enabled:        enabled,
+		}
+		return nil
+	})
+	if errors.Is(err, ErrInvalidArrayIndex) || errors.Is(err, ErrNoSuchEntry) || Code(err) == CodeInvalidArgs {
+		return Mapping{}, false, nil
+	}
+	if err != nil {
+		return Mapping{}, false, err
+	}
+	return m, true, nil
+}
