@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -63,11 +64,13 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 			retry = d
 		}
 	}
-	lb.keepOnly(o, ours) // the read proves the Service holds nothing else
+	lb.update(o, func(s *serviceState) { // the read proves o holds nothing else
+		maps.DeleteFunc(s.held, func(k igd.Key, _ held) bool { _, ok := ours[k]; return !ok })
+	})
 	// Withdraw first, whether or not a node can take the wanted ports: a
 	// port the Service gave up, or a mapping to a nodePort it no longer
 	// has, must not stay forwarded.
-	for _, k := range sortedKeys(ours) {
+	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		m := ours[k]
 		p, wanted := findPlan(req.ports, k)
 		if wanted && (haveTarget || m.InternalPort == p.nodePort || m.InternalPort == 0) {
@@ -87,7 +90,11 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		case exists && !mine:
 			errs = append(errs, &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse})
 		case mine && lb.upToDate(o, cur, p, tgt):
-			lb.recordHeld(o, p.key)
+			lb.update(o, func(s *serviceState) {
+				if _, ok := s.held[p.key]; !ok {
+					s.held[p.key] = held{}
+				}
+			})
 		default:
 			wait(lb.apply(ctx, req, p, tgt, cur, mine, contenders))
 		}
@@ -106,7 +113,9 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 // 2.3.6 lists every mapping so) is taken at this process's word when it
 // wrote p's node port there; otherwise the mapping is written once more.
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
-	h, wrote := lb.written(o, m.Key())
+	var h held
+	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
+	wrote := h.written.InternalClient.IsValid()
 	port := m.InternalPort
 	if port == 0 && wrote {
 		port = h.written.InternalPort
@@ -170,10 +179,14 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
-		lb.forgetKey(o, p.key)
+		lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
 		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
-	lb.recordWrite(o, want, stored.Lease)
+	h := held{written: want}
+	if stored.Lease > 0 {
+		h.expires = lb.cfg.Clock.Now().Add(stored.Lease)
+	}
+	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
 	if want.Lease != 0 && stored.Lease == 0 {
 		lb.permanentOnce.Do(func() {
 			logger.Info("Router only accepts permanent leases; mappings are permanent and still renewed", "requestedLease", want.Lease)
@@ -233,7 +246,7 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (tim
 	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
-	lb.forgetKey(o, m.Key())
+	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })
 	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
 	return 0, nil
 }
@@ -245,14 +258,4 @@ func findPlan(plans []portPlan, k igd.Key) (portPlan, bool) {
 		return portPlan{}, false
 	}
 	return plans[i], true
-}
-
-// sortedKeys returns the keys of m in compareKeys order.
-func sortedKeys(m map[igd.Key]igd.Mapping) []igd.Key {
-	keys := make([]igd.Key, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareKeys)
-	return keys
 }

@@ -212,7 +212,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		if release, err = lb.acquire(ctx, o); err != nil {
 			return nil, err
 		}
-		lb.undelete(o)
+		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
 	defer release()
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
@@ -239,7 +239,10 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, 
 	}
 	defer release()
 	if deleted {
-		lb.markDeleted(o, svc)
+		now := lb.cfg.Clock.Now()
+		lb.update(o, func(s *serviceState) {
+			s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
+		})
 	}
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, nil))
 	if err != nil {

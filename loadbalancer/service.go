@@ -56,32 +56,22 @@ func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 	seen := make(map[igd.Key]int)
 	for i, p := range svc.Spec.Ports {
 		field := fmt.Sprintf("spec.ports[%d]", i)
-		var proto igd.Protocol
-		switch p.Protocol {
-		case v1.ProtocolTCP, "":
-			proto = igd.TCP
-		case v1.ProtocolUDP:
-			proto = igd.UDP
-		default:
+		k, ok := portKey(p.Protocol, p.Port)
+		j, dup := seen[k]
+		switch _, known := protocols[p.Protocol]; {
+		case !known:
 			bad(field+".protocol", string(p.Protocol), "routers map only TCP and UDP")
-			continue
-		}
-		if p.Port < 1 || p.Port > 65535 {
+		case !ok:
 			bad(field+".port", strconv.Itoa(int(p.Port)), "must be 1-65535")
-			continue
-		}
-		if p.NodePort < 1 || p.NodePort > 65535 {
+		case p.NodePort < 1 || p.NodePort > 65535:
 			bad(field+".nodePort", strconv.Itoa(int(p.NodePort)),
 				"the router forwards to a nodePort; set spec.allocateLoadBalancerNodePorts to true (or unset)")
-			continue
-		}
-		k := igd.Key{Protocol: proto, ExternalPort: uint16(p.Port)}
-		if j, dup := seen[k]; dup {
+		case dup:
 			bad(field+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("same external port and protocol as spec.ports[%d]", j))
-			continue
+		default:
+			seen[k] = i
+			plans = append(plans, portPlan{key: k, nodePort: uint16(p.NodePort), description: o.description(p.Name)})
 		}
-		seen[k] = i
-		plans = append(plans, portPlan{key: k, nodePort: uint16(p.NodePort), description: o.description(p.Name)})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -59,17 +59,13 @@ func (lb *LoadBalancer) stateLocked(o owner) *serviceState {
 func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), err error) {
 	for {
 		lb.mu.Lock()
-		s := lb.stateLocked(o)
-		if s.gate == nil {
-			ch := make(chan struct{})
-			s.gate = ch
-			lb.mu.Unlock()
-			return func() { lb.release(o, ch) }, nil
-		}
-		ch := s.gate
+		release, busy := lb.gateLocked(o)
 		lb.mu.Unlock()
+		if release != nil {
+			return release, nil
+		}
 		select {
-		case <-ch:
+		case <-busy:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("loadbalancer: service %s: waiting for another operation: %w", o.key(), ctx.Err())
 		}
@@ -81,46 +77,44 @@ func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), e
 func (lb *LoadBalancer) tryAcquire(o owner, svc *v1.Service) (release func(), ok bool) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	if s.gate != nil || (s.deleted && s.deletedUID == svc.UID) {
+	if s := lb.stateLocked(o); s.deleted && s.deletedUID == svc.UID {
 		return nil, false
+	}
+	release, _ = lb.gateLocked(o)
+	return release, release != nil
+}
+
+// gateLocked marks an operation on o in flight and returns its release, or,
+// when one already is, the channel closed when it ends. The caller holds lb.mu.
+func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{}) {
+	s := lb.stateLocked(o)
+	if s.gate != nil {
+		return nil, s.gate
 	}
 	ch := make(chan struct{})
 	s.gate = ch
-	return func() { lb.release(o, ch) }, true
+	return func() {
+		lb.mu.Lock()
+		defer lb.mu.Unlock()
+		s := lb.services[o.token]
+		s.gate = nil
+		close(ch)
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
+			delete(lb.services, o.token) // nothing worth keeping
+		}
+	}, nil
 }
 
-func (lb *LoadBalancer) release(o owner, ch chan struct{}) {
+// update runs f on o's state under lb.mu.
+func (lb *LoadBalancer) update(o owner, f func(s *serviceState)) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	s := lb.services[o.token]
-	s.gate = nil
-	close(ch)
-	if len(s.held) == 0 && !s.deleted && s.warned == (netip.Addr{}) {
-		delete(lb.services, o.token) // nothing worth keeping
-	}
+	f(lb.stateLocked(o))
 }
 
 // deletedTTL bounds how long a deleted Service is remembered: far longer
 // than a background pass works from its list of Services.
 const deletedTTL = time.Hour
-
-// markDeleted records that svc's mappings were removed; the caller holds its
-// gate.
-func (lb *LoadBalancer) markDeleted(o owner, svc *v1.Service) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	s.deleted, s.deletedUID, s.deletedAt = true, svc.UID, lb.cfg.Clock.Now()
-	s.warned = netip.Addr{}
-}
-
-// undelete forgets that o was deleted: it is served again.
-func (lb *LoadBalancer) undelete(o owner) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.stateLocked(o).deleted = false
-}
 
 // pruneDeleted drops deleted Services remembered for longer than deletedTTL.
 func (lb *LoadBalancer) pruneDeleted() {
@@ -175,63 +169,6 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	return nil
 }
 
-// recordWrite remembers that this process wrote m for o, granted lease
-// stored (0: permanent).
-func (lb *LoadBalancer) recordWrite(o owner, m igd.Mapping, stored time.Duration) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	h := held{written: m}
-	if stored > 0 {
-		h.expires = lb.cfg.Clock.Now().Add(stored)
-	}
-	lb.stateLocked(o).held[m.Key()] = h
-}
-
-// recordHeld remembers that o holds k (a mapping it owns that this process
-// did not write, or did and left as it was).
-func (lb *LoadBalancer) recordHeld(o owner, k igd.Key) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	if _, ok := s.held[k]; !ok {
-		s.held[k] = held{}
-	}
-}
-
-// forgetKey drops k from what o holds: o holds no mapping there any more.
-func (lb *LoadBalancer) forgetKey(o owner, k igd.Key) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if s := lb.services[o.token]; s != nil {
-		delete(s.held, k)
-	}
-}
-
-// keepOnly drops from what o holds every key not in ours.
-func (lb *LoadBalancer) keepOnly(o owner, ours map[igd.Key]igd.Mapping) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if s := lb.services[o.token]; s != nil {
-		for k := range s.held {
-			if _, ok := ours[k]; !ok {
-				delete(s.held, k)
-			}
-		}
-	}
-}
-
-// written returns what this process last wrote at k for o.
-func (lb *LoadBalancer) written(o owner, k igd.Key) (held, bool) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.services[o.token]
-	if s == nil {
-		return held{}, false
-	}
-	h, ok := s.held[k]
-	return h, ok && h.written.InternalClient.IsValid()
-}
-
 // specKeys returns the keys of svc's ports that a router can map.
 func specKeys(svc *v1.Service) []igd.Key {
 	var out []igd.Key
@@ -257,19 +194,11 @@ func statusKeys(svc *v1.Service) []igd.Key {
 	return out
 }
 
+// protocols maps the Service port protocols a router can map.
+var protocols = map[v1.Protocol]igd.Protocol{"": igd.TCP, v1.ProtocolTCP: igd.TCP, v1.ProtocolUDP: igd.UDP}
+
 // portKey is the router key of a Service port, if a router can map it.
 func portKey(proto v1.Protocol, port int32) (igd.Key, bool) {
-	var p igd.Protocol
-	switch proto {
-	case v1.ProtocolTCP, "":
-		p = igd.TCP
-	case v1.ProtocolUDP:
-		p = igd.UDP
-	default:
-		return igd.Key{}, false
-	}
-	if port < 1 || port > 65535 {
-		return igd.Key{}, false
-	}
-	return igd.Key{Protocol: p, ExternalPort: uint16(port)}, true
+	p, ok := protocols[proto]
+	return igd.Key{Protocol: p, ExternalPort: uint16(port)}, ok && port >= 1 && port <= 65535
 }
