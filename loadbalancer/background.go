@@ -268,17 +268,15 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
+	var nodes []*v1.Node
+	var svcs []*v1.Service
 	hints, err := lb.hints(ctx)
-	if err != nil {
-		logger.Error(err, "Load balancer pass failed")
-		return
+	if err == nil {
+		nodes, err = w.nodes.List(labels.Everything())
 	}
-	nodes, err := w.nodes.List(labels.Everything())
-	if err != nil {
-		logger.Error(err, "Load balancer pass failed")
-		return
+	if err == nil {
+		svcs, err = w.services.List(labels.Everything())
 	}
-	svcs, err := w.services.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
@@ -335,7 +333,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	if err != nil || st == nil {
 		return err
 	}
-	lb.warnNotPublic(svc, ext)
+	lb.warn(svc, ext, nil)
 	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
 		return nil
 	}
@@ -446,26 +444,15 @@ func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) 
 	return out, nil
 }
 
-// warnNotPublic records a Warning event on svc, once per address, when the
-// router's external IP is not public (served anyway: see
-// Config.AllowNonPublicExternalIP).
-func (lb *LoadBalancer) warnNotPublic(svc *v1.Service, ext netip.Addr) {
-	if igd.IsPublic(ext) {
+// warn records, once per address, a Warning event with reason
+// EventReasonExternalIPNotPublic on svc: that the router's external IP ext
+// is not usable (err) or, when err is nil, not public (served anyway: see
+// Config.AllowNonPublicExternalIP). Without background work there is no
+// recorder and nothing is recorded.
+func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
+	if err == nil && igd.IsPublic(ext) {
 		return
 	}
-	lb.warn(svc, ext, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
-}
-
-// warnExternalIP records a Warning event on svc, once per address, when the
-// router's external IP cannot be reported: the Service waits for it.
-func (lb *LoadBalancer) warnExternalIP(svc *v1.Service, ext netip.Addr, err error) {
-	lb.warn(svc, ext, "Waiting for a usable external IP: %v", err)
-}
-
-// warn records a Warning event with reason EventReasonExternalIPNotPublic on
-// svc, unless svc was already warned about ext; without background work
-// there is no recorder and nothing is recorded.
-func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, format string, args ...any) {
 	o := newOwner(lb.clusterName(), svc.Namespace, svc.Name)
 	lb.mu.Lock()
 	w := lb.watch
@@ -475,8 +462,11 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, format string, arg
 		s.warned = ext
 	}
 	lb.mu.Unlock()
-	if w == nil || already {
-		return
+	switch {
+	case w == nil || already:
+	case err != nil:
+		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
+	default:
+		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
 	}
-	w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, format, args...)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,44 +26,29 @@ var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 // work (repair, lease renewal, external IP refresh, re-pointing) is started
 // by Initialize and Run. It is safe for concurrent use.
 type LoadBalancer struct {
-	cfg           Config // read-only after New, defaults filled in
-	permanentOnce sync.Once
-	// noList is set once the client said it cannot list (igd.ErrNotSupported):
-	// keys are then read one by one.
-	noList atomic.Bool
-	// passes and probes count finished background passes and probes (read
-	// by tests).
-	passes, probes atomic.Int64
+	cfg            Config // read-only after New, defaults filled in
+	permanentOnce  sync.Once
+	noList         atomic.Bool  // the client cannot list: keys are read one by one
+	passes, probes atomic.Int64 // finished background passes and probes
 
-	// mu guards every field below it. It is never held across a router or
-	// API server call.
-	mu sync.Mutex
-	// cluster is the cluster name learned from Config or the first call.
-	cluster string
-	// external is the last usable external IP the router reported (zero:
-	// not known, or the router's answer was not usable).
-	external netip.Addr
-	// nodeAddrs maps the addresses of every node seen to its name: a mapping
-	// is ours only when it points at one of them.
-	nodeAddrs map[netip.Addr]string
-	// services holds what this process knows of each Service, by owner token.
-	services map[string]*serviceState
-	// watch is the background work's view of the cluster (nil until its
-	// caches have synced); client is its API client, set by Initialize.
-	watch   *watch
-	client  kubernetes.Interface
-	running bool
-	// self is the node this process runs on, found by its address toward the
-	// router, selfAddr, when Config.NodeName is empty ("" until found).
+	// mu guards the fields below. It is never held across a router or API
+	// server call.
+	mu        sync.Mutex
+	cluster   string                   // from Config or the first call
+	external  netip.Addr               // last usable external IP (zero: none)
+	nodeAddrs map[netip.Addr]string    // every node address seen, to its node
+	services  map[string]*serviceState // by owner token
+	watch     *watch                   // background work's view; nil until synced
+	client    kubernetes.Interface     // set by Initialize
+	running   bool
+	// self is this process's node, found by its address toward the router,
+	// selfAddr, when Config.NodeName is empty ("" until found).
 	self     string
 	selfAddr netip.Addr
-	// probeSeq picks the mapping the next probe reads.
-	probeSeq int
+	probeSeq int // picks the mapping the next probe reads
 }
 
-// New returns a LoadBalancer configured by cfg. It makes no router call: an
-// unreachable router at start-up does not disable anything, the first
-// operation reaches it.
+// New returns a LoadBalancer configured by cfg. It makes no router call.
 func New(cfg Config) (*LoadBalancer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -87,11 +72,9 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 }
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
-// at any key its spec, its status or this process knows of, and its status
-// built from those mappings. It reads those keys only (one listing call per
-// protocol where the router can list), plus one external-IP call when the
-// address is not cached, and waits for an operation in flight on the same
-// Service.
+// at any key its spec, its status or this process knows of, and the status
+// built from those mappings. It reads those keys only, and waits for an
+// operation in flight on the same Service.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
@@ -115,7 +98,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
-	sort.Slice(plans, func(i, j int) bool { return compareKeys(plans[i].key, plans[j].key) < 0 })
+	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
 	ext, err := lb.externalIP(ctx)
 	if err != nil {
 		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
@@ -163,16 +146,12 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 
 // operation says how serve runs.
 type operation struct {
-	// pass: a background pass, which gives up when the Service is busy or
-	// was deleted since the pass listed it (and returns a nil status).
-	pass bool
-	// ext and extErr are the router's external IP and the error of reading
-	// it, if any.
-	ext    netip.Addr
-	extErr error
-	// extra are keys where the Service may hold mappings beyond those its
-	// spec, status and this process know of (a pass's listing).
-	extra []igd.Key
+	// pass: a background pass, which gives up (nil status) when the Service
+	// is busy or was deleted since the pass listed it.
+	pass   bool
+	ext    netip.Addr // the router's external IP
+	extErr error      // the error of reading it
+	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a background
@@ -197,8 +176,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		}
 	}
 	if invalid != nil {
-		// Ports the user asked to restrict or stop serving must not stay
-		// open: the Service loses its own mappings, and nothing else.
+		// Ports the user asked to restrict must not stay open.
 		return nil, errors.Join(invalid, lb.withdraw(ctx, o, svc, false))
 	}
 	var release func()
@@ -223,15 +201,14 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		return nil, err
 	}
 	if extErr != nil {
-		lb.warnExternalIP(svc, ext, extErr)
+		lb.warn(svc, ext, extErr)
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans), nil
 }
 
 // withdraw removes every mapping o owns at the keys svc and this process know
-// of. deleted marks the Service deleted, so that background passes leave it
-// alone until an Ensure serves it again.
+// of. deleted keeps background passes off the Service until an Ensure.
 func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, deleted bool) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
@@ -252,8 +229,7 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, 
 }
 
 // request builds the desired state of svc: its ports and which of nodes may
-// receive them. An error matching ErrInvalidService means the spec cannot be
-// served as it is.
+// receive them. An ErrInvalidService means the spec cannot be served.
 func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
 	req := request{owner: o, svc: svc, ports: plans}
 	targets, reasons := eligibleTargets(nodes)
@@ -308,27 +284,21 @@ func describeReasons(reasons map[string]string) string {
 	if len(reasons) == 0 {
 		return "the cluster has no nodes"
 	}
-	names := make([]string, 0, len(reasons))
-	for n := range reasons {
-		names = append(names, n)
+	parts := make([]string, 0, len(reasons))
+	for n, why := range reasons {
+		parts = append(parts, "node "+n+" "+why)
 	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = "node " + n + " " + reasons[n]
-	}
+	slices.Sort(parts) // by name: no node name holds a character below " "
 	return strings.Join(parts, "; ")
 }
 
-// retry joins err with an api.RetryError so that the service controller
-// comes back after Config.RetryAfter rather than backing off: the cluster is
-// expected to become ready (a node turning Ready, an endpoint appearing).
+// retry joins err with an api.RetryError after Config.RetryAfter, for what
+// is expected to resolve by itself.
 func (lb *LoadBalancer) retry(err error) error {
 	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 }
 
-// owner returns the owner of service in clusterName, and remembers the
-// cluster name for background work.
+// owner returns the owner of service, and remembers the cluster name.
 func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) owner {
 	lb.mu.Lock()
 	if lb.cluster == "" {
@@ -338,8 +308,7 @@ func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) owner {
 	return newOwner(clusterName, service.Namespace, service.Name)
 }
 
-// clusterName returns the cluster name background work uses ("" = not yet
-// known).
+// clusterName returns the cluster name background work uses ("": unknown).
 func (lb *LoadBalancer) clusterName() string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -360,7 +329,7 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	}
 }
 
-// isNodeAddr reports whether a is the address of a node seen by this process.
+// isNodeAddr reports whether a is the address of a node seen.
 func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -380,9 +349,8 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
-// it is usable: IPv4, not unspecified, and public unless
-// Config.AllowNonPublicExternalIP. An unusable answer returns the address
-// with an error matching ErrExternalIPNotUsable, and clears the cache.
+// usable. An unusable answer clears the cache and returns the address with
+// an ErrExternalIPNotUsable.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if err != nil {

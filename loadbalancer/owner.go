@@ -99,7 +99,6 @@ func (o owner) description(portName string) string {
 // parsedDescription is what a description says about its owner.
 type parsedDescription struct {
 	token string // owner token
-	port  string // port name, unnamedPort for none
 }
 
 // parseDescription reads a description written by any version of this
@@ -109,5 +108,5 @@ func parseDescription(d string) (p parsedDescription, ok bool) {
 	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || f[2] == "" {
 		return parsedDescription{}, false
 	}
-	return parsedDescription{token: f[1], port: f[2]}, true
+	return parsedDescription{token: f[1]}, true
 }
