@@ -27,7 +27,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// clientName is the name the background work's API client is built under.
+// clientName names the background work's API client and event source.
 const clientName = "ccmkit-loadbalancer"
 
 // EventReasonExternalIPNotPublic is the reason of the Warning event a Service
@@ -45,9 +45,8 @@ type watch struct {
 }
 
 // Initialize builds the background work's Kubernetes client from
-// clientBuilder; Run then starts the work. It implements provider.Initializer,
-// so that provider.Cloud calls it from its own Initialize. It makes no
-// network call. A second call does nothing.
+// clientBuilder; Run then starts the work. It implements
+// provider.Initializer. It makes no network call. A second call does nothing.
 func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
 	lb.mu.Lock()
 	done := lb.client != nil
@@ -68,22 +67,14 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 }
 
 // Run runs the background work until ctx is cancelled, and returns when every
-// goroutine it started has returned. It implements provider.Runner:
-// provider.Cloud starts it after Initialize and stops it with the stop channel.
+// goroutine it started has returned. It implements provider.Runner.
 //
-// It watches nodes, Services and EndpointSlices, and every
-// Config.RenewInterval, and soon after a node or a Local Service's endpoints
-// change, makes one pass: it refreshes the external IP, reads the router's
-// table once, and reconciles every Service it serves (renewing leases,
-// repairing mappings the router lost, re-pointing mappings whose node is no
-// longer eligible or whose endpoints moved), patches the status of Services
-// whose external IP changed, and records a Warning event on Services whose
-// external IP is not public. Only Services that carry the service
-// controller's cleanup finalizer are touched, so that nothing is mapped that
-// the controller will not delete. Errors are logged: the next pass retries.
-//
-// Run without a successful Initialize, or a second Run, logs an error and
-// returns at once.
+// Every Config.RenewInterval, soon after a node or a Local Service's
+// endpoints change, and when a probe (every Config.ProbeInterval) finds a
+// mapping lost, it serves again every Service that carries the service
+// controller's cleanup finalizer (see the package documentation). Errors
+// are logged: the next pass retries. Run without a successful Initialize,
+// or a second Run, logs an error and returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -190,8 +181,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 	lb.watch = w
 	lb.mu.Unlock()
 	defer func() {
-		// From now on the LoadBalancer works as one without background
-		// work: calls no longer wait for caches that will not sync.
+		// Calls no longer wait for caches that will not sync.
 		lb.mu.Lock()
 		lb.watch, lb.client = nil, nil
 		lb.mu.Unlock()
@@ -209,8 +199,6 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 			logger.Info("Load balancer background work stopped")
 			return nil
 		case <-probe.C():
-			// One cheap call between passes tells a router that lost its
-			// table; each call is bounded by the igd client.
 			probeCtx, cancel := context.WithTimeout(ctx, lb.cfg.ProbeInterval)
 			lost := lb.probe(probeCtx)
 			cancel()
@@ -221,8 +209,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		case <-ticker.C():
 		case <-kick:
 		}
-		// A pass must end before the next one is due; each router call
-		// inside it is bounded by the igd client (its CallTimeout).
+		// A pass ends before the next one is due; the igd client bounds
+		// each router call in it.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
 		lb.pass(passCtx, w)
 		cancel()
@@ -237,8 +225,8 @@ func nodeChanged(o, n *v1.Node) bool {
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
 }
 
-// localLB reports whether svc is a LoadBalancer Service with
-// externalTrafficPolicy Local (whose target follows its endpoints).
+// localLB reports whether svc is a LoadBalancer Service whose target
+// follows its endpoints (externalTrafficPolicy Local).
 func localLB(svc *v1.Service) bool {
 	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 }
@@ -248,13 +236,9 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// pass serves every Service again: it refreshes the external IP, lists the
-// router's table where the client can list (to find mappings of the
-// Services at keys nothing else records), and then serves each Service as
-// EnsureLoadBalancer would, from its own fresh read of its keys: the listing
-// only says where to look, never what to delete. It patches the status of
-// Services whose status differs. Errors are logged: there is no caller to
-// return them to, and the next pass tries again.
+// pass refreshes the external IP and serves every Service again as
+// EnsureLoadBalancer would, each from its own fresh read of its keys, and
+// patches the status of Services whose status differs. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
 	cluster := lb.clusterName()
@@ -300,8 +284,8 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 
 // hints lists the router's table, where the client can list, and returns
 // the keys of mappings in this package's format that point at a node, by
-// owner token. It is a hint of where a Service may hold mappings, read once
-// per pass; no write rests on it.
+// owner token: where a Service may hold mappings nothing else records. No
+// write rests on it.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok || lb.noList.Load() {
@@ -347,8 +331,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 }
 
 // probe reads one mapping this process wrote, a different one each time, and
-// reports whether the router lost or changed it (a reboot, a daemon restart
-// or a wiped table): the caller then repairs at once. One call per probe.
+// reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	k, want, ok := lb.nextProbe()
 	if !ok {
@@ -388,22 +371,9 @@ func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
 	return m.Key(), m, true
 }
 
-// currentWatch returns the background work's view, and whether background
-// work is set up at all (Initialize succeeded).
-func (lb *LoadBalancer) currentWatch() (*watch, bool) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.watch, lb.client != nil
-}
-
-// waitNodes tells the caller (an operation on o that must recognise o's
-// mappings: Get or Delete) to come back while this process cannot know
-// which addresses are the cluster's nodes, rather than report "no mappings"
-// and let the service controller drop its cleanup finalizer over mappings
-// a previous process made. That is while the background work is starting
-// but its node cache has not synced, or, without background work, before
-// any node has been seen (a fresh process learns nodes only from
-// EnsureLoadBalancer and UpdateLoadBalancer then).
+// waitNodes returns an api.RetryError while this process cannot recognise
+// o's mappings, not knowing the cluster's nodes: "no mappings" would let the
+// service controller drop its finalizer over a previous process's mappings.
 func (lb *LoadBalancer) waitNodes(o owner) error {
 	lb.mu.Lock()
 	w, started, seen := lb.watch, lb.client != nil, len(lb.nodeAddrs) > 0
@@ -420,7 +390,9 @@ func (lb *LoadBalancer) waitNodes(o owner) error {
 // endpointNodes returns the names of the nodes with a ready endpoint of svc,
 // from its EndpointSlices.
 func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
-	w, started := lb.currentWatch()
+	lb.mu.Lock()
+	w, started := lb.watch, lb.client != nil
+	lb.mu.Unlock()
 	switch {
 	case w == nil && started:
 		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s/%s: waiting for the EndpointSlice cache to sync", svc.Namespace, svc.Name), lb.cfg.RetryAfter)
