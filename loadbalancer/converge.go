@@ -80,11 +80,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		case exists && !mine:
 			errs = append(errs, &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse})
 		case mine && lb.upToDate(o, cur, p, tgt):
-			lb.update(o, func(s *serviceState) {
-				if _, ok := s.held[p.key]; !ok {
-					s.held[p.key] = held{}
-				}
-			})
+			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
 			wait(lb.apply(ctx, req, p, tgt, cur, mine, contenders))
 		}

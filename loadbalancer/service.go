@@ -13,9 +13,11 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// annotationSourceRanges is the older annotation form of
-// spec.loadBalancerSourceRanges.
-const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+const (
+	// annotationSourceRanges is the older form of spec.loadBalancerSourceRanges.
+	annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+	noSourceRanges         = "a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address"
+)
 
 // portPlan is one mapping a Service wants.
 type portPlan struct {
@@ -24,8 +26,7 @@ type portPlan struct {
 	description string
 }
 
-// selected reports whether the Service is served by this LoadBalancer under
-// selection.
+// selected reports whether selection serves svc.
 func selected(selection ServiceSelection, svc *v1.Service) bool {
 	if selection == AllServices {
 		return true
@@ -45,12 +46,10 @@ func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 		bad("spec.ipFamilies", fmt.Sprint(svc.Spec.IPFamilies), "the router maps IPv4 only; an IPv6-only Service cannot be served")
 	}
 	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
-		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","),
-			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","), noSourceRanges)
 	}
 	if v := strings.TrimSpace(svc.Annotations[annotationSourceRanges]); v != "" {
-		bad("metadata.annotations["+annotationSourceRanges+"]", v,
-			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+		bad("metadata.annotations["+annotationSourceRanges+"]", v, noSourceRanges)
 	}
 	var plans []portPlan
 	seen := make(map[igd.Key]int)
@@ -80,8 +79,7 @@ func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 	return plans, nil
 }
 
-// checkLoadBalancerIP refuses a spec.loadBalancerIP other than the router's
-// external address.
+// checkLoadBalancerIP refuses a spec.loadBalancerIP other than external.
 func checkLoadBalancerIP(o owner, svc *v1.Service, external netip.Addr) error {
 	want := svc.Spec.LoadBalancerIP
 	if want == "" {
@@ -102,9 +100,8 @@ func compareKeys(a, b igd.Key) int {
 	return int(a.ExternalPort) - int(b.ExternalPort)
 }
 
-// status is the LoadBalancerStatus of a Service served at external with
-// plans: one ingress with the external IP, ipMode VIP (see the package
-// documentation) and one entry per port.
+// status is the status of a Service served at external with plans (ipMode
+// VIP: see the package documentation).
 func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
 	mode := v1.LoadBalancerIPModeVIP
 	ing := v1.LoadBalancerIngress{IP: external.String(), IPMode: &mode}

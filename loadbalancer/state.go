@@ -18,29 +18,30 @@ import (
 // read, reserves keys against the process's other Services, and remembers
 // what this process wrote.
 type serviceState struct {
-	// name is the Service's "namespace/name".
-	name string
-	// gate is closed when the operation in flight on the Service ends; nil
-	// when none is.
-	gate chan struct{}
-	// held are the keys the Service holds or is taking, with what this
-	// process last wrote there (zero Mapping when it only found the mapping)
-	// and when that lease runs out (zero: permanent or unknown).
-	held map[igd.Key]held
-	// deleted is set by EnsureLoadBalancerDeleted (with the Service's UID at
-	// that time): background passes leave the Service alone until an Ensure
-	// serves it again, since their list of Services may predate the delete.
+	name string           // "namespace/name"
+	gate chan struct{}    // closed when the operation in flight ends
+	held map[igd.Key]held // the keys the Service holds or is taking
+	// deleted, set by EnsureLoadBalancerDeleted, keeps background passes
+	// (whose list of Services may predate it) off the Service until an Ensure.
 	deleted    bool
 	deletedUID types.UID
 	deletedAt  time.Time
-	// warned is the external IP the Service was last warned about.
-	warned netip.Addr
+	warned     netip.Addr // the external IP last warned about
 }
 
-// held is one key of a Service: what this process wrote there, if anything.
+// held is what this process last wrote at a key (zero: it only found the
+// Service's mapping there) and when that lease runs out (zero: permanent or
+// unknown).
 type held struct {
 	written igd.Mapping
 	expires time.Time
+}
+
+// hold records that s holds k, keeping what was written there.
+func (s *serviceState) hold(k igd.Key) {
+	if _, ok := s.held[k]; !ok {
+		s.held[k] = held{}
+	}
 }
 
 // stateLocked returns the state of o, creating it. The caller holds lb.mu.
@@ -129,8 +130,8 @@ func (lb *LoadBalancer) pruneDeleted() {
 }
 
 // knownKeys returns, sorted, every key where o may hold a mapping: the ports
-// of svc's spec (or plans, when given) and of its status, the keys this
-// process knows o holds, and extra.
+// of svc's spec (or plans, when given) and of its status (what an earlier
+// Ensure mapped), the keys this process knows o holds, and extra.
 func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, extra ...igd.Key) []igd.Key {
 	keys := slices.Clone(extra)
 	if plans == nil {
@@ -139,7 +140,13 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	for _, p := range plans {
 		keys = append(keys, p.key)
 	}
-	keys = append(keys, statusKeys(svc)...)
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				keys = append(keys, k)
+			}
+		}
+	}
 	lb.mu.Lock()
 	if s := lb.services[o.token]; s != nil {
 		for k := range s.held {
@@ -162,10 +169,7 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
 	}
-	s := lb.stateLocked(o)
-	if _, ok := s.held[k]; !ok {
-		s.held[k] = held{}
-	}
+	lb.stateLocked(o).hold(k)
 	return nil
 }
 
@@ -175,20 +179,6 @@ func specKeys(svc *v1.Service) []igd.Key {
 	for _, p := range svc.Spec.Ports {
 		if k, ok := portKey(p.Protocol, p.Port); ok {
 			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// statusKeys returns the keys svc's status says are served: what an earlier
-// EnsureLoadBalancer (of this process or another) mapped.
-func statusKeys(svc *v1.Service) []igd.Key {
-	var out []igd.Key
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		for _, p := range ing.Ports {
-			if k, ok := portKey(p.Protocol, p.Port); ok {
-				out = append(out, k)
-			}
 		}
 	}
 	return out
