@@ -12,9 +12,9 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// contendersOnce returns a function that lists the cluster's Services from
-// the API server, live (no informer lag), at most once per operation. Without
-// an API client (no Initialize) it lists nothing.
+// contendersOnce returns a function that lists the cluster's Services live
+// from the API server (no informer lag), at most once. Without an API client
+// (no Initialize) it lists nothing.
 func (lb *LoadBalancer) contendersOnce(req request) func(context.Context) ([]*v1.Service, error) {
 	var once sync.Once
 	var list []*v1.Service
@@ -40,13 +40,11 @@ func (lb *LoadBalancer) contendersOnce(req request) func(context.Context) ([]*v1
 	}
 }
 
-// arbitrate refuses k to req's Service when another Service of the cluster
-// has the prior claim on it: it wants k, is served (a LoadBalancer Service
-// selected by this LoadBalancer, valid, not being deleted), and was created
-// first (ties go to the lower namespace/name). Every process of the cluster
-// reads the same Services from the API server, so two of them (a leader
-// fail-over overlap) never both take one key; the router cannot arbitrate
-// between them, since both map to the cluster's own nodes.
+// arbitrate refuses k to req's Service when another Service has the prior
+// claim: it wants k, is served (selected, valid, not being deleted), and was
+// created first. Every process of the cluster reads the same Services, so
+// two of them (a leader fail-over overlap) never both take one key: the
+// router cannot tell them apart.
 func (lb *LoadBalancer) arbitrate(ctx context.Context, req request, k igd.Key, contenders func(context.Context) ([]*v1.Service, error)) error {
 	svcs, err := contenders(ctx)
 	if err != nil {

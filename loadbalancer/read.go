@@ -9,9 +9,8 @@ import (
 )
 
 // read returns what the router holds at keys, the proof every write of an
-// operation rests on: with one listing per protocol over the keys' port
-// range where the client can list (igd.Lister), otherwise one
-// GetPortMapping per key. Absent keys are absent from the result.
+// operation rests on: one listing per protocol over the keys' port range
+// where the client can list, otherwise one GetPortMapping per key.
 func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]igd.Mapping, error) {
 	got := make(map[igd.Key]igd.Mapping, len(keys))
 	if len(keys) == 0 {
@@ -41,8 +40,7 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 	return got, nil
 }
 
-// list fills got with the mappings at keys, one listing per protocol over
-// the range of the keys' ports.
+// list fills got with the mappings at keys, one listing per protocol.
 func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, got map[igd.Key]igd.Mapping) error {
 	want := make(map[igd.Key]bool, len(keys))
 	ranges := make(map[igd.Protocol]igd.PortRange)
@@ -74,7 +72,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 }
 
 // owns reports whether m belongs to o: its description names o, and it points
-// at an address of one of our nodes (any LAN host can write any description).
+// at a node (any LAN host can write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	p, ok := parseDescription(m.Description)
 	return ok && p.token == o.token && lb.isNodeAddr(m.InternalClient)
