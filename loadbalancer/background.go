@@ -31,8 +31,7 @@ import (
 const clientName = "ccmkit-loadbalancer"
 
 // EventReasonExternalIPNotPublic is the reason of the Warning event a Service
-// gets when the router's external IP is not public (double NAT, CGNAT) or not
-// usable at all (0.0.0.0 while the WAN link is down).
+// gets when the router's external IP is not public or not usable.
 const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
 
 // watch is the background work's view of the cluster.
@@ -123,12 +122,11 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*v1.Node)
 			n, ok2 := newObj.(*v1.Node)
-			if !ok1 || !ok2 {
-				return
-			}
-			lb.seeNodes([]*v1.Node{n})
-			if nodeChanged(o, n) {
-				trigger()
+			if ok1 && ok2 {
+				lb.seeNodes([]*v1.Node{n})
+				if nodeChanged(o, n) {
+					trigger()
+				}
 			}
 		},
 		DeleteFunc: func(any) { trigger() },

@@ -17,19 +17,16 @@ var (
 	// someone else: another host, another cluster or another Service. The
 	// mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
-	// ErrNoEligibleNode means no node can receive the Service's traffic:
-	// none is Ready with an IPv4 InternalIP (and, for
-	// externalTrafficPolicy Local, has a ready endpoint; for a secure-mode
-	// router, is this process's own node).
+	// ErrNoEligibleNode means no node can receive the Service's traffic (see
+	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
-	// ErrOwnNodeUnknown means a secure-mode router needs the node this
-	// process runs on, Config.NodeName is empty, and no single node
-	// reports this host's address toward the router.
+	// ErrOwnNodeUnknown means a secure-mode router needs this process's
+	// node, Config.NodeName is empty, and no single node reports this
+	// host's address toward the router.
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
-	// ErrExternalIPNotUsable means the router's external IP cannot be
-	// reported: not IPv4, unspecified (0.0.0.0 while its WAN link is down),
-	// or not public while Config.AllowNonPublicExternalIP is false. Services
-	// wait for a usable one, with an api.RetryError.
+	// ErrExternalIPNotUsable means the router's external IP is not IPv4,
+	// unspecified (WAN link down), or not public without
+	// Config.AllowNonPublicExternalIP. Services wait, with an api.RetryError.
 	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 

@@ -107,10 +107,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
-// its nodePort on one eligible node and returns the status. It is idempotent:
-// a call with nothing to change reads the Service's keys and writes nothing.
-// A Service not selected by Config.Services has its mappings removed and
-// gets cloudprovider.ImplementedElsewhere.
+// its nodePort on one eligible node and returns the status. A call with
+// nothing to change writes nothing. A Service not selected by
+// Config.Services has its mappings removed and gets
+// cloudprovider.ImplementedElsewhere.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o := lb.owner(clusterName, service)
@@ -132,10 +132,8 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 }
 
 // EnsureLoadBalancerDeleted removes every mapping the Service owns at the
-// keys its spec, its status or this process knows of, and nothing else. It
-// needs only the Service's namespace, name, ports and status, so it works
-// for Services that are no longer valid or selected, and it succeeds when
-// there is nothing to remove.
+// keys its spec, its status or this process knows of, and nothing else, also
+// for Services no longer valid or selected. Nothing to remove is success.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
@@ -154,8 +152,7 @@ type operation struct {
 	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serve is EnsureLoadBalancer for a selected Service, and a background
-// pass's work on one Service.
+// serve is EnsureLoadBalancer for a selected Service, and a pass's work.
 func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
@@ -238,15 +235,12 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 		if err != nil {
 			return request{}, err
 		}
-		var kept []target
-		for _, t := range targets {
-			if withEndpoints[t.name] {
-				kept = append(kept, t)
-			} else {
+		targets = slices.DeleteFunc(targets, func(t target) bool {
+			if !withEndpoints[t.name] {
 				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
 			}
-		}
-		targets = kept
+			return !withEndpoints[t.name]
+		})
 	}
 	if lb.cfg.SecureMode {
 		name, addr, err := lb.selfNode(ctx, nodes)
@@ -254,16 +248,13 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
 		}
 		req.self = name
-		var self []target
-		for _, t := range targets {
-			if t.name == name {
-				if addr.IsValid() {
-					t.addr = addr // the only address the router maps to
-				}
-				self = append(self, t)
+		targets = slices.DeleteFunc(targets, func(t target) bool { return t.name != name })
+		for i := range targets {
+			if addr.IsValid() {
+				targets[i].addr = addr // the only address the router maps to
 			}
 		}
-		if len(self) == 0 {
+		if len(targets) == 0 {
 			why, ok := reasons[name]
 			if !ok {
 				why = "is not among the cluster's nodes"
@@ -271,7 +262,6 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
-		targets = self
 	} else if len(targets) == 0 {
 		req.noTarget = lb.retry(fmt.Errorf("%w for service %s: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
