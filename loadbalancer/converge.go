@@ -72,7 +72,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		errs = append(errs, req.noTarget)
 		return errors.Join(errs...)
 	}
-	contenders := lb.contendersOnce(req)
+	contenders := lb.contendersOnce(ctx, req)
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
@@ -121,11 +121,11 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 // apply makes the mapping for p point at tgt, with p's description. old is
 // what the read found at p's key; mine says whether it is the Service's own.
 // It returns a delay when the caller should retry at a fixed rate.
-func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func(context.Context) ([]*v1.Service, error)) (time.Duration, error) {
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if !mine {
-		if err := lb.arbitrate(ctx, req, p.key, contenders); err != nil {
+		if err := lb.arbitrate(req, p.key, contenders); err != nil {
 			return 0, err
 		}
 		if err := lb.reserve(o, p.key); err != nil {
