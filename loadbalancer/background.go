@@ -69,11 +69,10 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 // goroutine it started has returned. It implements provider.Runner.
 //
 // Every Config.RenewInterval, soon after a node or a Local Service's
-// endpoints change, and when a probe (every Config.ProbeInterval) finds a
-// mapping lost, it serves again every Service that carries the service
-// controller's cleanup finalizer (see the package documentation). Errors
-// are logged: the next pass retries. Run without a successful Initialize,
-// or a second Run, logs an error and returns at once.
+// endpoints change, and when a probe finds a mapping lost, it serves again
+// every Service that carries the service controller's cleanup finalizer.
+// Run without a successful Initialize, or a second Run, logs an error and
+// returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -280,10 +279,9 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	}
 }
 
-// hints lists the router's table, where the client can list, and returns
-// the keys of mappings in this package's format that point at a node, by
-// owner token: where a Service may hold mappings nothing else records. No
-// write rests on it.
+// hints lists the router's table, where the client can list, and returns by
+// owner token the keys of mappings in this package's format that point at a
+// node: where a Service may hold mappings nothing else records.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok || lb.noList.Load() {
@@ -414,11 +412,9 @@ func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) 
 	return out, nil
 }
 
-// warn records, once per address, a Warning event with reason
-// EventReasonExternalIPNotPublic on svc: that the router's external IP ext
-// is not usable (err) or, when err is nil, not public (served anyway: see
-// Config.AllowNonPublicExternalIP). Without background work there is no
-// recorder and nothing is recorded.
+// warn records on svc, once per address and only with background work, a
+// Warning event that the external IP ext is not usable (err) or, when err is
+// nil, not public.
 func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 	if err == nil && igd.IsPublic(ext) {
 		return

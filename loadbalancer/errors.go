@@ -33,14 +33,10 @@ var (
 // ServiceError reports a Service field that a router port mapping cannot
 // serve.
 type ServiceError struct {
-	// Service is "namespace/name".
-	Service string
-	// Field is the path of the field, for example "spec.ports[0].protocol".
-	Field string
-	// Value is the offending value as text.
-	Value string
-	// Reason says what is wrong.
-	Reason string
+	Service string // "namespace/name"
+	Field   string // the field's path, for example "spec.ports[0].protocol"
+	Value   string // the offending value as text
+	Reason  string // what is wrong
 }
 
 // Error names the Service, the field, its value and what is wrong.
@@ -54,10 +50,8 @@ func (e *ServiceError) Is(target error) bool { return target == ErrInvalidServic
 // PortError reports that one port of a Service could not be served. The other
 // ports of the Service are still converged.
 type PortError struct {
-	// Service is "namespace/name".
-	Service string
-	// Key is the router key of the port: protocol and external port.
-	Key igd.Key
+	Service string  // "namespace/name"
+	Key     igd.Key // the router key of the port: protocol and external port
 	// Holder is the mapping that holds Key, when the port is held by someone
 	// else and the holder is known.
 	Holder *igd.Mapping

@@ -22,9 +22,8 @@ import (
 var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
 // LoadBalancer serves Services of type LoadBalancer with port mappings on a
-// UPnP IGD router. It implements cloudprovider.LoadBalancer; its background
-// work (repair, lease renewal, external IP refresh, re-pointing) is started
-// by Initialize and Run. It is safe for concurrent use.
+// UPnP IGD router; Initialize and Run start its background work. It is safe
+// for concurrent use.
 type LoadBalancer struct {
 	cfg            Config // read-only after New, defaults filled in
 	permanentOnce  sync.Once
@@ -62,11 +61,9 @@ func New(cfg Config) (*LoadBalancer, error) {
 	}, nil
 }
 
-// GetLoadBalancerName returns the owner token of the Service's mappings:
-// "cluster/namespace/name" when that is at most 43 bytes of letters, digits,
-// '-', '.' and '_', otherwise "#" and 20 base32 characters of its SHA-256. It
-// depends only on those three names, never on the Service's UID or spec, and
-// is what the second field of every mapping description says.
+// GetLoadBalancerName returns the owner token of the Service's mappings, the
+// second field of their descriptions (see the package documentation). It
+// depends only on the cluster, namespace and name.
 func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName string, service *v1.Service) string {
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }

@@ -100,10 +100,8 @@ func eligibleTargets(nodes []*v1.Node) (targets []target, reasons map[string]str
 }
 
 // chooseTarget picks the node for a Service among candidates: the node its
-// mappings point at now (current) while that node is a candidate, otherwise
-// the candidate with the highest rendezvous hash of (service, node name).
-// The choice is deterministic, spreads Services over nodes, and moves a
-// Service only when its node stops being a candidate.
+// mappings point at now (current) while it is a candidate, otherwise the one
+// with the highest rendezvous hash of (service, node name).
 func chooseTarget(service string, candidates []target, current []netip.Addr) (target, bool) {
 	pool := slices.DeleteFunc(slices.Clone(candidates), func(c target) bool { return !slices.Contains(current, c.addr) })
 	if len(pool) == 0 {

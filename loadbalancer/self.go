@@ -12,14 +12,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// selfNode returns the node this process runs on, which a secure-mode
-// router requires every mapping to target: Config.NodeName, or the node
-// found earlier, or the one node among nodes and the watched ones that
-// reports this host's address toward the router as an InternalIP or
-// ExternalIP (cached once found; while none does, an ErrOwnNodeUnknown
-// joined to an api.RetryError names the address and the nodes tried).
-// addr is the address it was found by, which mappings must target (it may
-// be an ExternalIP); invalid for Config.NodeName.
+// selfNode returns the node this process runs on (see Config.NodeName),
+// looking among nodes and the watched ones, and the address it was found by,
+// which mappings must target (invalid for Config.NodeName). While none
+// matches, an ErrOwnNodeUnknown joined to an api.RetryError names the
+// address and the nodes tried.
 func (lb *LoadBalancer) selfNode(ctx context.Context, nodes []*v1.Node) (name string, addr netip.Addr, err error) {
 	if lb.cfg.NodeName != "" {
 		return lb.cfg.NodeName, netip.Addr{}, nil
