@@ -10,19 +10,13 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Defaults used when the corresponding Config field is zero.
+// Defaults used when the corresponding Config field is zero, and bounds.
 const (
-	// DefaultLease is the lease of every mapping when Config.Lease is 0.
-	DefaultLease = time.Hour
-	// MinLease is the shortest finite lease Config.Lease accepts.
-	MinLease = time.Minute
-	// DefaultMaxRenewInterval bounds the default renewal interval.
-	DefaultMaxRenewInterval = 5 * time.Minute
-	// DefaultProbeInterval is the ProbeInterval when Config.ProbeInterval
-	// is 0.
-	DefaultProbeInterval = 5 * time.Second
-	// DefaultRetryAfter is the RetryAfter when Config.RetryAfter is 0.
-	DefaultRetryAfter = 10 * time.Second
+	DefaultLease            = time.Hour        // Config.Lease 0
+	MinLease                = time.Minute      // the shortest finite Config.Lease
+	DefaultMaxRenewInterval = 5 * time.Minute  // bounds the default RenewInterval
+	DefaultProbeInterval    = 5 * time.Second  // Config.ProbeInterval 0
+	DefaultRetryAfter       = 10 * time.Second // Config.RetryAfter 0
 	// PermanentLease as Config.Lease asks the router for permanent mappings.
 	// They are still renewed: IGD:2 routers store "permanent" as
 	// igd.MaxLease (seven days).
@@ -32,26 +26,19 @@ const (
 // Annotations that opt a Service in when Config.Services is
 // AnnotatedServices: either key with the value AnnotationValue.
 const (
-	// AnnotationLoadBalancerType is this package's opt-in annotation key.
-	AnnotationLoadBalancerType = "ccmkit.io/load-balancer-type"
-	// LegacyAnnotationLoadBalancerType is the original edge CCM's key,
-	// accepted as an alias so that its users can migrate.
-	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type"
-	// AnnotationValue is the value that opts a Service in.
-	AnnotationValue = "upnp-igd"
+	AnnotationLoadBalancerType       = "ccmkit.io/load-balancer-type"
+	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type" // the original edge CCM's key
+	AnnotationValue                  = "upnp-igd"
 )
 
 // ServiceSelection says which Services of type LoadBalancer are served.
 type ServiceSelection int
 
 const (
-	// AllServices serves every Service of type LoadBalancer. It is the zero
-	// value.
+	// AllServices, the zero value, serves every Service of type LoadBalancer.
 	AllServices ServiceSelection = iota
-	// AnnotatedServices serves only Services annotated with
-	// AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) set
-	// to AnnotationValue. Other Services get
-	// cloudprovider.ImplementedElsewhere.
+	// AnnotatedServices serves only the annotated Services (see
+	// AnnotationValue); others get cloudprovider.ImplementedElsewhere.
 	AnnotatedServices
 )
 
