@@ -43,9 +43,8 @@ type watch struct {
 	recorder record.EventRecorder
 }
 
-// Initialize builds the background work's Kubernetes client from
-// clientBuilder; Run then starts the work. It implements
-// provider.Initializer. It makes no network call. A second call does nothing.
+// Initialize builds the background work's API client (provider.Initializer).
+// It makes no network call; a second call does nothing.
 func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
 	lb.mu.Lock()
 	done := lb.client != nil

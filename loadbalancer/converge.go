@@ -27,11 +27,9 @@ type request struct {
 }
 
 // converge brings the router from got, a fresh read of the keys where the
-// Service may hold mappings, to req: it deletes the Service's own mappings
-// it no longer wants, adds missing ones, and re-points, relabels or renews
-// its own out-of-date ones, never touching another's. A failing port does
-// not stop the others; the errors are joined, with an api.RetryError when
-// the caller should come back at a fixed delay. The caller holds the gate.
+// Service may hold mappings, to req, touching only the Service's own
+// mappings. A failing port does not stop the others; the errors are joined,
+// with an api.RetryError for a fixed delay. The caller holds the gate.
 func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
 	o := req.owner
 	ours := make(map[igd.Key]igd.Mapping)
@@ -177,9 +175,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	return 0, nil
 }
 
-// addFailed turns an AddPortMapping error into a PortError. On a conflict
-// one GetPortMapping names the holder: another host took the key meanwhile,
-// or, when nobody holds it, the router is in secure mode.
+// addFailed turns an AddPortMapping error into a PortError; on a conflict,
+// one GetPortMapping names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
 	if !errors.Is(err, igd.ErrConflict) {

@@ -13,10 +13,8 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// serviceState is what this process knows of one Service. It is never proof
-// of ownership (only a fresh read of the router is): it says which keys to
-// read, reserves keys against the process's other Services, and remembers
-// what this process wrote.
+// serviceState is what this process knows of one Service: which keys to
+// read and reserve, and what it wrote. Never proof of ownership.
 type serviceState struct {
 	name string           // "namespace/name"
 	gate chan struct{}    // closed when the operation in flight ends
@@ -55,8 +53,7 @@ func (lb *LoadBalancer) stateLocked(o owner) *serviceState {
 }
 
 // acquire waits until no other operation on o is in flight and marks one as
-// in flight; release ends it. No lock is held while waiting or after it
-// returns: operations on other Services proceed in parallel.
+// in flight; release ends it. No lock is held while waiting.
 func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), err error) {
 	for {
 		lb.mu.Lock()
@@ -130,8 +127,7 @@ func (lb *LoadBalancer) pruneDeleted() {
 }
 
 // knownKeys returns, sorted, every key where o may hold a mapping: the ports
-// of svc's spec (or plans, when given) and of its status (what an earlier
-// Ensure mapped), the keys this process knows o holds, and extra.
+// of svc's spec (or plans) and status, the keys o holds here, and extra.
 func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, extra ...igd.Key) []igd.Key {
 	keys := slices.Clone(extra)
 	if plans == nil {
@@ -158,9 +154,8 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return slices.Compact(keys)
 }
 
-// reserve makes o the holder of k in this process before a router call that
-// would make it hold k. It fails when another Service of this process holds
-// or is taking k: of two Services racing for a port here, one wins.
+// reserve makes o the holder of k in this process before the router call;
+// it fails when another Service of this process holds or is taking k.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
