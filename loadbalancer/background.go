@@ -221,8 +221,7 @@ func nodeChanged(o, n *v1.Node) bool {
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
 }
 
-// localLB reports whether svc is a LoadBalancer Service whose target
-// follows its endpoints (externalTrafficPolicy Local).
+// localLB reports whether svc's target follows its endpoints.
 func localLB(svc *v1.Service) bool {
 	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 }

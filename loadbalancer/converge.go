@@ -89,11 +89,10 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	return errors.Join(errs...)
 }
 
-// upToDate reports whether our mapping m already is what p wants on tgt, with
-// enough lease left: by the router's count and, for mappings this process
-// wrote, by the lease granted (some routers report the lease as granted).
-// Internal port 0 (miniupnpd 2.3.6 lists every mapping so) is taken at this
-// process's word when it wrote p's node port there.
+// upToDate reports whether our mapping m is what p wants on tgt, with enough
+// lease left by the router's count and by the lease granted (some routers
+// report it as granted). Internal port 0 (miniupnpd 2.3.6 lists all so) is
+// taken at this process's word.
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
 	var h held
 	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })

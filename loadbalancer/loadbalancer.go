@@ -70,8 +70,7 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
 // at any key its spec, its status or this process knows of, and the status
-// built from those mappings. It reads those keys only, and waits for an
-// operation in flight on the same Service.
+// built from those mappings. It reads those keys only.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
@@ -121,8 +120,7 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	return lb.serve(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
-// UpdateLoadBalancer converges the Service's mappings onto the given nodes;
-// it is EnsureLoadBalancer without the status.
+// UpdateLoadBalancer is EnsureLoadBalancer without the status.
 func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
 	_, err := lb.EnsureLoadBalancer(ctx, clusterName, service, nodes)
 	return err

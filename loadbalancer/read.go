@@ -8,9 +8,8 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// read returns what the router holds at keys, the proof every write of an
-// operation rests on: one listing per protocol over the keys' port range
-// where the client can list, otherwise one GetPortMapping per key.
+// read returns what the router holds at keys, the proof every write rests
+// on: a listing per protocol where the client can list, else one get a key.
 func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]igd.Mapping, error) {
 	got := make(map[igd.Key]igd.Mapping, len(keys))
 	if len(keys) == 0 {
