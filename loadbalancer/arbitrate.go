@@ -12,43 +12,36 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// contendersOnce returns a function that lists the cluster's Services from
-// the API server, live (no informer lag), at most once per operation. Without
-// an API client (no Initialize) it lists nothing.
-func (lb *LoadBalancer) contendersOnce(req request) func(context.Context) ([]*v1.Service, error) {
-	var once sync.Once
-	var list []*v1.Service
-	var err error
-	return func(ctx context.Context) ([]*v1.Service, error) {
-		once.Do(func() {
-			lb.mu.Lock()
-			client := lb.client
-			lb.mu.Unlock()
-			if client == nil || req.svc == nil {
-				return
-			}
-			var l *v1.ServiceList
-			if l, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
-				err = fmt.Errorf("loadbalancer: service %s: list Services to see who else wants its ports: %w", req.owner.key(), err)
-				return
-			}
-			for i := range l.Items {
-				list = append(list, &l.Items[i])
-			}
-		})
-		return list, err
-	}
+// contendersOnce returns a function that lists the cluster's Services live
+// from the API server (no informer lag), at most once. Without an API client
+// (no Initialize) it lists nothing.
+func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() ([]*v1.Service, error) {
+	return sync.OnceValues(func() ([]*v1.Service, error) {
+		lb.mu.Lock()
+		client := lb.client
+		lb.mu.Unlock()
+		if client == nil || req.svc == nil {
+			return nil, nil
+		}
+		l, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("loadbalancer: service %s: list Services to see who else wants its ports: %w", req.owner.key(), err)
+		}
+		var list []*v1.Service
+		for i := range l.Items {
+			list = append(list, &l.Items[i])
+		}
+		return list, nil
+	})
 }
 
-// arbitrate refuses k to req's Service when another Service of the cluster
-// has the prior claim on it: it wants k, is served (a LoadBalancer Service
-// selected by this LoadBalancer, valid, not being deleted), and was created
-// first (ties go to the lower namespace/name). Every process of the cluster
-// reads the same Services from the API server, so two of them (a leader
-// fail-over overlap) never both take one key; the router cannot arbitrate
-// between them, since both map to the cluster's own nodes.
-func (lb *LoadBalancer) arbitrate(ctx context.Context, req request, k igd.Key, contenders func(context.Context) ([]*v1.Service, error)) error {
-	svcs, err := contenders(ctx)
+// arbitrate refuses k to req's Service when another Service has the prior
+// claim: it wants k, is served (selected, valid, not being deleted), and was
+// created first. Every process of the cluster reads the same Services, so
+// two of them (a leader fail-over overlap) never both take one key: the
+// router cannot tell them apart.
+func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*v1.Service, error)) error {
+	svcs, err := contenders()
 	if err != nil {
 		return err
 	}

@@ -27,12 +27,11 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// clientName is the name the background work's API client is built under.
+// clientName names the background work's API client and event source.
 const clientName = "ccmkit-loadbalancer"
 
 // EventReasonExternalIPNotPublic is the reason of the Warning event a Service
-// gets when the router's external IP is not public (double NAT, CGNAT) or not
-// usable at all (0.0.0.0 while the WAN link is down).
+// gets when the router's external IP is not public or not usable.
 const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
 
 // watch is the background work's view of the cluster.
@@ -44,10 +43,8 @@ type watch struct {
 	recorder record.EventRecorder
 }
 
-// Initialize builds the background work's Kubernetes client from
-// clientBuilder; Run then starts the work. It implements provider.Initializer,
-// so that provider.Cloud calls it from its own Initialize. It makes no
-// network call. A second call does nothing.
+// Initialize builds the background work's API client (provider.Initializer).
+// It makes no network call; a second call does nothing.
 func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
 	lb.mu.Lock()
 	done := lb.client != nil
@@ -68,20 +65,11 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 }
 
 // Run runs the background work until ctx is cancelled, and returns when every
-// goroutine it started has returned. It implements provider.Runner:
-// provider.Cloud starts it after Initialize and stops it with the stop channel.
+// goroutine it started has returned. It implements provider.Runner.
 //
-// It watches nodes, Services and EndpointSlices, and every
-// Config.RenewInterval, and soon after a node or a Local Service's endpoints
-// change, makes one pass: it refreshes the external IP, reads the router's
-// table once, and reconciles every Service it serves (renewing leases,
-// repairing mappings the router lost, re-pointing mappings whose node is no
-// longer eligible or whose endpoints moved), patches the status of Services
-// whose external IP changed, and records a Warning event on Services whose
-// external IP is not public. Only Services that carry the service
-// controller's cleanup finalizer are touched, so that nothing is mapped that
-// the controller will not delete. Errors are logged: the next pass retries.
-//
+// Every Config.RenewInterval, soon after a node or a Local Service's
+// endpoints change, and when a probe finds a mapping lost, it serves again
+// every Service that carries the service controller's cleanup finalizer.
 // Run without a successful Initialize, or a second Run, logs an error and
 // returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
@@ -132,12 +120,11 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*v1.Node)
 			n, ok2 := newObj.(*v1.Node)
-			if !ok1 || !ok2 {
-				return
-			}
-			lb.seeNodes([]*v1.Node{n})
-			if nodeChanged(o, n) {
-				trigger()
+			if ok1 && ok2 {
+				lb.seeNodes([]*v1.Node{n})
+				if nodeChanged(o, n) {
+					trigger()
+				}
 			}
 		},
 		DeleteFunc: func(any) { trigger() },
@@ -190,8 +177,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 	lb.watch = w
 	lb.mu.Unlock()
 	defer func() {
-		// From now on the LoadBalancer works as one without background
-		// work: calls no longer wait for caches that will not sync.
+		// Calls no longer wait for caches that will not sync.
 		lb.mu.Lock()
 		lb.watch, lb.client = nil, nil
 		lb.mu.Unlock()
@@ -209,8 +195,6 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 			logger.Info("Load balancer background work stopped")
 			return nil
 		case <-probe.C():
-			// One cheap call between passes tells a router that lost its
-			// table; each call is bounded by the igd client.
 			probeCtx, cancel := context.WithTimeout(ctx, lb.cfg.ProbeInterval)
 			lost := lb.probe(probeCtx)
 			cancel()
@@ -221,8 +205,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		case <-ticker.C():
 		case <-kick:
 		}
-		// A pass must end before the next one is due; each router call
-		// inside it is bounded by the igd client (its CallTimeout).
+		// A pass ends before the next one is due; the igd client bounds
+		// each router call in it.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
 		lb.pass(passCtx, w)
 		cancel()
@@ -237,8 +221,7 @@ func nodeChanged(o, n *v1.Node) bool {
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
 }
 
-// localLB reports whether svc is a LoadBalancer Service with
-// externalTrafficPolicy Local (whose target follows its endpoints).
+// localLB reports whether svc's target follows its endpoints.
 func localLB(svc *v1.Service) bool {
 	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 }
@@ -248,13 +231,9 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// pass serves every Service again: it refreshes the external IP, lists the
-// router's table where the client can list (to find mappings of the
-// Services at keys nothing else records), and then serves each Service as
-// EnsureLoadBalancer would, from its own fresh read of its keys: the listing
-// only says where to look, never what to delete. It patches the status of
-// Services whose status differs. Errors are logged: there is no caller to
-// return them to, and the next pass tries again.
+// pass refreshes the external IP and serves every Service again as
+// EnsureLoadBalancer would, each from its own fresh read of its keys, and
+// patches the status of Services whose status differs. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
 	cluster := lb.clusterName()
@@ -268,17 +247,15 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
+	var nodes []*v1.Node
+	var svcs []*v1.Service
 	hints, err := lb.hints(ctx)
-	if err != nil {
-		logger.Error(err, "Load balancer pass failed")
-		return
+	if err == nil {
+		nodes, err = w.nodes.List(labels.Everything())
 	}
-	nodes, err := w.nodes.List(labels.Everything())
-	if err != nil {
-		logger.Error(err, "Load balancer pass failed")
-		return
+	if err == nil {
+		svcs, err = w.services.List(labels.Everything())
 	}
-	svcs, err := w.services.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
@@ -300,10 +277,9 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	}
 }
 
-// hints lists the router's table, where the client can list, and returns
-// the keys of mappings in this package's format that point at a node, by
-// owner token. It is a hint of where a Service may hold mappings, read once
-// per pass; no write rests on it.
+// hints lists the router's table, where the client can list, and returns by
+// owner token the keys of mappings in this package's format that point at a
+// node: where a Service may hold mappings nothing else records.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok || lb.noList.Load() {
@@ -335,7 +311,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	if err != nil || st == nil {
 		return err
 	}
-	lb.warnNotPublic(svc, ext)
+	lb.warn(svc, ext, nil)
 	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
 		return nil
 	}
@@ -349,8 +325,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 }
 
 // probe reads one mapping this process wrote, a different one each time, and
-// reports whether the router lost or changed it (a reboot, a daemon restart
-// or a wiped table): the caller then repairs at once. One call per probe.
+// reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	k, want, ok := lb.nextProbe()
 	if !ok {
@@ -390,22 +365,9 @@ func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
 	return m.Key(), m, true
 }
 
-// currentWatch returns the background work's view, and whether background
-// work is set up at all (Initialize succeeded).
-func (lb *LoadBalancer) currentWatch() (*watch, bool) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.watch, lb.client != nil
-}
-
-// waitNodes tells the caller (an operation on o that must recognise o's
-// mappings: Get or Delete) to come back while this process cannot know
-// which addresses are the cluster's nodes, rather than report "no mappings"
-// and let the service controller drop its cleanup finalizer over mappings
-// a previous process made. That is while the background work is starting
-// but its node cache has not synced, or, without background work, before
-// any node has been seen (a fresh process learns nodes only from
-// EnsureLoadBalancer and UpdateLoadBalancer then).
+// waitNodes returns an api.RetryError while this process cannot recognise
+// o's mappings, not knowing the cluster's nodes: "no mappings" would let the
+// service controller drop its finalizer over a previous process's mappings.
 func (lb *LoadBalancer) waitNodes(o owner) error {
 	lb.mu.Lock()
 	w, started, seen := lb.watch, lb.client != nil, len(lb.nodeAddrs) > 0
@@ -422,7 +384,9 @@ func (lb *LoadBalancer) waitNodes(o owner) error {
 // endpointNodes returns the names of the nodes with a ready endpoint of svc,
 // from its EndpointSlices.
 func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
-	w, started := lb.currentWatch()
+	lb.mu.Lock()
+	w, started := lb.watch, lb.client != nil
+	lb.mu.Unlock()
 	switch {
 	case w == nil && started:
 		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s/%s: waiting for the EndpointSlice cache to sync", svc.Namespace, svc.Name), lb.cfg.RetryAfter)
@@ -446,26 +410,13 @@ func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) 
 	return out, nil
 }
 
-// warnNotPublic records a Warning event on svc, once per address, when the
-// router's external IP is not public (served anyway: see
-// Config.AllowNonPublicExternalIP).
-func (lb *LoadBalancer) warnNotPublic(svc *v1.Service, ext netip.Addr) {
-	if igd.IsPublic(ext) {
+// warn records on svc, once per address and only with background work, a
+// Warning event that the external IP ext is not usable (err) or, when err is
+// nil, not public.
+func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
+	if err == nil && igd.IsPublic(ext) {
 		return
 	}
-	lb.warn(svc, ext, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
-}
-
-// warnExternalIP records a Warning event on svc, once per address, when the
-// router's external IP cannot be reported: the Service waits for it.
-func (lb *LoadBalancer) warnExternalIP(svc *v1.Service, ext netip.Addr, err error) {
-	lb.warn(svc, ext, "Waiting for a usable external IP: %v", err)
-}
-
-// warn records a Warning event with reason EventReasonExternalIPNotPublic on
-// svc, unless svc was already warned about ext; without background work
-// there is no recorder and nothing is recorded.
-func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, format string, args ...any) {
 	o := newOwner(lb.clusterName(), svc.Namespace, svc.Name)
 	lb.mu.Lock()
 	w := lb.watch
@@ -475,8 +426,11 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, format string, arg
 		s.warned = ext
 	}
 	lb.mu.Unlock()
-	if w == nil || already {
-		return
+	switch {
+	case w == nil || already:
+	case err != nil:
+		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
+	default:
+		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
 	}
-	w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, format, args...)
 }

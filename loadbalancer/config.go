@@ -10,23 +10,13 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Defaults used when the corresponding Config field is zero.
+// Defaults used when the corresponding Config field is zero, and bounds.
 const (
-	// DefaultLease is the lease of every mapping when Config.Lease is 0.
-	DefaultLease = time.Hour
-	// MinLease is the shortest finite lease Config.Lease accepts.
-	MinLease = time.Minute
-	// DefaultMaxRenewInterval bounds the default renewal interval: it is also
-	// how long a router reboot or a new external IP goes unnoticed.
-	DefaultMaxRenewInterval = 5 * time.Minute
-	// DefaultProbeInterval is how often the background work checks, with one
-	// router call, that the router still holds a mapping this process wrote
-	// (Config.ProbeInterval 0): a router that lost its table is repaired
-	// within about one interval.
-	DefaultProbeInterval = 5 * time.Second
-	// DefaultRetryAfter is how long the service controller is told to wait
-	// when the cluster is not ready yet (Config.RetryAfter 0).
-	DefaultRetryAfter = 10 * time.Second
+	DefaultLease            = time.Hour        // Config.Lease 0
+	MinLease                = time.Minute      // the shortest finite Config.Lease
+	DefaultMaxRenewInterval = 5 * time.Minute  // bounds the default RenewInterval
+	DefaultProbeInterval    = 5 * time.Second  // Config.ProbeInterval 0
+	DefaultRetryAfter       = 10 * time.Second // Config.RetryAfter 0
 	// PermanentLease as Config.Lease asks the router for permanent mappings.
 	// They are still renewed: IGD:2 routers store "permanent" as
 	// igd.MaxLease (seven days).
@@ -36,26 +26,19 @@ const (
 // Annotations that opt a Service in when Config.Services is
 // AnnotatedServices: either key with the value AnnotationValue.
 const (
-	// AnnotationLoadBalancerType is this package's opt-in annotation key.
-	AnnotationLoadBalancerType = "ccmkit.io/load-balancer-type"
-	// LegacyAnnotationLoadBalancerType is the original edge CCM's key,
-	// accepted as an alias so that its users can migrate.
-	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type"
-	// AnnotationValue is the value that opts a Service in.
-	AnnotationValue = "upnp-igd"
+	AnnotationLoadBalancerType       = "ccmkit.io/load-balancer-type"
+	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type" // the original edge CCM's key
+	AnnotationValue                  = "upnp-igd"
 )
 
 // ServiceSelection says which Services of type LoadBalancer are served.
 type ServiceSelection int
 
 const (
-	// AllServices serves every Service of type LoadBalancer. It is the zero
-	// value.
+	// AllServices, the zero value, serves every Service of type LoadBalancer.
 	AllServices ServiceSelection = iota
-	// AnnotatedServices serves only Services annotated with
-	// AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) set
-	// to AnnotationValue. Other Services get
-	// cloudprovider.ImplementedElsewhere.
+	// AnnotatedServices serves only the annotated Services (see
+	// AnnotationValue); others get cloudprovider.ImplementedElsewhere.
 	AnnotatedServices
 )
 
@@ -73,10 +56,9 @@ func (s ServiceSelection) String() string {
 // Config configures a LoadBalancer. Only Client is required; every other
 // field has a documented meaning for its zero value.
 type Config struct {
-	// Client talks to the router. Required. The LoadBalancer makes no call
-	// in New; the first call happens in the first operation. The service
-	// controller's calls carry no deadline, so the client should bound each
-	// router call itself (igd.NewClient does, with its CallTimeout).
+	// Client talks to the router. Required. It should bound each router
+	// call itself (igd.NewClient does): the service controller's calls carry
+	// no deadline.
 	Client igd.Client
 
 	// ClusterName is the cluster's name (kube-controller-manager's
@@ -86,10 +68,8 @@ type Config struct {
 	ClusterName string
 
 	// Lease is the lease of every mapping, renewed by the background work.
-	// Zero means DefaultLease (one hour); PermanentLease asks for permanent
-	// mappings. A finite lease must be whole seconds between MinLease and
-	// igd.MaxLease. Routers that only take permanent leases get permanent
-	// mappings (logged once).
+	// Zero means DefaultLease; PermanentLease asks for permanent mappings. A
+	// finite lease must be whole seconds between MinLease and igd.MaxLease.
 	Lease time.Duration
 
 	// RenewInterval is how often the background work renews leases, repairs
@@ -114,28 +94,22 @@ type Config struct {
 	Services ServiceSelection
 
 	// NodeName is the name of the node this process runs on (for example
-	// from the downward API's spec.nodeName). It is only used when
-	// SecureMode is set. Empty means "find it": on first need, the
-	// LoadBalancer asks Client.LocalAddr for this host's address toward
-	// the router and takes the one node (among the nodes passed to
-	// EnsureLoadBalancer and UpdateLoadBalancer, and those the background
-	// work watches) that reports it as an InternalIP or ExternalIP; the
-	// node found is kept for the life of the LoadBalancer, and mappings
-	// target that address. Until one matches, Services fail with
-	// ErrOwnNodeUnknown and an api.RetryError. A set NodeName makes
-	// mappings target the node's InternalIP.
+	// from the downward API's spec.nodeName), used only with SecureMode:
+	// mappings target its InternalIP. Empty means the one node that reports
+	// this host's address toward the router (Client.LocalAddr) as an
+	// InternalIP or ExternalIP, found on first need and kept; mappings then
+	// target that address, and until one matches, Services fail with
+	// ErrOwnNodeUnknown and an api.RetryError.
 	NodeName string
 
 	// SecureMode says the router only lets a host map ports to itself
 	// (miniupnpd secure_mode=yes): every mapping then targets this
-	// process's node (see NodeName), and Services fail while that node is
-	// not eligible. False (the default) lets mappings target any eligible
+	// process's node (see NodeName). False lets them target any eligible
 	// node.
 	SecureMode bool
 
-	// RetryAfter is the fixed delay returned in an api.RetryError when the
-	// cluster is not ready yet: no eligible node, no ready endpoint, caches
-	// not synced. Zero means DefaultRetryAfter.
+	// RetryAfter is the fixed delay of the api.RetryError returned while the
+	// cluster is not ready yet. Zero means DefaultRetryAfter.
 	RetryAfter time.Duration
 
 	// Clock drives the background work's timer. Nil means the real clock.
@@ -143,7 +117,6 @@ type Config struct {
 }
 
 // withDefaults validates c and returns it with every zero field filled in.
-// It is the only place defaults are applied.
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	bad := func(field, reason string) {
@@ -210,8 +183,8 @@ func (c Config) requestLease() time.Duration {
 }
 
 // renewBelow is the remaining lease under which a mapping is renewed: half
-// the lease plus half a renewal interval, so that a mapping seen just above
-// it is still alive, with a quarter of its lease to spare, one interval later.
+// the lease plus half an interval, so that one interval later it still has
+// a quarter of its lease.
 func (c Config) renewBelow() time.Duration {
 	return c.effectiveLease()/2 + c.RenewInterval/2
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -17,29 +18,18 @@ import (
 
 // request is the desired state of one Service on the router.
 type request struct {
-	owner owner
-	// svc is the Service (nil when removing all its mappings).
-	svc *v1.Service
-	// ports are the mappings the Service wants; none means "remove all of
-	// the Service's mappings".
-	ports []portPlan
-	// candidates are the nodes the mappings may target, sorted by name.
-	candidates []target
-	// noTarget explains an empty candidates list. It is returned when ports
-	// is not empty and there is no candidate.
-	noTarget error
-	// self is the node this process runs on, for secure-mode routers ("" when
-	// not in secure mode).
-	self string
+	owner      owner
+	svc        *v1.Service // nil when removing all its mappings
+	ports      []portPlan  // none: remove all of the Service's mappings
+	candidates []target    // the nodes the mappings may target, by name
+	noTarget   error       // why candidates is empty
+	self       string      // this process's node on a secure-mode router
 }
 
 // converge brings the router from got, a fresh read of the keys where the
-// Service may hold mappings, to req: it deletes the Service's own mappings
-// it no longer wants, adds missing ones, and re-points, relabels or renews
-// its own out-of-date ones. It never touches a mapping the Service does not
-// own. A port that fails does not stop the others; the errors are joined,
-// with an api.RetryError among them when the caller should come back at a
-// fixed delay. The caller holds the Service's gate.
+// Service may hold mappings, to req, touching only the Service's own
+// mappings. A failing port does not stop the others; the errors are joined,
+// with an api.RetryError for a fixed delay. The caller holds the gate.
 func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
 	o := req.owner
 	ours := make(map[igd.Key]igd.Mapping)
@@ -63,11 +53,12 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 			retry = d
 		}
 	}
-	lb.keepOnly(o, ours) // the read proves the Service holds nothing else
-	// Withdraw first, whether or not a node can take the wanted ports: a
-	// port the Service gave up, or a mapping to a nodePort it no longer
-	// has, must not stay forwarded.
-	for _, k := range sortedKeys(ours) {
+	lb.update(o, func(s *serviceState) { // the read proves o holds nothing else
+		maps.DeleteFunc(s.held, func(k igd.Key, _ held) bool { _, ok := ours[k]; return !ok })
+	})
+	// Withdraw first, even with no node to take the wanted ports: a port
+	// given up, or a mapping to a stale nodePort, must not stay forwarded.
+	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		m := ours[k]
 		p, wanted := findPlan(req.ports, k)
 		if wanted && (haveTarget || m.InternalPort == p.nodePort || m.InternalPort == 0) {
@@ -79,7 +70,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		errs = append(errs, req.noTarget)
 		return errors.Join(errs...)
 	}
-	contenders := lb.contendersOnce(req)
+	contenders := lb.contendersOnce(ctx, req)
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
@@ -87,7 +78,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		case exists && !mine:
 			errs = append(errs, &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse})
 		case mine && lb.upToDate(o, cur, p, tgt):
-			lb.recordHeld(o, p.key)
+			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
 			wait(lb.apply(ctx, req, p, tgt, cur, mine, contenders))
 		}
@@ -98,15 +89,14 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	return errors.Join(errs...)
 }
 
-// upToDate reports whether our mapping m already is what p wants on tgt, with
-// enough lease left. The lease left is what the router reports (miniupnpd
-// reports the time left) or, for mappings this process wrote, what is left
-// of the lease the router granted, whichever is less: some routers report
-// the lease as granted. A router that reports internal port 0 (miniupnpd
-// 2.3.6 lists every mapping so) is taken at this process's word when it
-// wrote p's node port there; otherwise the mapping is written once more.
+// upToDate reports whether our mapping m is what p wants on tgt, with enough
+// lease left by the router's count and by the lease granted (some routers
+// report it as granted). Internal port 0 (miniupnpd 2.3.6 lists all so) is
+// taken at this process's word.
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
-	h, wrote := lb.written(o, m.Key())
+	var h held
+	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
+	wrote := h.written.InternalClient.IsValid()
 	port := m.InternalPort
 	if port == 0 && wrote {
 		port = h.written.InternalPort
@@ -114,8 +104,7 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 	if m.InternalClient.Unmap() != tgt.addr || port != p.nodePort {
 		return false
 	}
-	// A router that alters descriptions (cuts them short) keeps what this
-	// process wrote in its own way: rewriting would repeat on every pass.
+	// A router that alters descriptions would be rewritten on every pass.
 	if m.Description != p.description && !(wrote && h.written.Description == p.description) {
 		return false
 	}
@@ -128,15 +117,12 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 
 // apply makes the mapping for p point at tgt, with p's description. old is
 // what the read found at p's key; mine says whether it is the Service's own.
-// Our mapping is deleted first when it must move to another node, or when
-// only its description changes (miniupnpd keeps the description on a re-add
-// with the same internal client and port); otherwise one add writes it. It
-// returns a delay when the caller should retry at a fixed rate.
-func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func(context.Context) ([]*v1.Service, error)) (time.Duration, error) {
+// It returns a delay when the caller should retry at a fixed rate.
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if !mine {
-		if err := lb.arbitrate(ctx, req, p.key, contenders); err != nil {
+		if err := lb.arbitrate(req, p.key, contenders); err != nil {
 			return 0, err
 		}
 		if err := lb.reserve(o, p.key); err != nil {
@@ -146,13 +132,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
 	relabel := mine && !moved && old.InternalPort == p.nodePort && old.Description != p.description
 	if moved || relabel {
-		// A router keeps a key for the internal client holding it (another
-		// client gets 718), and miniupnpd only renews the lease of a mapping
-		// re-added with the same internal client and port: moving a mapping,
-		// or changing only its description, is a delete and an add. The
-		// read just before proves the mapping ours. Between the two calls
-		// another LAN host could take the port: the add then fails with a
-		// PortError naming it.
+		// A router keeps a key for its internal client (another gets 718),
+		// and miniupnpd keeps the description of a mapping re-added with the
+		// same client and port: moving or relabelling is a delete and an
+		// add. A LAN host taking the port in between fails the add.
 		if err := lb.cfg.Client.DeletePortMapping(ctx, p.key.Protocol, p.key.ExternalPort); err != nil {
 			return lb.deleteFailed(o, old, err)
 		}
@@ -170,10 +153,14 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
-		lb.forgetKey(o, p.key)
+		lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
 		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
-	lb.recordWrite(o, want, stored.Lease)
+	h := held{written: want}
+	if stored.Lease > 0 {
+		h.expires = lb.cfg.Clock.Now().Add(stored.Lease)
+	}
+	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
 	if want.Lease != 0 && stored.Lease == 0 {
 		lb.permanentOnce.Do(func() {
 			logger.Info("Router only accepts permanent leases; mappings are permanent and still renewed", "requestedLease", want.Lease)
@@ -187,9 +174,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	return 0, nil
 }
 
-// addFailed turns an AddPortMapping error into a PortError. A conflict on a
-// key the read showed free or ours means another host took it meanwhile, or
-// that the router is in secure mode; one GetPortMapping names the holder.
+// addFailed turns an AddPortMapping error into a PortError; on a conflict,
+// one GetPortMapping names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
 	if !errors.Is(err, igd.ErrConflict) {
@@ -197,7 +183,6 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	}
 	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	if gerr != nil {
-		// Nobody holds the port: the router refuses to map to our target.
 		if lb.cfg.SecureMode {
 			err = fmt.Errorf("%w (the port is free: a secure-mode router maps only to the caller's own address; is node %s this host's address toward the router?)", err, req.self)
 		} else {
@@ -209,9 +194,8 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 }
 
 // deleteFailed turns a DeletePortMapping error for our mapping old into a
-// PortError. A secure-mode router refuses (606) to let us delete a mapping
-// that another node made (the previous leader): it expires with its lease,
-// so the caller is told to come back then.
+// PortError. A secure-mode router refuses (606) to delete a previous
+// leader's mapping: the caller is told to come back when it expires.
 func (lb *LoadBalancer) deleteFailed(o owner, old igd.Mapping, err error) (time.Duration, error) {
 	if lb.cfg.SecureMode && errors.Is(err, igd.ErrNotAuthorized) {
 		after := old.Lease + time.Second
@@ -224,16 +208,16 @@ func (lb *LoadBalancer) deleteFailed(o owner, old igd.Mapping, err error) (time.
 	return 0, &PortError{Service: o.key(), Key: old.Key(), Err: err}
 }
 
-// maxSecureWait bounds the fixed retry delay while waiting for a previous
-// leader's mapping to expire (the service controller's own back-off cap).
+// maxSecureWait bounds the wait for a previous leader's mapping to expire
+// (the service controller's own back-off cap).
 const maxSecureWait = 5 * time.Minute
 
-// remove deletes our mapping m, which a read of this operation proved ours.
+// remove deletes m, which a read of this operation proved ours.
 func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (time.Duration, error) {
 	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
-	lb.forgetKey(o, m.Key())
+	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })
 	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
 	return 0, nil
 }
@@ -245,14 +229,4 @@ func findPlan(plans []portPlan, k igd.Key) (portPlan, bool) {
 		return portPlan{}, false
 	}
 	return plans[i], true
-}
-
-// sortedKeys returns the keys of m in compareKeys order.
-func sortedKeys(m map[igd.Key]igd.Mapping) []igd.Key {
-	keys := make([]igd.Key, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareKeys)
-	return keys
 }

@@ -17,33 +17,26 @@ var (
 	// someone else: another host, another cluster or another Service. The
 	// mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
-	// ErrNoEligibleNode means no node can receive the Service's traffic:
-	// none is Ready with an IPv4 InternalIP (and, for
-	// externalTrafficPolicy Local, has a ready endpoint; for a secure-mode
-	// router, is this process's own node).
+	// ErrNoEligibleNode means no node can receive the Service's traffic (see
+	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
-	// ErrOwnNodeUnknown means a secure-mode router needs the node this
-	// process runs on, Config.NodeName is empty, and no single node
-	// reports this host's address toward the router.
+	// ErrOwnNodeUnknown means a secure-mode router needs this process's
+	// node, Config.NodeName is empty, and no single node reports this
+	// host's address toward the router.
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
-	// ErrExternalIPNotUsable means the router's external IP cannot be
-	// reported: not IPv4, unspecified (0.0.0.0 while its WAN link is down),
-	// or not public while Config.AllowNonPublicExternalIP is false. Services
-	// wait for a usable one, with an api.RetryError.
+	// ErrExternalIPNotUsable means the router's external IP is not IPv4,
+	// unspecified (WAN link down), or not public without
+	// Config.AllowNonPublicExternalIP. Services wait, with an api.RetryError.
 	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 
 // ServiceError reports a Service field that a router port mapping cannot
 // serve.
 type ServiceError struct {
-	// Service is "namespace/name".
-	Service string
-	// Field is the path of the field, for example "spec.ports[0].protocol".
-	Field string
-	// Value is the offending value as text.
-	Value string
-	// Reason says what is wrong.
-	Reason string
+	Service string // "namespace/name"
+	Field   string // the field's path, for example "spec.ports[0].protocol"
+	Value   string // the offending value as text
+	Reason  string // what is wrong
 }
 
 // Error names the Service, the field, its value and what is wrong.
@@ -57,10 +50,8 @@ func (e *ServiceError) Is(target error) bool { return target == ErrInvalidServic
 // PortError reports that one port of a Service could not be served. The other
 // ports of the Service are still converged.
 type PortError struct {
-	// Service is "namespace/name".
-	Service string
-	// Key is the router key of the port: protocol and external port.
-	Key igd.Key
+	Service string  // "namespace/name"
+	Key     igd.Key // the router key of the port: protocol and external port
 	// Holder is the mapping that holds Key, when the port is held by someone
 	// else and the holder is known.
 	Holder *igd.Mapping

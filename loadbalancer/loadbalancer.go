@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,48 +22,32 @@ import (
 var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
 // LoadBalancer serves Services of type LoadBalancer with port mappings on a
-// UPnP IGD router. It implements cloudprovider.LoadBalancer; its background
-// work (repair, lease renewal, external IP refresh, re-pointing) is started
-// by Initialize and Run. It is safe for concurrent use.
+// UPnP IGD router; Initialize and Run start its background work. It is safe
+// for concurrent use.
 type LoadBalancer struct {
-	cfg           Config // read-only after New, defaults filled in
-	permanentOnce sync.Once
-	// noList is set once the client said it cannot list (igd.ErrNotSupported):
-	// keys are then read one by one.
-	noList atomic.Bool
-	// passes and probes count finished background passes and probes (read
-	// by tests).
-	passes, probes atomic.Int64
+	cfg            Config // read-only after New, defaults filled in
+	permanentOnce  sync.Once
+	noList         atomic.Bool  // the client cannot list: keys are read one by one
+	passes, probes atomic.Int64 // finished background passes and probes
 
-	// mu guards every field below it. It is never held across a router or
-	// API server call.
-	mu sync.Mutex
-	// cluster is the cluster name learned from Config or the first call.
-	cluster string
-	// external is the last usable external IP the router reported (zero:
-	// not known, or the router's answer was not usable).
-	external netip.Addr
-	// nodeAddrs maps the addresses of every node seen to its name: a mapping
-	// is ours only when it points at one of them.
-	nodeAddrs map[netip.Addr]string
-	// services holds what this process knows of each Service, by owner token.
-	services map[string]*serviceState
-	// watch is the background work's view of the cluster (nil until its
-	// caches have synced); client is its API client, set by Initialize.
-	watch   *watch
-	client  kubernetes.Interface
-	running bool
-	// self is the node this process runs on, found by its address toward the
-	// router, selfAddr, when Config.NodeName is empty ("" until found).
+	// mu guards the fields below. It is never held across a router or API
+	// server call.
+	mu        sync.Mutex
+	cluster   string                   // from Config or the first call
+	external  netip.Addr               // last usable external IP (zero: none)
+	nodeAddrs map[netip.Addr]string    // every node address seen, to its node
+	services  map[string]*serviceState // by owner token
+	watch     *watch                   // background work's view; nil until synced
+	client    kubernetes.Interface     // set by Initialize
+	running   bool
+	// self is this process's node, found by its address toward the router,
+	// selfAddr, when Config.NodeName is empty ("" until found).
 	self     string
 	selfAddr netip.Addr
-	// probeSeq picks the mapping the next probe reads.
-	probeSeq int
+	probeSeq int // picks the mapping the next probe reads
 }
 
-// New returns a LoadBalancer configured by cfg. It makes no router call: an
-// unreachable router at start-up does not disable anything, the first
-// operation reaches it.
+// New returns a LoadBalancer configured by cfg. It makes no router call.
 func New(cfg Config) (*LoadBalancer, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -77,21 +61,16 @@ func New(cfg Config) (*LoadBalancer, error) {
 	}, nil
 }
 
-// GetLoadBalancerName returns the owner token of the Service's mappings:
-// "cluster/namespace/name" when that is at most 43 bytes of letters, digits,
-// '-', '.' and '_', otherwise "#" and 20 base32 characters of its SHA-256. It
-// depends only on those three names, never on the Service's UID or spec, and
-// is what the second field of every mapping description says.
+// GetLoadBalancerName returns the owner token of the Service's mappings, the
+// second field of their descriptions (see the package documentation). It
+// depends only on the cluster, namespace and name.
 func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName string, service *v1.Service) string {
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
-// at any key its spec, its status or this process knows of, and its status
-// built from those mappings. It reads those keys only (one listing call per
-// protocol where the router can list), plus one external-IP call when the
-// address is not cached, and waits for an operation in flight on the same
-// Service.
+// at any key its spec, its status or this process knows of, and the status
+// built from those mappings. It reads those keys only.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
@@ -115,7 +94,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
-	sort.Slice(plans, func(i, j int) bool { return compareKeys(plans[i].key, plans[j].key) < 0 })
+	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
 	ext, err := lb.externalIP(ctx)
 	if err != nil {
 		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
@@ -124,10 +103,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
-// its nodePort on one eligible node and returns the status. It is idempotent:
-// a call with nothing to change reads the Service's keys and writes nothing.
-// A Service not selected by Config.Services has its mappings removed and
-// gets cloudprovider.ImplementedElsewhere.
+// its nodePort on one eligible node and returns the status. A call with
+// nothing to change writes nothing. A Service not selected by
+// Config.Services has its mappings removed and gets
+// cloudprovider.ImplementedElsewhere.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o := lb.owner(clusterName, service)
@@ -141,18 +120,15 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	return lb.serve(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
-// UpdateLoadBalancer converges the Service's mappings onto the given nodes;
-// it is EnsureLoadBalancer without the status.
+// UpdateLoadBalancer is EnsureLoadBalancer without the status.
 func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
 	_, err := lb.EnsureLoadBalancer(ctx, clusterName, service, nodes)
 	return err
 }
 
 // EnsureLoadBalancerDeleted removes every mapping the Service owns at the
-// keys its spec, its status or this process knows of, and nothing else. It
-// needs only the Service's namespace, name, ports and status, so it works
-// for Services that are no longer valid or selected, and it succeeds when
-// there is nothing to remove.
+// keys its spec, its status or this process knows of, and nothing else, also
+// for Services no longer valid or selected. Nothing to remove is success.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o := lb.owner(clusterName, service)
 	if err := lb.waitNodes(o); err != nil {
@@ -163,20 +139,15 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 
 // operation says how serve runs.
 type operation struct {
-	// pass: a background pass, which gives up when the Service is busy or
-	// was deleted since the pass listed it (and returns a nil status).
-	pass bool
-	// ext and extErr are the router's external IP and the error of reading
-	// it, if any.
-	ext    netip.Addr
-	extErr error
-	// extra are keys where the Service may hold mappings beyond those its
-	// spec, status and this process know of (a pass's listing).
-	extra []igd.Key
+	// pass: a background pass, which gives up (nil status) when the Service
+	// is busy or was deleted since the pass listed it.
+	pass   bool
+	ext    netip.Addr // the router's external IP
+	extErr error      // the error of reading it
+	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serve is EnsureLoadBalancer for a selected Service, and a background
-// pass's work on one Service.
+// serve is EnsureLoadBalancer for a selected Service, and a pass's work.
 func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
@@ -197,8 +168,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		}
 	}
 	if invalid != nil {
-		// Ports the user asked to restrict or stop serving must not stay
-		// open: the Service loses its own mappings, and nothing else.
+		// Ports the user asked to restrict must not stay open.
 		return nil, errors.Join(invalid, lb.withdraw(ctx, o, svc, false))
 	}
 	var release func()
@@ -212,7 +182,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		if release, err = lb.acquire(ctx, o); err != nil {
 			return nil, err
 		}
-		lb.undelete(o)
+		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
 	defer release()
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
@@ -223,15 +193,14 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 		return nil, err
 	}
 	if extErr != nil {
-		lb.warnExternalIP(svc, ext, extErr)
+		lb.warn(svc, ext, extErr)
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans), nil
 }
 
 // withdraw removes every mapping o owns at the keys svc and this process know
-// of. deleted marks the Service deleted, so that background passes leave it
-// alone until an Ensure serves it again.
+// of. deleted keeps background passes off the Service until an Ensure.
 func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, deleted bool) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
@@ -239,7 +208,10 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, 
 	}
 	defer release()
 	if deleted {
-		lb.markDeleted(o, svc)
+		now := lb.cfg.Clock.Now()
+		lb.update(o, func(s *serviceState) {
+			s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
+		})
 	}
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, nil))
 	if err != nil {
@@ -249,8 +221,7 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, 
 }
 
 // request builds the desired state of svc: its ports and which of nodes may
-// receive them. An error matching ErrInvalidService means the spec cannot be
-// served as it is.
+// receive them. An ErrInvalidService means the spec cannot be served.
 func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
 	req := request{owner: o, svc: svc, ports: plans}
 	targets, reasons := eligibleTargets(nodes)
@@ -259,15 +230,12 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 		if err != nil {
 			return request{}, err
 		}
-		var kept []target
-		for _, t := range targets {
-			if withEndpoints[t.name] {
-				kept = append(kept, t)
-			} else {
+		targets = slices.DeleteFunc(targets, func(t target) bool {
+			if !withEndpoints[t.name] {
 				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
 			}
-		}
-		targets = kept
+			return !withEndpoints[t.name]
+		})
 	}
 	if lb.cfg.SecureMode {
 		name, addr, err := lb.selfNode(ctx, nodes)
@@ -275,16 +243,13 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
 		}
 		req.self = name
-		var self []target
-		for _, t := range targets {
-			if t.name == name {
-				if addr.IsValid() {
-					t.addr = addr // the only address the router maps to
-				}
-				self = append(self, t)
+		targets = slices.DeleteFunc(targets, func(t target) bool { return t.name != name })
+		for i := range targets {
+			if addr.IsValid() {
+				targets[i].addr = addr // the only address the router maps to
 			}
 		}
-		if len(self) == 0 {
+		if len(targets) == 0 {
 			why, ok := reasons[name]
 			if !ok {
 				why = "is not among the cluster's nodes"
@@ -292,7 +257,6 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
-		targets = self
 	} else if len(targets) == 0 {
 		req.noTarget = lb.retry(fmt.Errorf("%w for service %s: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
@@ -305,27 +269,21 @@ func describeReasons(reasons map[string]string) string {
 	if len(reasons) == 0 {
 		return "the cluster has no nodes"
 	}
-	names := make([]string, 0, len(reasons))
-	for n := range reasons {
-		names = append(names, n)
+	parts := make([]string, 0, len(reasons))
+	for n, why := range reasons {
+		parts = append(parts, "node "+n+" "+why)
 	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = "node " + n + " " + reasons[n]
-	}
+	slices.Sort(parts) // by name: no node name holds a character below " "
 	return strings.Join(parts, "; ")
 }
 
-// retry joins err with an api.RetryError so that the service controller
-// comes back after Config.RetryAfter rather than backing off: the cluster is
-// expected to become ready (a node turning Ready, an endpoint appearing).
+// retry joins err with an api.RetryError after Config.RetryAfter, for what
+// is expected to resolve by itself.
 func (lb *LoadBalancer) retry(err error) error {
 	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 }
 
-// owner returns the owner of service in clusterName, and remembers the
-// cluster name for background work.
+// owner returns the owner of service, and remembers the cluster name.
 func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) owner {
 	lb.mu.Lock()
 	if lb.cluster == "" {
@@ -335,8 +293,7 @@ func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) owner {
 	return newOwner(clusterName, service.Namespace, service.Name)
 }
 
-// clusterName returns the cluster name background work uses ("" = not yet
-// known).
+// clusterName returns the cluster name background work uses ("": unknown).
 func (lb *LoadBalancer) clusterName() string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -357,7 +314,7 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	}
 }
 
-// isNodeAddr reports whether a is the address of a node seen by this process.
+// isNodeAddr reports whether a is the address of a node seen.
 func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -377,9 +334,8 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
-// it is usable: IPv4, not unspecified, and public unless
-// Config.AllowNonPublicExternalIP. An unusable answer returns the address
-// with an error matching ErrExternalIPNotUsable, and clears the cache.
+// usable. An unusable answer clears the cache and returns the address with
+// an ErrExternalIPNotUsable.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if errors.Is(err, igd.ErrInvalidExternalIP) {

@@ -12,7 +12,7 @@ import (
 )
 
 // toBeDeletedTaint is the cluster autoscaler's taint for a node about to be
-// removed; the service controller leaves such nodes out too.
+// removed (the service controller leaves such nodes out too).
 const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // target is a node that may receive a Service's traffic.
@@ -21,8 +21,7 @@ type target struct {
 	addr netip.Addr // IPv4 InternalIP
 }
 
-// nodeTarget reports whether n can receive traffic and at which address. When
-// it cannot, reason says why.
+// nodeTarget returns n as a target, or why it cannot be one.
 func nodeTarget(n *v1.Node) (t target, reason string) {
 	switch {
 	case n.DeletionTimestamp != nil:
@@ -45,8 +44,7 @@ func nodeTarget(n *v1.Node) (t target, reason string) {
 	return target{}, "has no IPv4 InternalIP"
 }
 
-// nodeAddrs returns every IPv4 address n reports. A mapping that claims to be
-// ours must point at one of our nodes' addresses.
+// nodeAddrs returns every IPv4 InternalIP and ExternalIP n reports.
 func nodeAddrs(n *v1.Node) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range n.Status.Addresses {
@@ -102,31 +100,17 @@ func eligibleTargets(nodes []*v1.Node) (targets []target, reasons map[string]str
 }
 
 // chooseTarget picks the node for a Service among candidates: the node its
-// mappings point at now (current) while that node is a candidate, otherwise
-// the candidate with the highest rendezvous hash of (service, node name).
-// The choice is deterministic, spreads Services over nodes, and moves a
-// Service only when its node stops being a candidate.
+// mappings point at now (current) while it is a candidate, otherwise the one
+// with the highest rendezvous hash of (service, node name).
 func chooseTarget(service string, candidates []target, current []netip.Addr) (target, bool) {
-	if len(candidates) == 0 {
+	pool := slices.DeleteFunc(slices.Clone(candidates), func(c target) bool { return !slices.Contains(current, c.addr) })
+	if len(pool) == 0 {
+		pool = candidates
+	}
+	if len(pool) == 0 {
 		return target{}, false
 	}
-	var best target
-	var bestScore uint64
-	found := false
-	for _, keepCurrent := range []bool{true, false} {
-		for _, c := range candidates {
-			if keepCurrent && !slices.Contains(current, c.addr) {
-				continue
-			}
-			if s := score(service, c.name); !found || s > bestScore {
-				best, bestScore, found = c, s, true
-			}
-		}
-		if found {
-			return best, true
-		}
-	}
-	return target{}, false
+	return slices.MaxFunc(pool, func(a, b target) int { return cmp.Compare(score(service, a.name), score(service, b.name)) }), true
 }
 
 // score is the rendezvous hash of a Service and a node name.

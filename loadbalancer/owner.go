@@ -8,33 +8,21 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Description format, version 1 (see the package documentation):
-//
-//	ck1 <owner> <port>[ <hint>]
-//
-// fields separated by single spaces, at most igd.MaxDescriptionLen bytes.
+// Description format, version 1 (see the package documentation).
 const (
-	// formatV1 is the first field of every description written by this
-	// package. Later versions of the package write their own marker and keep
-	// recognising this one.
-	formatV1 = "ck1"
-	// maxReadableOwner is the longest "cluster/namespace/name" written out in
-	// full: with the marker, two spaces and a 15-byte port name the
-	// description stays within igd.MaxDescriptionLen.
+	formatV1 = "ck1" // the first field of every description this package writes
+	// maxReadableOwner is the longest owner written out in full: with the
+	// marker, two spaces and the longest port name, it fits.
 	maxReadableOwner = igd.MaxDescriptionLen - len(formatV1) - 2 - maxPortNameLen
-	// maxPortNameLen is the longest Kubernetes port name (an IANA_SVC_NAME).
-	maxPortNameLen = 15
-	// hashLen is the number of base32 characters of the hashed owner (100 bits).
-	hashLen = 20
-	// unnamedPort stands for the empty name of a Service's only port.
-	unnamedPort = "-"
+	maxPortNameLen   = 15  // the longest Kubernetes port name (an IANA_SVC_NAME)
+	hashLen          = 20  // base32 characters of a hashed owner (100 bits)
+	unnamedPort      = "-" // the empty name of a Service's only port
 )
 
 var hashEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// owner identifies the Service a mapping belongs to: cluster, namespace and
-// name. Its token is what descriptions carry and what GetLoadBalancerName
-// returns.
+// owner identifies the Service a mapping belongs to. Its token is what
+// descriptions carry and GetLoadBalancerName returns.
 type owner struct {
 	cluster, namespace, name string
 	token                    string
@@ -49,8 +37,7 @@ func newOwner(cluster, namespace, name string) owner {
 func (o owner) key() string { return o.namespace + "/" + o.name }
 
 // ownerToken is "cluster/namespace/name" when that is short enough and made of
-// safe characters, and otherwise "#" followed by 20 base32 characters of the
-// SHA-256 of "cluster/namespace/name". It never contains a space.
+// safe characters, otherwise "#" and 20 base32 characters of its SHA-256.
 func ownerToken(cluster, namespace, name string) string {
 	full := cluster + "/" + namespace + "/" + name
 	if len(full) <= maxReadableOwner && safeToken(cluster) && safeToken(namespace) && safeToken(name) {
@@ -61,7 +48,7 @@ func ownerToken(cluster, namespace, name string) string {
 }
 
 // safeToken reports whether s is non-empty and made only of characters that
-// cannot be confused with the format's separators.
+// cannot be confused with separators.
 func safeToken(s string) bool {
 	if s == "" {
 		return false
@@ -84,7 +71,7 @@ func (o owner) description(portName string) string {
 	}
 	d := formatV1 + " " + o.token + " " + portName
 	if strings.HasPrefix(o.token, "#") {
-		// A hint for people reading the router's table; never parsed.
+		// For people reading the router's table; never parsed.
 		hint := o.namespace + "/" + o.name
 		if room := igd.MaxDescriptionLen - len(d) - 1; room > 0 {
 			if len(hint) > room {
@@ -99,7 +86,6 @@ func (o owner) description(portName string) string {
 // parsedDescription is what a description says about its owner.
 type parsedDescription struct {
 	token string // owner token
-	port  string // port name, unnamedPort for none
 }
 
 // parseDescription reads a description written by any version of this
@@ -109,5 +95,5 @@ func parseDescription(d string) (p parsedDescription, ok bool) {
 	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || f[2] == "" {
 		return parsedDescription{}, false
 	}
-	return parsedDescription{token: f[1], port: f[2]}, true
+	return parsedDescription{token: f[1]}, true
 }

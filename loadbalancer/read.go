@@ -8,10 +8,8 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// read returns what the router holds at keys, the proof every write of an
-// operation rests on: with one listing per protocol over the keys' port
-// range where the client can list (igd.Lister), otherwise one
-// GetPortMapping per key. Absent keys are absent from the result.
+// read returns what the router holds at keys, the proof every write rests
+// on: a listing per protocol where the client can list, else one get a key.
 func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]igd.Mapping, error) {
 	got := make(map[igd.Key]igd.Mapping, len(keys))
 	if len(keys) == 0 {
@@ -76,7 +74,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 }
 
 // owns reports whether m belongs to o: its description names o, and it points
-// at an address of one of our nodes (any LAN host can write any description).
+// at a node (any LAN host can write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	p, ok := parseDescription(m.Description)
 	return ok && p.token == o.token && lb.isNodeAddr(m.InternalClient)

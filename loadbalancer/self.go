@@ -12,21 +12,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// selfNode returns the name of the node this process runs on, which a
-// secure-mode router requires every mapping to target: Config.NodeName when
-// set, otherwise the node found earlier, otherwise the one node among nodes
-// (and, when the background work runs, the nodes it watches) that reports
-// this host's address toward the router (igd.Client.LocalAddr) as its
-// InternalIP or ExternalIP. A node found is cached for the life of the
-// LoadBalancer. When none matches, the error (an ErrOwnNodeUnknown joined
-// to an api.RetryError: the node may not have registered or reported its
-// addresses yet) names the address and the nodes tried; a failure of the
-// client is returned as it is.
-//
-// addr is the address the node was found by, which mappings to it must
-// target (a secure-mode router maps only to the caller's own address, which
-// may be the node's ExternalIP); it is invalid when Config.NodeName names
-// the node, and mappings then target its InternalIP.
+// selfNode returns the node this process runs on (see Config.NodeName),
+// looking among nodes and the watched ones, and the address it was found by,
+// which mappings must target (invalid for Config.NodeName). While none
+// matches, an ErrOwnNodeUnknown joined to an api.RetryError names the
+// address and the nodes tried.
 func (lb *LoadBalancer) selfNode(ctx context.Context, nodes []*v1.Node) (name string, addr netip.Addr, err error) {
 	if lb.cfg.NodeName != "" {
 		return lb.cfg.NodeName, netip.Addr{}, nil

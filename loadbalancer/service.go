@@ -13,9 +13,11 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// annotationSourceRanges is the older annotation form of
-// spec.loadBalancerSourceRanges.
-const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+const (
+	// annotationSourceRanges is the older form of spec.loadBalancerSourceRanges.
+	annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+	noSourceRanges         = "a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address"
+)
 
 // portPlan is one mapping a Service wants.
 type portPlan struct {
@@ -24,8 +26,7 @@ type portPlan struct {
 	description string
 }
 
-// selected reports whether the Service is served by this LoadBalancer under
-// selection.
+// selected reports whether selection serves svc.
 func selected(selection ServiceSelection, svc *v1.Service) bool {
 	if selection == AllServices {
 		return true
@@ -45,43 +46,31 @@ func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 		bad("spec.ipFamilies", fmt.Sprint(svc.Spec.IPFamilies), "the router maps IPv4 only; an IPv6-only Service cannot be served")
 	}
 	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
-		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","),
-			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","), noSourceRanges)
 	}
 	if v := strings.TrimSpace(svc.Annotations[annotationSourceRanges]); v != "" {
-		bad("metadata.annotations["+annotationSourceRanges+"]", v,
-			"a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address")
+		bad("metadata.annotations["+annotationSourceRanges+"]", v, noSourceRanges)
 	}
 	var plans []portPlan
 	seen := make(map[igd.Key]int)
 	for i, p := range svc.Spec.Ports {
 		field := fmt.Sprintf("spec.ports[%d]", i)
-		var proto igd.Protocol
-		switch p.Protocol {
-		case v1.ProtocolTCP, "":
-			proto = igd.TCP
-		case v1.ProtocolUDP:
-			proto = igd.UDP
-		default:
+		k, ok := portKey(p.Protocol, p.Port)
+		j, dup := seen[k]
+		switch _, known := protocols[p.Protocol]; {
+		case !known:
 			bad(field+".protocol", string(p.Protocol), "routers map only TCP and UDP")
-			continue
-		}
-		if p.Port < 1 || p.Port > 65535 {
+		case !ok:
 			bad(field+".port", strconv.Itoa(int(p.Port)), "must be 1-65535")
-			continue
-		}
-		if p.NodePort < 1 || p.NodePort > 65535 {
+		case p.NodePort < 1 || p.NodePort > 65535:
 			bad(field+".nodePort", strconv.Itoa(int(p.NodePort)),
 				"the router forwards to a nodePort; set spec.allocateLoadBalancerNodePorts to true (or unset)")
-			continue
-		}
-		k := igd.Key{Protocol: proto, ExternalPort: uint16(p.Port)}
-		if j, dup := seen[k]; dup {
+		case dup:
 			bad(field+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("same external port and protocol as spec.ports[%d]", j))
-			continue
+		default:
+			seen[k] = i
+			plans = append(plans, portPlan{key: k, nodePort: uint16(p.NodePort), description: o.description(p.Name)})
 		}
-		seen[k] = i
-		plans = append(plans, portPlan{key: k, nodePort: uint16(p.NodePort), description: o.description(p.Name)})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -90,8 +79,7 @@ func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 	return plans, nil
 }
 
-// checkLoadBalancerIP refuses a spec.loadBalancerIP other than the router's
-// external address.
+// checkLoadBalancerIP refuses a spec.loadBalancerIP other than external.
 func checkLoadBalancerIP(o owner, svc *v1.Service, external netip.Addr) error {
 	want := svc.Spec.LoadBalancerIP
 	if want == "" {
@@ -112,9 +100,8 @@ func compareKeys(a, b igd.Key) int {
 	return int(a.ExternalPort) - int(b.ExternalPort)
 }
 
-// status is the LoadBalancerStatus of a Service served at external with
-// plans: one ingress with the external IP, ipMode VIP (see the package
-// documentation) and one entry per port.
+// status is the status of a Service served at external with plans (ipMode
+// VIP: see the package documentation).
 func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
 	mode := v1.LoadBalancerIPModeVIP
 	ing := v1.LoadBalancerIngress{IP: external.String(), IPMode: &mode}

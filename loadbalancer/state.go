@@ -13,34 +13,33 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// serviceState is what this process knows of one Service. It is never proof
-// of ownership (only a fresh read of the router is): it says which keys to
-// read, reserves keys against the process's other Services, and remembers
-// what this process wrote.
+// serviceState is what this process knows of one Service: which keys to
+// read and reserve, and what it wrote. Never proof of ownership.
 type serviceState struct {
-	// name is the Service's "namespace/name".
-	name string
-	// gate is closed when the operation in flight on the Service ends; nil
-	// when none is.
-	gate chan struct{}
-	// held are the keys the Service holds or is taking, with what this
-	// process last wrote there (zero Mapping when it only found the mapping)
-	// and when that lease runs out (zero: permanent or unknown).
-	held map[igd.Key]held
-	// deleted is set by EnsureLoadBalancerDeleted (with the Service's UID at
-	// that time): background passes leave the Service alone until an Ensure
-	// serves it again, since their list of Services may predate the delete.
+	name string           // "namespace/name"
+	gate chan struct{}    // closed when the operation in flight ends
+	held map[igd.Key]held // the keys the Service holds or is taking
+	// deleted, set by EnsureLoadBalancerDeleted, keeps background passes
+	// (whose list of Services may predate it) off the Service until an Ensure.
 	deleted    bool
 	deletedUID types.UID
 	deletedAt  time.Time
-	// warned is the external IP the Service was last warned about.
-	warned netip.Addr
+	warned     netip.Addr // the external IP last warned about
 }
 
-// held is one key of a Service: what this process wrote there, if anything.
+// held is what this process last wrote at a key (zero: it only found the
+// Service's mapping there) and when that lease runs out (zero: permanent or
+// unknown).
 type held struct {
 	written igd.Mapping
 	expires time.Time
+}
+
+// hold records that s holds k, keeping what was written there.
+func (s *serviceState) hold(k igd.Key) {
+	if _, ok := s.held[k]; !ok {
+		s.held[k] = held{}
+	}
 }
 
 // stateLocked returns the state of o, creating it. The caller holds lb.mu.
@@ -54,22 +53,17 @@ func (lb *LoadBalancer) stateLocked(o owner) *serviceState {
 }
 
 // acquire waits until no other operation on o is in flight and marks one as
-// in flight; release ends it. No lock is held while waiting or after it
-// returns: operations on other Services proceed in parallel.
+// in flight; release ends it. No lock is held while waiting.
 func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), err error) {
 	for {
 		lb.mu.Lock()
-		s := lb.stateLocked(o)
-		if s.gate == nil {
-			ch := make(chan struct{})
-			s.gate = ch
-			lb.mu.Unlock()
-			return func() { lb.release(o, ch) }, nil
-		}
-		ch := s.gate
+		release, busy := lb.gateLocked(o)
 		lb.mu.Unlock()
+		if release != nil {
+			return release, nil
+		}
 		select {
-		case <-ch:
+		case <-busy:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("loadbalancer: service %s: waiting for another operation: %w", o.key(), ctx.Err())
 		}
@@ -81,46 +75,44 @@ func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), e
 func (lb *LoadBalancer) tryAcquire(o owner, svc *v1.Service) (release func(), ok bool) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	if s.gate != nil || (s.deleted && s.deletedUID == svc.UID) {
+	if s := lb.stateLocked(o); s.deleted && s.deletedUID == svc.UID {
 		return nil, false
+	}
+	release, _ = lb.gateLocked(o)
+	return release, release != nil
+}
+
+// gateLocked marks an operation on o in flight and returns its release, or,
+// when one already is, the channel closed when it ends. The caller holds lb.mu.
+func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{}) {
+	s := lb.stateLocked(o)
+	if s.gate != nil {
+		return nil, s.gate
 	}
 	ch := make(chan struct{})
 	s.gate = ch
-	return func() { lb.release(o, ch) }, true
+	return func() {
+		lb.mu.Lock()
+		defer lb.mu.Unlock()
+		s := lb.services[o.token]
+		s.gate = nil
+		close(ch)
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
+			delete(lb.services, o.token) // nothing worth keeping
+		}
+	}, nil
 }
 
-func (lb *LoadBalancer) release(o owner, ch chan struct{}) {
+// update runs f on o's state under lb.mu.
+func (lb *LoadBalancer) update(o owner, f func(s *serviceState)) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	s := lb.services[o.token]
-	s.gate = nil
-	close(ch)
-	if len(s.held) == 0 && !s.deleted && s.warned == (netip.Addr{}) {
-		delete(lb.services, o.token) // nothing worth keeping
-	}
+	f(lb.stateLocked(o))
 }
 
 // deletedTTL bounds how long a deleted Service is remembered: far longer
 // than a background pass works from its list of Services.
 const deletedTTL = time.Hour
-
-// markDeleted records that svc's mappings were removed; the caller holds its
-// gate.
-func (lb *LoadBalancer) markDeleted(o owner, svc *v1.Service) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	s.deleted, s.deletedUID, s.deletedAt = true, svc.UID, lb.cfg.Clock.Now()
-	s.warned = netip.Addr{}
-}
-
-// undelete forgets that o was deleted: it is served again.
-func (lb *LoadBalancer) undelete(o owner) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.stateLocked(o).deleted = false
-}
 
 // pruneDeleted drops deleted Services remembered for longer than deletedTTL.
 func (lb *LoadBalancer) pruneDeleted() {
@@ -135,8 +127,7 @@ func (lb *LoadBalancer) pruneDeleted() {
 }
 
 // knownKeys returns, sorted, every key where o may hold a mapping: the ports
-// of svc's spec (or plans, when given) and of its status, the keys this
-// process knows o holds, and extra.
+// of svc's spec (or plans) and status, the keys o holds here, and extra.
 func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, extra ...igd.Key) []igd.Key {
 	keys := slices.Clone(extra)
 	if plans == nil {
@@ -145,7 +136,13 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	for _, p := range plans {
 		keys = append(keys, p.key)
 	}
-	keys = append(keys, statusKeys(svc)...)
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				keys = append(keys, k)
+			}
+		}
+	}
 	lb.mu.Lock()
 	if s := lb.services[o.token]; s != nil {
 		for k := range s.held {
@@ -157,9 +154,8 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return slices.Compact(keys)
 }
 
-// reserve makes o the holder of k in this process before a router call that
-// would make it hold k. It fails when another Service of this process holds
-// or is taking k: of two Services racing for a port here, one wins.
+// reserve makes o the holder of k in this process before the router call;
+// it fails when another Service of this process holds or is taking k.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -168,68 +164,8 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
 	}
-	s := lb.stateLocked(o)
-	if _, ok := s.held[k]; !ok {
-		s.held[k] = held{}
-	}
+	lb.stateLocked(o).hold(k)
 	return nil
-}
-
-// recordWrite remembers that this process wrote m for o, granted lease
-// stored (0: permanent).
-func (lb *LoadBalancer) recordWrite(o owner, m igd.Mapping, stored time.Duration) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	h := held{written: m}
-	if stored > 0 {
-		h.expires = lb.cfg.Clock.Now().Add(stored)
-	}
-	lb.stateLocked(o).held[m.Key()] = h
-}
-
-// recordHeld remembers that o holds k (a mapping it owns that this process
-// did not write, or did and left as it was).
-func (lb *LoadBalancer) recordHeld(o owner, k igd.Key) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.stateLocked(o)
-	if _, ok := s.held[k]; !ok {
-		s.held[k] = held{}
-	}
-}
-
-// forgetKey drops k from what o holds: o holds no mapping there any more.
-func (lb *LoadBalancer) forgetKey(o owner, k igd.Key) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if s := lb.services[o.token]; s != nil {
-		delete(s.held, k)
-	}
-}
-
-// keepOnly drops from what o holds every key not in ours.
-func (lb *LoadBalancer) keepOnly(o owner, ours map[igd.Key]igd.Mapping) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if s := lb.services[o.token]; s != nil {
-		for k := range s.held {
-			if _, ok := ours[k]; !ok {
-				delete(s.held, k)
-			}
-		}
-	}
-}
-
-// written returns what this process last wrote at k for o.
-func (lb *LoadBalancer) written(o owner, k igd.Key) (held, bool) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	s := lb.services[o.token]
-	if s == nil {
-		return held{}, false
-	}
-	h, ok := s.held[k]
-	return h, ok && h.written.InternalClient.IsValid()
 }
 
 // specKeys returns the keys of svc's ports that a router can map.
@@ -243,33 +179,11 @@ func specKeys(svc *v1.Service) []igd.Key {
 	return out
 }
 
-// statusKeys returns the keys svc's status says are served: what an earlier
-// EnsureLoadBalancer (of this process or another) mapped.
-func statusKeys(svc *v1.Service) []igd.Key {
-	var out []igd.Key
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		for _, p := range ing.Ports {
-			if k, ok := portKey(p.Protocol, p.Port); ok {
-				out = append(out, k)
-			}
-		}
-	}
-	return out
-}
+// protocols maps the Service port protocols a router can map.
+var protocols = map[v1.Protocol]igd.Protocol{"": igd.TCP, v1.ProtocolTCP: igd.TCP, v1.ProtocolUDP: igd.UDP}
 
 // portKey is the router key of a Service port, if a router can map it.
 func portKey(proto v1.Protocol, port int32) (igd.Key, bool) {
-	var p igd.Protocol
-	switch proto {
-	case v1.ProtocolTCP, "":
-		p = igd.TCP
-	case v1.ProtocolUDP:
-		p = igd.UDP
-	default:
-		return igd.Key{}, false
-	}
-	if port < 1 || port > 65535 {
-		return igd.Key{}, false
-	}
-	return igd.Key{Protocol: p, ExternalPort: uint16(port)}, true
+	p, ok := protocols[proto]
+	return igd.Key{Protocol: p, ExternalPort: uint16(port)}, ok && port >= 1 && port <= 65535
 }
