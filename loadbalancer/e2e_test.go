@@ -162,11 +162,8 @@ func startServiceController(t *testing.T, c igd.Client, nodes []*v1.Node, metric
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	// The LoadBalancer's clock stands still: ObservationTTL is a bound in
-	// its time, so the controller's delete (GetLoadBalancer, then
-	// EnsureLoadBalancerDeleted) finds the Get's read fresh however loaded
-	// the machine is, and the background work runs on events only (its
-	// ticker never fires; no step here waits for it).
+	// The LoadBalancer's clock stands still: the background work runs on
+	// events only (its tickers never fire; no step here waits for them).
 	lb, err := New(Config{Client: c, Clock: clocktesting.NewFakeClock(time.Now())})
 	if err != nil {
 		t.Fatal(err)

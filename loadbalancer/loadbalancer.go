@@ -111,7 +111,7 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	lb.seeNodes(nodes)
 	o := lb.owner(clusterName, service)
 	if !selected(lb.cfg.Services, service) {
-		if err := lb.withdraw(ctx, o, service, true); err != nil {
+		if err := lb.withdraw(ctx, o, service); err != nil {
 			return nil, err
 		}
 		return nil, cloudprovider.ImplementedElsewhere
@@ -134,7 +134,7 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
-	return lb.withdraw(ctx, o, service, true)
+	return lb.withdraw(ctx, o, service)
 }
 
 // operation says how serve runs.
@@ -167,10 +167,6 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 			return nil, err
 		}
 	}
-	if invalid != nil {
-		// Ports the user asked to restrict must not stay open.
-		return nil, errors.Join(invalid, lb.withdraw(ctx, o, svc, false))
-	}
 	var release func()
 	if op.pass {
 		var ok bool
@@ -180,11 +176,17 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 	} else {
 		var err error
 		if release, err = lb.acquire(ctx, o); err != nil {
-			return nil, err
+			return nil, errors.Join(invalid, err)
 		}
-		lb.update(o, func(s *serviceState) { s.deleted = false })
+		if invalid == nil {
+			lb.update(o, func(s *serviceState) { s.deleted = false })
+		}
 	}
 	defer release()
+	if invalid != nil {
+		// Ports the user asked to restrict must not stay open.
+		return nil, errors.Join(invalid, lb.withdrawLocked(ctx, o, svc))
+	}
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
@@ -200,19 +202,22 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 }
 
 // withdraw removes every mapping o owns at the keys svc and this process know
-// of. deleted keeps background passes off the Service until an Ensure.
-func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service, deleted bool) error {
+// of, and keeps background passes off the Service until an Ensure.
+func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if deleted {
-		now := lb.cfg.Clock.Now()
-		lb.update(o, func(s *serviceState) {
-			s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
-		})
-	}
+	now := lb.cfg.Clock.Now()
+	lb.update(o, func(s *serviceState) {
+		s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
+	})
+	return lb.withdrawLocked(ctx, o, svc)
+}
+
+// withdrawLocked is withdraw for a caller that holds o's gate.
+func (lb *LoadBalancer) withdrawLocked(ctx context.Context, o owner, svc *v1.Service) error {
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, nil))
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", o.key(), err)
