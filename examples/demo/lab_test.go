@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/gobuild"
 )
 
 // TestDemoAgainstMiniupnpd runs the demo binary with -router-url inside a
@@ -18,11 +18,8 @@ import (
 func TestDemoAgainstMiniupnpd(t *testing.T) {
 	igdtest.Require(t)
 	bin := filepath.Join(t.TempDir(), "demo")
-	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancelBuild()
-	build := exec.CommandContext(buildCtx, "go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := gobuild.Build(t, nil, "-o", bin, "."); err != nil {
+		t.Fatal(err)
 	}
 	for _, secure := range []bool{false, true} {
 		name := "open"

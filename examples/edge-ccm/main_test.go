@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"debug/elf"
 	"errors"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ccmkit/ccmkit/internal/gobuild"
 )
 
 var (
@@ -29,32 +30,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildCCM builds this command once per test run, the way the Dockerfile
-// does (static, CGO_ENABLED=0), and returns the binary's path.
+// buildCCM builds this command once per test binary, the way the Dockerfile
+// does (static: CGO_ENABLED=0, -trimpath), and returns the binary's path.
+// The build is bounded by the test binary's deadline only (go test
+// -timeout): a cold build of the cloud-provider tree on a busy machine can
+// take many minutes. Every test that needs the binary reports the build's
+// error.
 func buildCCM(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "edge-ccm-test-")
 		if err != nil {
 			buildErr = err
 			return
 		}
 		binary = filepath.Join(dir, "edge-ccm")
-		// A generous bound: a cold build of the cloud-provider tree takes
-		// about a minute on a small machine.
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-o", binary, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		cmd.WaitDelay = 5 * time.Second
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
+		buildErr = gobuild.Build(t, []string{"CGO_ENABLED=0"}, "-trimpath", "-o", binary, ".")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

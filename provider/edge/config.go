@@ -36,9 +36,31 @@ const (
 	// answers in milliseconds, and the service controller's workers wait for
 	// every call.
 	MaxTimeout = time.Minute
+	// MinCallTimeout is the shortest callTimeout. miniupnpd answers a call
+	// in 2-18 ms with one mapping; 100ms leaves room for a LAN round trip and
+	// a busy router. Shorter, every call times out and no mapping is ever
+	// made. (A table of tens of mappings needs more: 100-330 ms at 60, which
+	// the default 2s covers.)
+	MinCallTimeout = 100 * time.Millisecond
+	// MinDiscoveryTimeout is the shortest discoveryTimeout. One discovery is
+	// an SSDP answer (about 50 ms), igd's settle time (100 ms), a description
+	// fetch and two calls to the router; shorter, the router is never found.
+	MinDiscoveryTimeout = 500 * time.Millisecond
+	// MinRenewInterval is the shortest renewInterval. Each background pass
+	// reads the whole table from a router that serves one request at a time,
+	// and the service controller's calls queue behind it.
+	MinRenewInterval = 10 * time.Second
 	// MaxLease is the longest lease: IGD:2 routers store no more than 7 days.
 	MaxLease = igd.MaxLease
 )
+
+// renewPassCallTimeouts is how many callTimeouts a background pass must be
+// able to wait, after a discoveryTimeout, before it is cut off at
+// renewInterval: after a router reboot a pass finds the router again, lists
+// the table (igd allows GetListOfPortMappings five callTimeouts) and renews
+// at least one mapping. Shorter, a pass that meets a slow router is cut off
+// before it renews anything, every time, and every lease expires.
+const renewPassCallTimeouts = 6
 
 // ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
 // Config.Validate return.
@@ -73,9 +95,9 @@ func (e *FieldError) Error() string {
 func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Config is the edge provider's cloud-config, the file given to the
-// cloud-controller-manager with --cloud-config. It is YAML (JSON works too),
-// read strictly: an unknown key, a duplicate key or a value of the wrong type
-// is an error naming the key. Every key is optional; an empty or missing file
+// cloud-controller-manager with --cloud-config. It is one YAML document (JSON
+// works too), read strictly: an unknown key, a duplicate key or a value of the
+// wrong type is an error naming the key, and so is a second document. Every key is optional; an empty or missing file
 // means all defaults. The zero Config is not the default: start from Default.
 //
 //	gateway:
@@ -113,12 +135,13 @@ type GatewayConfig struct {
 	// the network filters multicast. It must be an absolute http or https URL.
 	URL string `json:"url"`
 	// DiscoveryTimeout bounds one attempt to find the router (SSDP search and
-	// description fetch). Key "discoveryTimeout", default 3s, at most 1m.
+	// description fetch). Key "discoveryTimeout", default 3s, at least 500ms
+	// and at most 1m.
 	// Discovery happens on first use and again after the router stops
 	// answering, never at start-up.
 	DiscoveryTimeout Duration `json:"discoveryTimeout"`
 	// CallTimeout bounds each call to the router. Key "callTimeout", default
-	// 2s, at most 1m.
+	// 2s, at least 100ms and at most 1m.
 	CallTimeout Duration `json:"callTimeout"`
 }
 
@@ -140,8 +163,10 @@ type LoadBalancerConfig struct {
 	// RenewInterval is how often leases are renewed, the router's table
 	// repaired (after a router reboot) and its external IP re-read. Key
 	// "renewInterval", default 0: half the lease, at most 5m. When set it
-	// must be positive and at most half the lease (half of 168h for a
-	// permanent lease).
+	// must be at most half the lease (half of 168h for a permanent lease),
+	// and at least 10s and discoveryTimeout + 6 × callTimeout (15s with the
+	// default timeouts): each pass is cut off at the interval, and must be
+	// able to find the router again, list its table and renew.
 	RenewInterval Duration `json:"renewInterval"`
 	// SecureMode says the router only lets a host map ports to itself
 	// (miniupnpd's secure_mode=yes, the default of many routers): every
@@ -268,13 +293,13 @@ func (c Config) Validate() error {
 			add("gateway.url", strconv.Quote(u), "has no host")
 		}
 	}
-	checkTimeout := func(field string, d Duration) {
-		if d.Duration <= 0 || d.Duration > MaxTimeout {
-			add(field, strconv.Quote(d.String()), fmt.Sprintf("must be more than 0s and at most %s", MaxTimeout))
+	checkTimeout := func(field string, d Duration, floor time.Duration) {
+		if d.Duration < floor || d.Duration > MaxTimeout {
+			add(field, strconv.Quote(d.String()), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
 		}
 	}
-	checkTimeout("gateway.discoveryTimeout", c.Gateway.DiscoveryTimeout)
-	checkTimeout("gateway.callTimeout", c.Gateway.CallTimeout)
+	checkTimeout("gateway.discoveryTimeout", c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
+	checkTimeout("gateway.callTimeout", c.Gateway.CallTimeout, MinCallTimeout)
 
 	if l := c.LoadBalancer.Lease.Duration; l != 0 {
 		switch {
@@ -289,8 +314,14 @@ func (c Config) Validate() error {
 		if c.LoadBalancer.Lease.Duration == 0 {
 			limit = MaxLease / 2
 		}
-		if r < 0 || r > limit {
+		pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
+		switch {
+		case r < 0 || r > limit:
 			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
+		case r < MinRenewInterval:
+			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval))
+		case r < pass:
+			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
 		}
 	}
 	switch c.LoadBalancer.Services {

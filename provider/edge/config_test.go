@@ -32,6 +32,37 @@ func TestParseConfigValid(t *testing.T) {
 		{name: "null document", in: strings.NewReader("null"), want: Default()},
 		{name: "empty sections", in: strings.NewReader("gateway:\nloadBalancer: {}\ninstances:\n"), want: Default()},
 		{
+			name: "leading document marker",
+			in:   strings.NewReader("---\nloadBalancer:\n  services: annotated\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+		},
+		{
+			// A trailing "---" (a template or a concatenation) starts an
+			// empty document, which holds nothing to ignore.
+			name: "trailing document marker",
+			in:   strings.NewReader("loadBalancer:\n  services: annotated\n---\n# end\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+		},
+		{
+			name: "document end marker",
+			in:   strings.NewReader("loadBalancer:\n  services: annotated\n...\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+		},
+		{
+			name: "shortest timeouts and renew interval",
+			in:   strings.NewReader("gateway:\n  discoveryTimeout: 500ms\n  callTimeout: 100ms\nloadBalancer:\n  renewInterval: 10s\n"),
+			want: withDefaults(func(c *Config) {
+				c.Gateway.DiscoveryTimeout = Duration{500 * time.Millisecond}
+				c.Gateway.CallTimeout = Duration{100 * time.Millisecond}
+				c.LoadBalancer.RenewInterval = Duration{10 * time.Second}
+			}),
+		},
+		{
+			name: "renew interval of discovery and six call timeouts",
+			in:   strings.NewReader("gateway:\n  discoveryTimeout: 3s\n  callTimeout: 2s\nloadBalancer:\n  renewInterval: 15s\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = Duration{15 * time.Second} }),
+		},
+		{
 			name: "null value keeps default",
 			in:   strings.NewReader("gateway:\n  callTimeout:\n"),
 			want: Default(),
@@ -151,12 +182,22 @@ func TestParseConfigInvalid(t *testing.T) {
 		{name: "list given a mapping", in: "instances:\n  nodes:\n    n1:\n      addresses: {type: InternalIP}\n", fields: []string{`instances.nodes["n1"].addresses`}, contains: "must be a list"},
 		{name: "duplicate key", in: "gateway:\n  url: http://a/\n  url: http://b/\n", contains: "not valid YAML"},
 		{name: "YAML syntax", in: "gateway: [\n", contains: "not valid YAML"},
+		{name: "second document", in: "gateway:\n  callTimeout: 5s\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{""}, contains: "(document): YAML document 2 (after a \"---\" line) would be ignored"},
+		{name: "second document, an empty mapping", in: "gateway: {}\n---\n{}\n", fields: []string{""}, contains: "YAML document 2"},
+		{name: "empty first document, then one", in: "---\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{""}, contains: "YAML document 2"},
+		{name: "third document after an empty one", in: "gateway: {}\n---\n---\nloadBalancer: {}\n", fields: []string{""}, contains: "YAML document 3"},
 		{name: "url scheme", in: "gateway:\n  url: ftp://r/desc.xml\n", fields: []string{"gateway.url"}, contains: "http:// or https://"},
 		{name: "url without host", in: "gateway:\n  url: http:///desc.xml\n", fields: []string{"gateway.url"}, contains: "no host"},
 		{name: "url relative", in: "gateway:\n  url: rootDesc.xml\n", fields: []string{"gateway.url"}},
-		{name: "zero call timeout", in: "gateway:\n  callTimeout: 0s\n", fields: []string{"gateway.callTimeout"}, contains: "more than 0s"},
+		{name: "zero call timeout", in: "gateway:\n  callTimeout: 0s\n", fields: []string{"gateway.callTimeout"}, contains: "at least 100ms"},
 		{name: "negative discovery timeout", in: "gateway:\n  discoveryTimeout: -1s\n", fields: []string{"gateway.discoveryTimeout"}},
 		{name: "huge timeout", in: "gateway:\n  discoveryTimeout: 2m\n", fields: []string{"gateway.discoveryTimeout"}, contains: "at most 1m0s"},
+		{name: "call timeout below the floor", in: "gateway:\n  callTimeout: 1ns\n", fields: []string{"gateway.callTimeout"}, contains: "at least 100ms"},
+		{name: "call timeout just below the floor", in: "gateway:\n  callTimeout: 99ms\n", fields: []string{"gateway.callTimeout"}, contains: "at least 100ms and at most 1m0s"},
+		{name: "discovery timeout below the floor", in: "gateway:\n  discoveryTimeout: 1ns\n", fields: []string{"gateway.discoveryTimeout"}, contains: "at least 500ms"},
+		{name: "renew interval below the floor", in: "gateway:\n  discoveryTimeout: 500ms\n  callTimeout: 100ms\nloadBalancer:\n  renewInterval: 1ms\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 10s"},
+		{name: "renew interval below the default timeouts' pass", in: "loadBalancer:\n  renewInterval: 14s\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 15s (gateway.discoveryTimeout + 6 × gateway.callTimeout)"},
+		{name: "renew interval below long timeouts' pass", in: "gateway:\n  discoveryTimeout: 1m\n  callTimeout: 1m\nloadBalancer:\n  renewInterval: 5m\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 7m0s"},
 		{name: "lease too short", in: "loadBalancer:\n  lease: 30s\n", fields: []string{"loadBalancer.lease"}, contains: "between 1m0s and 168h0m0s"},
 		{name: "lease too long", in: "loadBalancer:\n  lease: 169h\n", fields: []string{"loadBalancer.lease"}},
 		{name: "negative lease", in: "loadBalancer:\n  lease: -1h\n", fields: []string{"loadBalancer.lease"}},

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	goyaml "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,6 +45,9 @@ func decodeYAML(r io.Reader, out any) error {
 	if err != nil {
 		return fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
 	}
+	if err := oneDocument(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(jsonData))
 	dec.UseNumber()
 	var doc any
@@ -51,6 +55,28 @@ func decodeYAML(r io.Reader, out any) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return decodeValue("", doc, reflect.ValueOf(out).Elem())
+}
+
+// oneDocument returns an error when data holds more than one YAML document:
+// YAMLToJSONStrict reads the first and would silently ignore the others.
+// Empty (null) documents after the first are allowed, so that a trailing
+// "---" is harmless; an empty first document followed by another is not,
+// since the first is the one read. It parses with the library
+// sigs.k8s.io/yaml itself uses, so both agree on where documents start.
+func oneDocument(data []byte) error {
+	dec := goyaml.NewDecoder(bytes.NewReader(data))
+	for n := 1; ; n++ {
+		var doc any
+		err := dec.Decode(&doc)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+		case n > 1 && doc != nil:
+			return &FieldError{Reason: fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n)}
+		}
+	}
 }
 
 var jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
