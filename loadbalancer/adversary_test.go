@@ -73,16 +73,7 @@ func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
 			// Let the workers' calls interleave, as on a real router.
 			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
 			r.Delay(fake.MethodDeletePortMapping, 200*time.Microsecond)
-			s := fake.NewServer(r, fake.ServerOptions{Service: fake.WANIPConnection1, ClientAddr: func(*http.Request) netip.Addr { return addrA }})
-			t.Cleanup(s.Close)
-			c, err := igd.NewClient(igd.Config{RootDescURL: s.RootDescURL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			lb, err := New(Config{Client: c})
-			if err != nil {
-				t.Fatal(err)
-			}
+			lb := overSOAP(t, r, fake.WANIPConnection1)
 			ctx := context.Background()
 			nodes := threeNodes()
 			var svcs []*v1.Service
@@ -300,16 +291,7 @@ func e2eTable(r *fake.Router) []string {
 // the router were down.
 func TestClientRefusingTheExternalIPMakesServicesWait(t *testing.T) {
 	r := fake.NewRouter(fake.RouterConfig{})
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return addrA }})
-	t.Cleanup(s.Close)
-	c, err := igd.NewClient(igd.Config{RootDescURL: s.RootDescURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := New(Config{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := overSOAP(t, r, fake.WANIPConnection2)
 	ctx := context.Background()
 	web := newService("default", "web")
 	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, web, threeNodes()); err != nil {
@@ -326,4 +308,21 @@ func TestClientRefusingTheExternalIPMakesServicesWait(t *testing.T) {
 	if len(r.Mappings()) != 1 {
 		t.Errorf("table = %v, want the Service's mapping kept", r.Mappings())
 	}
+}
+
+// overSOAP returns a LoadBalancer whose real igd client talks, from node-a,
+// to r served over SOAP as a router offering service.
+func overSOAP(t *testing.T, r *fake.Router, service fake.ServiceType) *LoadBalancer {
+	t.Helper()
+	s := fake.NewServer(r, fake.ServerOptions{Service: service, ClientAddr: func(*http.Request) netip.Addr { return addrA }})
+	t.Cleanup(s.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: s.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := New(Config{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lb
 }
