@@ -63,7 +63,7 @@ func BenchmarkLabRepairInSeconds(b *testing.B) {
 		ms, err := igd.ReadTable(ctx, peer)
 		return err == nil && len(ms) == 20
 	}
-	var repair, idle []time.Duration
+	var repair []time.Duration
 	idleCalls := 0
 	for range b.N {
 		cc.take()
@@ -71,7 +71,6 @@ func BenchmarkLabRepairInSeconds(b *testing.B) {
 		for _, n := range cc.take() {
 			idleCalls += n
 		}
-		idle = append(idle, 10*time.Second)
 		lab.Reboot(b)
 		repair = append(repair, waitFor("repair", time.Minute, restored))
 	}

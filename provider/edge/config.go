@@ -109,6 +109,7 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
 //	  services: all           # all | annotated
 //	  renewInterval: 0s       # 0 = half the lease, at most 5m
 //	  secureMode: false       # router maps only to the asking host
+//	  allowNonPublicExternalIP: false # report a private or CGNAT external IP
 //	  nodeName: ""            # node this CCM runs on; "" = $NODE_NAME
 //	instances:
 //	  zone: ""                # default zone label; "" = none
@@ -174,6 +175,11 @@ type LoadBalancerConfig struct {
 	// node whose address is this host's address toward the router). Key
 	// "secureMode", default false: mappings may point at any ready node.
 	SecureMode bool `json:"secureMode"`
+	// AllowNonPublicExternalIP lets Services report a private or CGNAT
+	// external IP (a router behind another NAT: reachable only from the
+	// outer network). Key "allowNonPublicExternalIP", default false:
+	// Services wait for a public address, with a Warning event.
+	AllowNonPublicExternalIP bool `json:"allowNonPublicExternalIP"`
 	// NodeName is the name of the node this CCM runs on. Key "nodeName",
 	// default "": the NODE_NAME environment variable (set it from the
 	// downward API, as the example manifests do). When both are empty and

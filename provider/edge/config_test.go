@@ -99,6 +99,7 @@ loadBalancer:
   services: annotated
   renewInterval: 10m
   secureMode: true
+  allowNonPublicExternalIP: true
   nodeName: node-1
 instances:
   zone: home
@@ -122,11 +123,12 @@ instances:
 					CallTimeout:      Duration{time.Minute},
 				},
 				LoadBalancer: LoadBalancerConfig{
-					Lease:         Duration{168 * time.Hour},
-					Services:      ServicesAnnotated,
-					RenewInterval: Duration{10 * time.Minute},
-					SecureMode:    true,
-					NodeName:      "node-1",
+					Lease:                    Duration{168 * time.Hour},
+					Services:                 ServicesAnnotated,
+					RenewInterval:            Duration{10 * time.Minute},
+					SecureMode:               true,
+					NodeName:                 "node-1",
+					AllowNonPublicExternalIP: true,
 				},
 				Instances: InstancesConfig{
 					Zone:         "home",

@@ -114,12 +114,13 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		services = loadbalancer.AnnotatedServices
 	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
-		Client:        client,
-		Lease:         lease,
-		RenewInterval: cfg.LoadBalancer.RenewInterval.Duration,
-		Services:      services,
-		NodeName:      cfg.LoadBalancer.NodeName,
-		SecureMode:    cfg.LoadBalancer.SecureMode,
+		Client:                   client,
+		Lease:                    lease,
+		RenewInterval:            cfg.LoadBalancer.RenewInterval.Duration,
+		Services:                 services,
+		NodeName:                 cfg.LoadBalancer.NodeName,
+		SecureMode:               cfg.LoadBalancer.SecureMode,
+		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: load balancer: %w", err)
