@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd/igdtest"
-	"github.com/ccmkit/ccmkit/internal/gobuild"
+	"github.com/ccmkit/ccmkit/examples/internal/gobuild"
 )
 
 // TestDemoAgainstMiniupnpd runs the demo binary with -router-url inside a

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ccmkit/ccmkit/internal/gobuild"
+	"github.com/ccmkit/ccmkit/examples/internal/gobuild"
 )
 
 var (
