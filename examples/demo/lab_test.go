@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/examples/internal/gobuild"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
 )
 
 // TestDemoAgainstMiniupnpd runs the demo binary with -router-url inside a
