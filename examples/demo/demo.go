@@ -31,6 +31,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider/edge"
 	"github.com/ccmkit/ccmkit/registry"
 )
@@ -154,9 +155,10 @@ func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 	// If a later step fails, the Service's mapping must not outlive the demo
 	// on a real router: stop the controllers, then have the provider delete
 	// what it made for the Service (it leaves every other mapping alone).
+	created := svc // later steps reassign svc, to nil when they fail
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, ccm.removeLoadBalancer(svc))
+			err = errors.Join(err, ccm.removeLoadBalancer(created))
 		}
 	}()
 	p.step("cluster", "Service %s/%s created: type LoadBalancer, port %d -> nodePort %d", svc.Namespace, svc.Name, opts.port, nodePort)
@@ -174,7 +176,12 @@ func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 		if err != nil {
 			return nil, false, err
 		}
-		return s, len(s.Status.LoadBalancer.Ingress) > 0 && s.Status.LoadBalancer.Ingress[0].IP != "", nil
+		if len(s.Status.LoadBalancer.Ingress) > 0 && s.Status.LoadBalancer.Ingress[0].IP != "" {
+			return s, true, nil
+		}
+		// The load balancer reports no address it cannot stand behind (not
+		// public, or 0.0.0.0 while the router's WAN is down), and says why.
+		return nil, false, unusableExternalIP(ctx, client, s)
 	})
 	if err != nil {
 		return err
@@ -378,6 +385,22 @@ func waitFor[T any](ctx context.Context, what string, check func() (T, bool, err
 		case <-ticker.C:
 		}
 	}
+}
+
+// unusableExternalIP returns the message of the Warning event the load
+// balancer records on svc when the router's external IP cannot be reported,
+// as an error; nil when there is none.
+func unusableExternalIP(ctx context.Context, client kubernetes.Interface, svc *v1.Service) error {
+	evs, err := client.CoreV1().Events(svc.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.UID == svc.UID && ev.Type == v1.EventTypeWarning && ev.Reason == loadbalancer.EventReasonExternalIPNotPublic {
+			return errors.New(ev.Message)
+		}
+	}
+	return nil
 }
 
 // findMapping looks for the mapping at key that points at target.

@@ -93,8 +93,9 @@ func TestDemoFails(t *testing.T) {
 // node must be this host (its address toward the router), and the mapping
 // must be made and removed.
 func TestDemoRouterURL(t *testing.T) {
-	t.Skip("hangs 60 s then panics (nil Service in the demo's cleanup) since the load balancer redesign; to fix first next session (issue 10)")
-	router := fake.NewRouter(fake.RouterConfig{SecureMode: true, ExternalIP: netip.MustParseAddr("203.0.113.9")})
+	// A public-looking address: the load balancer never reports a
+	// non-public one (see TestDemoWaitsForAPublicExternalIP).
+	router := fake.NewRouter(fake.RouterConfig{SecureMode: true, ExternalIP: netip.MustParseAddr("198.51.101.9")})
 	srv := fake.NewServer(router, fake.ServerOptions{})
 	t.Cleanup(srv.Close)
 	// Another host's mapping, which the demo must leave alone.
@@ -107,11 +108,11 @@ func TestDemoRouterURL(t *testing.T) {
 	}
 	for _, want := range []string{
 		"[router]  real router at " + srv.RootDescURL,
-		"[router]  external IP 203.0.113.9",
+		"[router]  external IP 198.51.101.9",
 		"[router]  this host is 127.0.0.1 on the router's LAN",
 		"secureMode: true",
 		"[router]  mapping TCP/8080 -> 127.0.0.1:30080",
-		"[ccm]     Service default/hello has external IP 203.0.113.9",
+		"[ccm]     Service default/hello has external IP 198.51.101.9",
 		"[router]  mapping TCP/8080 removed; other mappings left untouched: 1",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -120,6 +121,23 @@ func TestDemoRouterURL(t *testing.T) {
 	}
 	if got := router.Mappings(); len(got) != 1 || got[0].Key() != foreign.Key() || got[0].InternalClient != foreign.InternalClient {
 		t.Errorf("router table after the demo = %v, want only the foreign mapping %v", got, foreign)
+	}
+}
+
+// A router whose external IP is not public (here a documentation range, as
+// behind another NAT) gets no Service status: the demo fails saying why, and
+// removes the mapping it made.
+func TestDemoWaitsForAPublicExternalIP(t *testing.T) {
+	router := fake.NewRouter(fake.RouterConfig{SecureMode: true, ExternalIP: netip.MustParseAddr("203.0.113.9")})
+	srv := fake.NewServer(router, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-router-url", srv.RootDescURL, "-timeout", "3s"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "203.0.113.9") || !strings.Contains(err.Error(), "not a public address") {
+		t.Errorf("demo = %v, want a failure naming the external IP as not public\noutput:\n%s", err, out.String())
+	}
+	if got := router.Mappings(); len(got) != 0 {
+		t.Errorf("router table after the failed demo = %v, want empty", got)
 	}
 }
 
