@@ -92,9 +92,10 @@ func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, svc := range svcs {
 				wg.Go(func() {
-					// Staggered, so one worker's deletes land during
-					// another's read.
-					time.Sleep(time.Duration(i) * 2 * time.Millisecond)
+					// Newest first: their mappings hold the lowest entry indexes
+					// (miniupnpd lists newest first), so their deletes shift the
+					// entries under the older Services' reads.
+					time.Sleep(time.Duration(len(svcs)-1-i) * 8 * time.Millisecond)
 					if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
 						t.Errorf("delete %s: %v", svc.Name, err)
 					}
@@ -325,4 +326,58 @@ func overSOAP(t *testing.T, r *fake.Router, service fake.ServiceType) *LoadBalan
 		t.Fatal(err)
 	}
 	return lb
+}
+
+// After a restart the service controller ensures every Service in turn. If
+// each Ensure read the whole table, the resync would cost the square of the
+// table: each Ensure must read only what its own ports need.
+func TestResyncReadsOnlyEachServicesKeys(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	var svcs []*v1.Service
+	for i := range 40 {
+		svc := newService("resync", fmt.Sprintf("s%02d", i), withPorts(
+			port("web", v1.ProtocolTCP, int32(20000+10*i), int32(30000+i)),
+			port("dns", v1.ProtocolUDP, int32(20000+10*i), int32(31000+i))))
+		svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+		svcs = append(svcs, svc)
+	}
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range svcs {
+		e.router.ResetCalls()
+		if _, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, svc, nodes); err != nil {
+			t.Fatal(err)
+		}
+		read := 0
+		for _, c := range e.router.Calls() {
+			read += len(c.Mappings)
+			if c.Method == fake.MethodGetPortMapping && c.Err == nil {
+				read++
+			}
+		}
+		if read > 2 {
+			t.Fatalf("Ensure of %s read %d mappings, want at most its own 2 (of %d in the table)", svc.Name, read, len(e.router.Mappings()))
+		}
+	}
+}
+
+// A router that reboots (or wipes its table) loses every mapping: the
+// Services must be served again within one probe interval, not one renewal
+// interval.
+func TestRebootRepairedWithinAProbeInterval(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+	before := e.table()
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
+	e.router.Reboot()
+	r.clock.Step(DefaultProbeInterval)
+	eventually(t, "the mapping restored after one probe interval", func() bool {
+		return len(e.router.Mappings()) == len(before)
+	})
+	diffRows(t, "table", e.table(), before)
 }

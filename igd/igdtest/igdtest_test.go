@@ -554,3 +554,42 @@ func TestClientConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonize: a daemonised miniupnpd serves, logs no debug lines, is
+// rebooted and stopped like the foreground one, and leaves no process.
+func TestDaemonize(t *testing.T) {
+	var last int // registered first, so it runs after the lab's own cleanup
+	t.Cleanup(func() { assert.True(t, exited(last), "daemon %d left running after the lab stopped", last) })
+	lab := igdtest.Start(t, igdtest.Options{Daemonize: true})
+	ctx := testContext(t)
+	pid := lab.PID()
+	require.NotZero(t, pid)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	require.NoError(t, err)
+	assert.Contains(t, string(cmdline), "miniupnpd", "PID names the daemon")
+	assert.NotContains(t, strings.Split(string(cmdline), "\x00"), "-d", "the daemon runs without -d")
+
+	upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
+	out := upnpc(ctx, t, lab, 0, "-l")
+	require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping not listed:\n%s", out)
+	assert.NotContains(t, lab.Log(), "HTTP REQUEST", "debug lines from a daemonised router")
+
+	lab.Reboot(t)
+	require.NotEqual(t, pid, lab.PID(), "Reboot started a new daemon")
+	assert.True(t, exited(pid), "the old daemon %d is still running", pid)
+	out = upnpc(ctx, t, lab, 0, "-l")
+	require.False(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping survived Reboot:\n%s", out)
+
+	last = lab.PID()
+}
+
+// exited reports whether pid is gone or a zombie (a daemonised process is
+// reparented to the machine's init, which may not reap it at once).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}

@@ -1,0 +1,124 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+)
+
+// The service controller's workers delete several Services at once from an
+// IGD:1 router (miniupnpd with force_igd_desc_v1), which can only be read
+// entry by entry. Every delete that returns nil leaves nothing behind.
+func TestLabConcurrentDeletesOnIGD1LeaveNothing(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, ForceIGDv1: true})
+	ctx := labContext(t)
+	lb, err := New(Config{Client: labClient(t, lab, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := labNodes(lab)
+	for round := range 4 {
+		var svcs []*v1.Service
+		for i := range 6 {
+			svc := lbService("default", fmt.Sprintf("r%ds%d", round, i), withPorts(
+				port("a", v1.ProtocolTCP, int32(21000+i), 30000),
+				port("b", v1.ProtocolTCP, int32(22000+i), 30001),
+				port("c", v1.ProtocolUDP, int32(23000+i), 30002)))
+			st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Status.LoadBalancer = *st
+			svcs = append(svcs, svc)
+		}
+		var wg sync.WaitGroup
+		for i, svc := range svcs {
+			wg.Go(func() {
+				// Newest first: their mappings hold the lowest entry indexes
+				// (miniupnpd lists newest first), so their deletes shift the
+				// entries under the older Services' reads.
+				time.Sleep(time.Duration(len(svcs)-1-i) * 8 * time.Millisecond)
+				if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+					t.Errorf("round %d: delete %s: %v", round, svc.Name, err)
+				}
+			})
+		}
+		wg.Wait()
+		if ms, err := igd.ReadTable(ctx, labClient(t, lab, 0)); err != nil || len(ms) != 0 {
+			t.Fatalf("round %d: table after every delete returned = %v, %v; want empty", round, ms, err)
+		}
+	}
+}
+
+// Two LoadBalancers of one cluster, on two hosts, ensure different Services
+// on the same external port of a real miniupnpd, and both read the port free
+// before either writes (their adds wait for each other). The older Service
+// gets the port; the other gets a PortError.
+func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	ctx := labContext(t)
+	node := labNodes(lab)[0]
+	older := lbService("default", "older", withPorts(port("http", v1.ProtocolTCP, 44100, 30080)))
+	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	younger := lbService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 44100, 30081)))
+	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+	cluster := k8sfake.NewClientset(node, older, younger)
+
+	var adds sync.WaitGroup
+	adds.Add(2)
+	svcs := []*v1.Service{older, younger}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		lb, err := New(Config{Client: &barrierClient{UPnPClient: labClient(t, lab, i), adds: &adds}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Initialize(ctx, builder{cluster}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _, errs[i] = lb.EnsureLoadBalancer(ctx, testCluster, svcs[i], []*v1.Node{node}) })
+	}
+	wg.Wait()
+	if errs[0] != nil {
+		t.Errorf("older Service: %v, want it served", errs[0])
+	}
+	if !errors.Is(errs[1], ErrPortInUse) {
+		t.Errorf("younger Service: %v, want ErrPortInUse", errs[1])
+	}
+	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100)
+	if err != nil || m.Description != desc("default", "older", "http") || m.InternalPort != 30080 {
+		t.Errorf("router holds %v, %v; want the older Service's mapping", m, err)
+	}
+}
+
+// barrierClient holds each AddPortMapping until adds is done (both
+// LoadBalancers reached their add) or 500 ms pass (the other never adds).
+type barrierClient struct {
+	*igd.UPnPClient
+	adds *sync.WaitGroup
+	once sync.Once
+}
+
+func (c *barrierClient) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+	c.once.Do(func() {
+		c.adds.Done()
+		done := make(chan struct{})
+		go func() { c.adds.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(500 * time.Millisecond):
+		}
+	})
+	return c.UPnPClient.AddPortMapping(ctx, m)
+}
