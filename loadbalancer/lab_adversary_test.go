@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +122,62 @@ func (c *barrierClient) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.
 		}
 	})
 	return c.UPnPClient.AddPortMapping(ctx, m)
+}
+
+// The service controller's resync after a restart, on a real miniupnpd
+// holding 120 mappings: each Ensure reads only its own Service's keys.
+func TestLabResyncReadsOnlyEachServicesKeys(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, Daemonize: true})
+	ctx := labContext(t)
+	nodes := labNodes(lab)
+	setup, err := New(Config{Client: labClient(t, lab, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*v1.Service
+	for i := range 60 {
+		svc := lbService("resync", fmt.Sprintf("s%02d", i), withPorts(
+			port("web", v1.ProtocolTCP, int32(20000+i), int32(30000+i)),
+			port("dns", v1.ProtocolUDP, int32(20000+i), int32(31000+i))))
+		st, err := setup.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer = *st
+		svcs = append(svcs, svc)
+	}
+	counter := &entryCounter{UPnPClient: labClient(t, lab, 0)}
+	restarted, err := New(Config{Client: counter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range svcs {
+		counter.read.Store(0)
+		if _, err := restarted.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter.read.Load(); n > 2 {
+			t.Fatalf("Ensure of %s read %d mappings, want at most its own 2 (of 120 on the router)", svc.Name, n)
+		}
+	}
+}
+
+// entryCounter counts the mappings its client's reads return.
+type entryCounter struct {
+	*igd.UPnPClient
+	read atomic.Int64
+}
+
+func (c *entryCounter) GetPortMapping(ctx context.Context, p igd.Protocol, port uint16) (igd.Mapping, error) {
+	m, err := c.UPnPClient.GetPortMapping(ctx, p, port)
+	if err == nil {
+		c.read.Add(1)
+	}
+	return m, err
+}
+
+func (c *entryCounter) ListPortMappings(ctx context.Context, p igd.Protocol, r igd.PortRange) ([]igd.Mapping, error) {
+	ms, err := c.UPnPClient.ListPortMappings(ctx, p, r)
+	c.read.Add(int64(len(ms)))
+	return ms, err
 }
