@@ -381,3 +381,58 @@ func TestRebootRepairedWithinAProbeInterval(t *testing.T) {
 	})
 	diffRows(t, "table", e.table(), before)
 }
+
+// A pass works from a list of Services that may predate what the service
+// controller did since. It must serve each Service as the API server has it
+// now, or it revives what the controller removed.
+func TestPassServesTheServiceAsItIsNow(t *testing.T) {
+	ctx := context.Background()
+	nodes := threeNodes()
+	for _, tt := range []struct {
+		name string
+		// now changes the API server's copy of web after the pass listed it
+		// (and after the service controller acted), and returns the table
+		// the pass must leave.
+		now func(t *testing.T, e *env, w *watch, web *v1.Service) []string
+	}{
+		{
+			// The router lost the mappings, then the user deleted web:
+			// GetLoadBalancer found none, so the controller dropped the
+			// finalizer without calling EnsureLoadBalancerDeleted.
+			name: "deleted while the router had lost its mappings",
+			now: func(t *testing.T, e *env, w *watch, web *v1.Service) []string {
+				e.router.Reboot()
+				if _, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, web); err != nil || exists {
+					t.Fatalf("GetLoadBalancer = %v, %v; want none", exists, err)
+				}
+				if err := w.client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			},
+		},
+		{
+			name: "port changed",
+			now: func(t *testing.T, e *env, w *watch, web *v1.Service) []string {
+				v2 := web.DeepCopy()
+				v2.Spec.Ports = []v1.ServicePort{port("http", v1.ProtocolTCP, 81, 30081)}
+				v2.Status.LoadBalancer = *e.mustEnsure(t, v2, nodes)
+				if _, err := w.client.CoreV1().Services("default").Update(ctx, v2, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				to := e.router.Mappings()[0].InternalClient
+				return []string{row(igd.TCP, 81, to, 30081, desc("default", "web", "http"))}
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{})
+			web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+			web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+			w := staticWatch(t, nodes, []*v1.Service{web}) // the pass's list
+			want := tt.now(t, e, w, web)
+			e.lb.pass(ctx, w)
+			diffRows(t, "table after the pass", e.table(), want)
+		})
+	}
+}

@@ -10,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -307,7 +309,20 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 // passService serves one Service during a pass and patches its status when
 // it differs from what the router now serves.
 func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
-	st, err := lb.serve(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
+	release, ok := lb.tryAcquire(o, svc)
+	if !ok {
+		return nil // busy with the service controller, or deleted since listed
+	}
+	defer release()
+	// The pass's list of Services may be older than what the service
+	// controller has acted on since (a spec change, a delete for which it
+	// found no mapping and so never called EnsureLoadBalancerDeleted):
+	// serve the Service as the API server has it now, under its gate.
+	svc, ok, err := lb.current(ctx, w, svc)
+	if err != nil || !ok {
+		return err
+	}
+	st, err := lb.serveLocked(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
 	if err != nil || st == nil {
 		return err
 	}
@@ -322,6 +337,23 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	}
 	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ip", ext)
 	return nil
+}
+
+// current re-reads listed from the API server, live. ok is false when it is
+// gone, was re-created (another UID), is being deleted, lost the service
+// controller's finalizer, no longer wants a load balancer, or is no longer
+// selected: a pass then leaves it alone.
+func (lb *LoadBalancer) current(ctx context.Context, w *watch, listed *v1.Service) (svc *v1.Service, ok bool, err error) {
+	svc, err = w.client.CoreV1().Services(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("loadbalancer: re-read service %s/%s: %w", listed.Namespace, listed.Name, err)
+	}
+	ok = svc.UID == listed.UID && svc.DeletionTimestamp == nil && servicehelper.HasLBFinalizer(svc) &&
+		wantsLoadBalancer(svc) && selected(lb.cfg.Services, svc)
+	return svc, ok, nil
 }
 
 // probe reads one mapping this process wrote, a different one each time, and

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -243,7 +244,8 @@ func BenchmarkDelete(b *testing.B) {
 	}
 }
 
-// staticWatch is a background view over fixed objects (no informers).
+// staticWatch is a background view over fixed objects (no informers); its
+// API client holds the Services too, which a pass re-reads.
 func staticWatch(b testing.TB, nodes []*v1.Node, svcs []*v1.Service) *watch {
 	b.Helper()
 	nodeIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -253,13 +255,15 @@ func staticWatch(b testing.TB, nodes []*v1.Node, svcs []*v1.Service) *watch {
 			b.Fatal(err)
 		}
 	}
+	var objs []k8sruntime.Object
 	for _, s := range svcs {
 		if err := svcIdx.Add(s); err != nil {
 			b.Fatal(err)
 		}
+		objs = append(objs, s)
 	}
 	return &watch{
-		client:   k8sfake.NewClientset(),
+		client:   k8sfake.NewClientset(objs...),
 		nodes:    corelisters.NewNodeLister(nodeIdx),
 		services: corelisters.NewServiceLister(svcIdx),
 		slices:   discoverylisters.NewEndpointSliceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),

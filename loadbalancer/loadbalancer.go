@@ -147,8 +147,19 @@ type operation struct {
 	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serve is EnsureLoadBalancer for a selected Service, and a pass's work.
+// serve is EnsureLoadBalancer for a selected Service.
 func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	release, err := lb.acquire(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return lb.serveLocked(ctx, o, svc, nodes, op)
+}
+
+// serveLocked is serve, and a pass's work on one Service, for a caller that
+// holds o's gate.
+func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
 	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
@@ -167,25 +178,12 @@ func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nod
 			return nil, err
 		}
 	}
-	var release func()
-	if op.pass {
-		var ok bool
-		if release, ok = lb.tryAcquire(o, svc); !ok {
-			return nil, nil // busy with the service controller, or deleted
-		}
-	} else {
-		var err error
-		if release, err = lb.acquire(ctx, o); err != nil {
-			return nil, errors.Join(invalid, err)
-		}
-		if invalid == nil {
-			lb.update(o, func(s *serviceState) { s.deleted = false })
-		}
-	}
-	defer release()
 	if invalid != nil {
 		// Ports the user asked to restrict must not stay open.
 		return nil, errors.Join(invalid, lb.withdrawLocked(ctx, o, svc))
+	}
+	if !op.pass {
+		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
 	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
 	if err != nil {
