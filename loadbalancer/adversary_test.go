@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -434,5 +435,30 @@ func TestPassServesTheServiceAsItIsNow(t *testing.T) {
 			e.lb.pass(ctx, w)
 			diffRows(t, "table after the pass", e.table(), want)
 		})
+	}
+}
+
+// A LoadBalancer serves one cluster name: calls with another would make a
+// second owner of the same Services, whose guards (gate, deleted marker,
+// reservations) the background work, using the first name, never sees.
+func TestOneClusterNamePerLoadBalancer(t *testing.T) {
+	e := newEnv(t, Config{ClusterName: "home"}, fake.RouterConfig{})
+	web := newService("default", "web")
+	ctx := context.Background()
+	_, err := e.lb.EnsureLoadBalancer(ctx, testCluster, web, threeNodes())
+	if err == nil || !strings.Contains(err.Error(), `"home"`) || !strings.Contains(err.Error(), `"kubernetes"`) {
+		t.Errorf("Ensure with another cluster name = %v, want an error naming both", err)
+	}
+	if _, _, err := e.lb.GetLoadBalancer(ctx, testCluster, web); err == nil {
+		t.Error("GetLoadBalancer with another cluster name succeeded")
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, web); err == nil {
+		t.Error("EnsureLoadBalancerDeleted with another cluster name succeeded")
+	}
+	if len(e.router.Calls()) != 0 {
+		t.Errorf("router calls = %v, want none", e.router.Calls())
+	}
+	if _, err := e.lb.EnsureLoadBalancer(ctx, "home", web, threeNodes()); err != nil {
+		t.Errorf("Ensure with the configured name: %v", err)
 	}
 }

@@ -72,7 +72,10 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // at any key its spec, its status or this process knows of, and the status
 // built from those mappings. It reads those keys only.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
-	o := lb.owner(clusterName, service)
+	o, err := lb.owner(clusterName, service)
+	if err != nil {
+		return nil, false, err
+	}
 	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
 	}
@@ -109,7 +112,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 // cloudprovider.ImplementedElsewhere.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
-	o := lb.owner(clusterName, service)
+	o, err := lb.owner(clusterName, service)
+	if err != nil {
+		return nil, err
+	}
 	if !selected(lb.cfg.Services, service) {
 		if err := lb.withdraw(ctx, o, service); err != nil {
 			return nil, err
@@ -130,7 +136,10 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 // keys its spec, its status or this process knows of, and nothing else, also
 // for Services no longer valid or selected. Nothing to remove is success.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
-	o := lb.owner(clusterName, service)
+	o, err := lb.owner(clusterName, service)
+	if err != nil {
+		return err
+	}
 	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
@@ -287,13 +296,21 @@ func (lb *LoadBalancer) retry(err error) error {
 }
 
 // owner returns the owner of service, and remembers the cluster name.
-func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) owner {
+// It refuses a clusterName other than the one background work uses
+// (Config.ClusterName, or the first call's): two names would make two owners
+// of the same Services, each taking the other's mappings for foreign ones.
+func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, error) {
 	lb.mu.Lock()
 	if lb.cluster == "" {
 		lb.cluster = clusterName
 	}
+	cluster := lb.cluster
 	lb.mu.Unlock()
-	return newOwner(clusterName, service.Namespace, service.Name)
+	o := newOwner(clusterName, service.Namespace, service.Name)
+	if clusterName != cluster {
+		return o, fmt.Errorf("loadbalancer: service %s: cluster name %q differs from %q, which this LoadBalancer serves (Config.ClusterName, or the first call's): set Config.ClusterName to the controller's --cluster-name", o.key(), clusterName, cluster)
+	}
+	return o, nil
 }
 
 // clusterName returns the cluster name background work uses ("": unknown).
