@@ -380,6 +380,29 @@ func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 	}
 }
 
+// A router that keeps fewer bytes of a description than the owner and the
+// space after it still lets the Service recognise, renew and delete its own
+// mapping (cut just after the owner: "ck1 kubernetes/default/webx ").
+func TestRouterCuttingDescriptionsAfterTheOwner(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	const keep = 28
+	e.router.PrependHook(fake.MethodAddPortMapping, func(_ context.Context, c *fake.Call) (bool, error) {
+		c.Mapping.Description = c.Mapping.Description[:min(keep, len(c.Mapping.Description))]
+		return false, nil
+	})
+	nodes := threeNodes()
+	svc := newService("default", "webx", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	if ms := e.router.Mappings(); len(ms) != 1 || ms[0].Description != "ck1 kubernetes/default/webx " {
+		t.Fatalf("table = %v, want one mapping cut after the owner", e.table())
+	}
+	e.mustEnsure(t, svc, nodes)
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "table after delete", e.table(), nil)
+}
+
 func TestNodeChoice(t *testing.T) {
 	t.Run("deterministic whatever the node order", func(t *testing.T) {
 		nodes := threeNodes()

@@ -89,10 +89,13 @@ type parsedDescription struct {
 }
 
 // parseDescription reads a description written by any version of this
-// package. ok is false for descriptions in no format it knows.
+// package. ok is false for descriptions in no format it knows. A router that
+// cuts descriptions short may leave "ck1 <owner> " with no port name: the
+// space after the owner proves the owner whole, so that still names it (cut
+// inside the owner, it could name another Service, and does not).
 func parseDescription(d string) (p parsedDescription, ok bool) {
 	f := strings.Split(d, " ")
-	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || f[2] == "" {
+	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || (f[2] == "" && len(f) > 3) {
 		return parsedDescription{}, false
 	}
 	return parsedDescription{token: f[1]}, true

@@ -61,7 +61,9 @@ func TestParseDescription(t *testing.T) {
 	}{
 		{"ck1 kubernetes/default/web http", true, "kubernetes/default/web"},
 		{"ck1 #abcdefghijklmnopqrst metrics some/hint", true, "#abcdefghijklmnopqrst"},
-		{"ck1 kubernetes/default/web", false, ""},
+		{"ck1 kubernetes/default/web", false, ""},                       // cut inside the owner, maybe
+		{"ck1 kubernetes/default/web ", true, "kubernetes/default/web"}, // cut after it
+		{"ck1 kubernetes/default/web  x", false, ""},
 		{"ck2 kubernetes/default/web http", false, ""},
 		{"", false, ""},
 		{"miniupnpc", false, ""},
