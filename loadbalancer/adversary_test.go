@@ -462,3 +462,40 @@ func TestOneClusterNamePerLoadBalancer(t *testing.T) {
 		t.Errorf("Ensure with the configured name: %v", err)
 	}
 }
+
+// A router that reports internal port 0 (miniupnpd 2.3.6) hides which
+// nodePort a mapping forwards to. While no node is eligible, a mapping of
+// unknown nodePort is withdrawn like one of a stale nodePort; one this
+// process wrote with the wanted nodePort is kept.
+func TestInternalPortZeroWithoutEligibleNode(t *testing.T) {
+	down := []*v1.Node{newNode("node-a", addrA, notReady), newNode("node-b", addrB, notReady), newNode("node-c", addrC, notReady)}
+	for _, tt := range []struct {
+		name     string
+		restart  bool // a new process: it wrote nothing
+		wantKept bool
+	}{
+		{name: "written by this process", wantKept: true},
+		{name: "written before a restart", restart: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{ReportInternalPortZero: true})
+			web := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+			web.Status.LoadBalancer = *e.mustEnsure(t, web, threeNodes())
+			lb := e.lb
+			if tt.restart {
+				var err error
+				if lb, err = New(Config{Client: e.router.Client(addrA), Clock: e.clock}); err != nil {
+					t.Fatal(err)
+				}
+				lb.seeNodes(threeNodes())
+			}
+			_, err := lb.EnsureLoadBalancer(context.Background(), testCluster, web, down)
+			if !errors.Is(err, ErrNoEligibleNode) {
+				t.Errorf("Ensure = %v, want ErrNoEligibleNode", err)
+			}
+			if kept := len(e.router.Mappings()) == 1; kept != tt.wantKept {
+				t.Errorf("mapping kept = %v, want %v (table %q)", kept, tt.wantKept, e.table())
+			}
+		})
+	}
+}

@@ -61,7 +61,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		m := ours[k]
 		p, wanted := findPlan(req.ports, k)
-		if wanted && (haveTarget || m.InternalPort == p.nodePort || m.InternalPort == 0) {
+		if wanted && (haveTarget || lb.internalPort(o, m) == p.nodePort) {
 			continue
 		}
 		wait(lb.remove(ctx, o, m))
@@ -97,11 +97,7 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 	var h held
 	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
 	wrote := h.written.InternalClient.IsValid()
-	port := m.InternalPort
-	if port == 0 && wrote {
-		port = h.written.InternalPort
-	}
-	if m.InternalClient.Unmap() != tgt.addr || port != p.nodePort {
+	if m.InternalClient.Unmap() != tgt.addr || lb.internalPort(o, m) != p.nodePort {
 		return false
 	}
 	// A router that alters descriptions would be rewritten on every pass.
@@ -113,6 +109,18 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 		return false
 	}
 	return !wrote || h.expires.IsZero() || h.expires.Sub(lb.cfg.Clock.Now()) >= below
+}
+
+// internalPort is the internal port of our mapping m: as the router reports
+// it, or, from a router that reports 0 (miniupnpd 2.3.6 lists every mapping
+// so), what this process wrote there; 0 when neither says.
+func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
+	if m.InternalPort != 0 {
+		return m.InternalPort
+	}
+	var h held
+	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
+	return h.written.InternalPort
 }
 
 // apply makes the mapping for p point at tgt, with p's description. old is
