@@ -12,24 +12,26 @@
 //
 //   - A mapping is a Service's when its description ("ck1 <owner> <port>",
 //     at most 63 bytes; GetLoadBalancerName returns the owner) names the
-//     Service and it points at one of the cluster's node addresses.
+//     Service and it points at an address (InternalIP or ExternalIP) of a
+//     node this process has seen.
 //   - Every write of an operation rests on a read of the Service's own keys
 //     (its spec's, its status's and those this process knows it holds) made
-//     by that operation, under the Service's gate. A proof is trusted for
-//     one Service's operation, never longer: a background pass's listing of
-//     the whole table only says where to look.
+//     by that operation, under the Service's gate; a background pass serves
+//     the Service as the API server has it then. A proof is trusted for one
+//     Service's operation, never longer: a pass's listing of the whole table
+//     (where the router lists) only says where to look.
 //   - Mappings of other hosts, clusters and Services are never deleted or
 //     written: their keys fail with a *PortError naming the holder.
-//   - Two Services of the cluster wanting one key: the oldest gets it,
+//   - Two Services of the cluster wanting a key neither holds: the oldest gets it,
 //     decided from a live read of the API server's Services (with
 //     Initialize; without, only this process's Services are arbitrated), so
 //     two processes of one cluster never both take it. Clusters behind one
 //     router map to different nodes, so the router's 718 arbitrates them;
 //     they must use different --cluster-name values.
 //
-// A read costs one listing per protocol where the client lists
-// (igd.Lister), else one GetPortMapping per key: a call costs what the
-// Service's ports cost, not what the router's table holds.
+// A read costs one listing per run of a protocol's keys at most 128 ports
+// wide where the client lists (igd.Lister), else one GetPortMapping per key:
+// a call costs what the Service's ports cost, not what the table holds.
 //
 // # Nodes
 //
