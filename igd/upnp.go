@@ -461,8 +461,12 @@ func (c *UPnPClient) runDiscovery(ctx context.Context, d *discovery) {
 	if c.flight == d {
 		c.flight = nil
 	}
+	observeDiscovery(ctx, err)
 	switch {
 	case err == nil:
+		if c.gw == nil {
+			known.Add(1)
+		}
 		c.gw, c.failed = gw, nil
 	case c.gw == nil && ctx.Err() == nil:
 		c.failed, c.failedAt = err, time.Now()
@@ -485,6 +489,7 @@ func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
 	dropped := c.gw == gw
 	if dropped {
 		c.gw = nil
+		known.Add(-1)
 	}
 	c.mu.Unlock()
 	if dropped {
@@ -529,11 +534,14 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	callCtx = withOversizeRecord(callCtx)
+	start := time.Now()
 	err := fn(callCtx)
 	if err == nil {
+		observeCall(action, start, nil)
 		return nil
 	}
 	wrapped, transport := callError(callCtx, action, err)
+	observeCall(action, start, wrapped)
 	if transport && ctx.Err() == nil {
 		c.forget(ctx, gw, wrapped)
 	}

@@ -238,8 +238,11 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 // patches the status of Services whose status differs. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
+	result := "error" // until every Service was served
+	defer func() { passesTotal.WithLabelValues(result).Inc() }()
 	cluster := lb.clusterName()
 	if cluster == "" {
+		result = "skipped"
 		logger.V(4).Info("Skipping load balancer pass: cluster name not known yet")
 		return
 	}
@@ -265,6 +268,7 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	slices.SortFunc(svcs, func(a, b *v1.Service) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
+	failed := false
 	for _, svc := range svcs {
 		if ctx.Err() != nil {
 			return
@@ -274,8 +278,12 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
 		if err := lb.passService(ctx, w, o, svc, nodes, ext, extErr, hints[o.token]); err != nil {
+			failed = true
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
 		}
+	}
+	if !failed {
+		result = "ok"
 	}
 }
 
@@ -373,6 +381,7 @@ func (lb *LoadBalancer) probe(ctx context.Context) bool {
 		return false
 	}
 	klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
+	repairsTotal.Inc()
 	return true
 }
 

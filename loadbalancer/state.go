@@ -107,7 +107,10 @@ func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{
 func (lb *LoadBalancer) update(o owner, f func(s *serviceState)) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	f(lb.stateLocked(o))
+	s := lb.stateLocked(o)
+	n := len(s.held)
+	f(s)
+	heldKeys.Add(int64(len(s.held) - n))
 }
 
 // deletedTTL bounds how long a deleted Service is remembered: far longer
@@ -164,7 +167,10 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
 	}
-	lb.stateLocked(o).hold(k)
+	s := lb.stateLocked(o)
+	n := len(s.held)
+	s.hold(k)
+	heldKeys.Add(int64(len(s.held) - n))
 	return nil
 }
 

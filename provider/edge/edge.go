@@ -40,7 +40,9 @@ func Register(r *registry.Registry) error {
 // Factory is the cloudprovider.Factory of the edge provider. It reads the
 // cloud-config from config (nil = no file: all defaults; see ParseConfig),
 // takes the node name from $NODE_NAME when the config has none, and builds
-// the provider with New. It does no network I/O.
+// the provider with New. It does no network I/O. It registers igd's and
+// loadbalancer's metrics in the legacy registry, served on the
+// cloud-controller-manager's /metrics (New does not).
 func Factory(config io.Reader) (cloudprovider.Interface, error) {
 	return factory(os.Getenv)(config)
 }
@@ -48,6 +50,8 @@ func Factory(config io.Reader) (cloudprovider.Interface, error) {
 // factory is Factory with the environment replaceable by tests.
 func factory(getenv func(string) string) cloudprovider.Factory {
 	return func(config io.Reader) (cloudprovider.Interface, error) {
+		igd.RegisterMetrics()
+		loadbalancer.RegisterMetrics()
 		cfg, err := configFrom(config, getenv)
 		if err != nil {
 			return nil, err

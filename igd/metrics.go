@@ -1,0 +1,124 @@
+package igd
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/ccmkit/ccmkit/internal/gaugefunc"
+)
+
+// Metrics are named as upstream cloud providers name theirs
+// (cloudprovider_aws_api_request_duration_seconds{request}): the router's
+// SOAP control interface is this provider's API. See RegisterMetrics.
+const (
+	metricsNamespace = "cloudprovider"
+	metricsSubsystem = "ccmkit"
+)
+
+var (
+	requestDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "api_request_duration_seconds",
+		Help:      "Latency of SOAP calls to the router by action, including failed ones.",
+		// 1ms (miniupnpd on the LAN) to 16s (a listing, bounded by 5×CallTimeout).
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 15),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"request"})
+
+	requestErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "api_request_errors",
+		Help:           "Failed SOAP calls to the router by action and UPnP error code (or timeout, canceled, too_large, transport).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"request", "code"})
+
+	discoveries = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "discoveries_total",
+		Help:           "Router discoveries by outcome: found, none (no usable router), error, canceled.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"outcome"})
+
+	// known counts the clients of this process that have a router cached.
+	// It is kept whether or not the metrics are registered, and read at
+	// scrape time.
+	known atomic.Int64
+
+	routersKnown = gaugefunc.New(metricsNamespace+"_"+metricsSubsystem+"_routers_known",
+		"UPnP clients in this process that currently know a router (1 or 0 in the edge CCM).",
+		func() float64 { return float64(known.Load()) })
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers this package's metrics in the component-base
+// legacy registry, which the cloud-controller-manager serves on /metrics.
+// It is safe to call more than once and from several goroutines. Until it is
+// called, calls are counted nowhere (the gauge excepted, which is computed at
+// scrape time).
+//
+// The metrics:
+//
+//	cloudprovider_ccmkit_api_request_duration_seconds{request}  histogram of SOAP call latency by action (GetSpecificPortMappingEntry, AddPortMapping, ...)
+//	cloudprovider_ccmkit_api_request_errors{request,code}       failed calls: code is the UPnP error code ("718"), or timeout, canceled, too_large or transport
+//	cloudprovider_ccmkit_discoveries_total{outcome}             discoveries: found, none (no usable router), error, canceled (every caller gave up)
+//	cloudprovider_ccmkit_routers_known                          clients that currently have a router cached
+//
+// api_request_errors keeps upstream providers' name, without _total.
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(requestDuration, requestErrors, discoveries)
+		legacyregistry.CustomMustRegister(routersKnown)
+	})
+}
+
+// observeCall records one SOAP call to the router that started at start and
+// ended with err.
+func observeCall(action string, start time.Time, err error) {
+	requestDuration.WithLabelValues(action).Observe(time.Since(start).Seconds())
+	if err != nil {
+		requestErrors.WithLabelValues(action, errorCode(err)).Inc()
+	}
+}
+
+// errorCode is the code label of a failed call.
+func errorCode(err error) string {
+	if c := Code(err); c != 0 {
+		return strconv.Itoa(c)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrAnswerTooLarge):
+		return "too_large"
+	}
+	return "transport"
+}
+
+// observeDiscovery records the outcome of one discovery; ctx is the
+// discovery's own context.
+func observeDiscovery(ctx context.Context, err error) {
+	outcome := "found"
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		outcome = "canceled"
+	case errors.Is(err, ErrNoGateway):
+		outcome = "none"
+	default:
+		outcome = "error"
+	}
+	discoveries.WithLabelValues(outcome).Inc()
+}

@@ -1,0 +1,127 @@
+package igd_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// scrape returns the value of the sample of metric name whose labels include
+// labels: a counter's or gauge's value, a histogram's sample count; 0 when
+// there is none.
+func scrape(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			if !matches(have, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// matches reports whether have includes every label of want.
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMetricsRegisterIsIdempotent calls RegisterMetrics concurrently and
+// again: registering twice in the legacy registry would panic.
+func TestMetricsRegisterIsIdempotent(t *testing.T) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(igd.RegisterMetrics)
+	}
+	wg.Wait()
+	igd.RegisterMetrics()
+}
+
+// TestMetricsScrape makes calls to a fake router over HTTP and reads the
+// metrics back from the legacy registry, as /metrics serves them.
+func TestMetricsScrape(t *testing.T) {
+	igd.RegisterMetrics()
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL, CallTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		duration    = "cloudprovider_ccmkit_api_request_duration_seconds"
+		errs        = "cloudprovider_ccmkit_api_request_errors"
+		discoveries = "cloudprovider_ccmkit_discoveries_total"
+		known       = "cloudprovider_ccmkit_routers_known"
+	)
+	type sample struct {
+		name   string
+		labels map[string]string
+		delta  float64
+	}
+	samples := []sample{
+		{duration, map[string]string{"request": "GetExternalIPAddress"}, 2},
+		{duration, map[string]string{"request": "GetSpecificPortMappingEntry"}, 1},
+		{errs, map[string]string{"request": "GetSpecificPortMappingEntry", "code": "714"}, 1},
+		{errs, map[string]string{"request": "GetExternalIPAddress", "code": "timeout"}, 1},
+		{errs, map[string]string{"request": "GetExternalIPAddress", "code": "transport"}, 0},
+		{discoveries, map[string]string{"outcome": "found"}, 1},
+		{known, nil, 0}, // known after the discovery, forgotten after the timeout
+	}
+	before := make([]float64, len(samples))
+	for i, s := range samples {
+		before[i] = scrape(t, s.name, s.labels)
+	}
+
+	ctx := context.Background()
+	if _, err := c.ExternalIP(ctx); err != nil { // discovers, then calls
+		t.Fatal(err)
+	}
+	if got := scrape(t, known, nil) - before[len(samples)-1]; got != 1 {
+		t.Errorf("%s went up by %v after a discovery, want 1", known, got)
+	}
+	if _, err := c.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Fatalf("GetPortMapping of a free port: err = %v, want ErrNoSuchEntry", err)
+	}
+	r.Delay("GetExternalIPAddress", time.Second)
+	if _, err := c.ExternalIP(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ExternalIP of a router that does not answer: err = %v, want a timeout", err)
+	}
+
+	for i, s := range samples {
+		if got := scrape(t, s.name, s.labels) - before[i]; got != s.delta {
+			t.Errorf("%s%v went up by %v, want %v", s.name, s.labels, got, s.delta)
+		}
+	}
+}

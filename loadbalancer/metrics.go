@@ -1,0 +1,66 @@
+package loadbalancer
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/ccmkit/ccmkit/internal/gaugefunc"
+)
+
+// The metrics share igd's prefix, cloudprovider_ccmkit (see
+// igd.RegisterMetrics).
+const (
+	metricsNamespace = "cloudprovider"
+	metricsSubsystem = "ccmkit"
+)
+
+var (
+	// heldKeys counts the keys the LoadBalancers of this process hold or are
+	// taking (every serviceState.held). It is kept whether or not the
+	// metrics are registered, and read at scrape time.
+	heldKeys atomic.Int64
+
+	mappingsHeld = gaugefunc.New(metricsNamespace+"_"+metricsSubsystem+"_mappings_held",
+		"Port mappings this process holds for its Services, or is adding.",
+		func() float64 { return float64(heldKeys.Load()) })
+
+	passesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "background_passes_total",
+		Help:           "Background passes over every Service by result: ok, error (the pass or a Service in it failed), skipped (cluster name not known yet).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
+	repairsTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "repairs_total",
+		Help:           "Probes that found a mapping of this process lost or changed on the router, each triggering a repairing pass.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	registerOnce sync.Once
+)
+
+// RegisterMetrics registers this package's metrics in the component-base
+// legacy registry, which the cloud-controller-manager serves on /metrics.
+// It is safe to call more than once and from several goroutines. Until it is
+// called, passes and repairs are counted nowhere; the gauge is computed at
+// scrape time and is right whenever it is registered. It does not register
+// igd's metrics (igd.RegisterMetrics).
+//
+// The metrics:
+//
+//	cloudprovider_ccmkit_mappings_held                   port mappings (keys) this process holds for its Services, or is adding
+//	cloudprovider_ccmkit_background_passes_total{result} background passes: ok, error (the pass or one of its Services failed), skipped (cluster name not known yet)
+//	cloudprovider_ccmkit_repairs_total                   probes that found a mapping lost or changed on the router (a reboot, a wiped table), each starting a pass
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(passesTotal, repairsTotal)
+		legacyregistry.CustomMustRegister(mappingsHeld)
+	})
+}
