@@ -10,8 +10,6 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-
-	"github.com/ccmkit/ccmkit/internal/gaugefunc"
 )
 
 // Metrics are named as upstream cloud providers name theirs
@@ -54,9 +52,13 @@ var (
 	// scrape time.
 	known atomic.Int64
 
-	routersKnown = gaugefunc.New(metricsNamespace+"_"+metricsSubsystem+"_routers_known",
-		"UPnP clients in this process that currently know a router (1 or 0 in the edge CCM).",
-		func() float64 { return float64(known.Load()) })
+	routersKnown = metrics.NewGaugeFunc(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "routers_known",
+		Help:           "UPnP clients in this process that currently know a router (1 or 0 in the edge CCM).",
+		StabilityLevel: metrics.ALPHA,
+	}, func() float64 { return float64(known.Load()) })
 
 	registerOnce sync.Once
 )
@@ -78,7 +80,7 @@ var (
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(requestDuration, requestErrors, discoveries)
-		legacyregistry.CustomMustRegister(routersKnown)
+		legacyregistry.RawMustRegister(routersKnown)
 	})
 }
 

@@ -6,8 +6,6 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-
-	"github.com/ccmkit/ccmkit/internal/gaugefunc"
 )
 
 // The metrics share igd's prefix, cloudprovider_ccmkit (see
@@ -23,9 +21,13 @@ var (
 	// metrics are registered, and read at scrape time.
 	heldKeys atomic.Int64
 
-	mappingsHeld = gaugefunc.New(metricsNamespace+"_"+metricsSubsystem+"_mappings_held",
-		"Port mappings this process holds for its Services, or is adding.",
-		func() float64 { return float64(heldKeys.Load()) })
+	mappingsHeld = metrics.NewGaugeFunc(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "mappings_held",
+		Help:           "Port mappings this process holds for its Services, or is adding.",
+		StabilityLevel: metrics.ALPHA,
+	}, func() float64 { return float64(heldKeys.Load()) })
 
 	passesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      metricsNamespace,
@@ -61,6 +63,6 @@ var (
 func RegisterMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(passesTotal, repairsTotal)
-		legacyregistry.CustomMustRegister(mappingsHeld)
+		legacyregistry.RawMustRegister(mappingsHeld)
 	})
 }
