@@ -499,3 +499,25 @@ func TestInternalPortZeroWithoutEligibleNode(t *testing.T) {
 		})
 	}
 }
+
+// An older Service that asks for another address than the router's
+// (spec.loadBalancerIP) is never served, so it does not keep a younger one
+// off the port it wants.
+func TestArbitrationIgnoresServicesThatCannotBeServed(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	older := newService("default", "older", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	older.Spec.LoadBalancerIP = "203.0.113.7" // not the router's
+	younger := newService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+	if err := e.lb.Initialize(context.Background(), builder{k8sfake.NewClientset(node, older, younger)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ensure(t, older, []*v1.Node{node}); !errors.Is(err, ErrInvalidService) {
+		t.Errorf("older Service: %v, want ErrInvalidService", err)
+	}
+	if _, err := e.ensure(t, younger, []*v1.Node{node}); err != nil {
+		t.Errorf("younger Service: %v, want it served", err)
+	}
+}

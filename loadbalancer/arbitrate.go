@@ -53,8 +53,12 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 		if !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
 			continue
 		}
-		if _, invalid := planPorts(newOwner(req.owner.cluster, s.Namespace, s.Name), s); invalid != nil {
+		so := newOwner(req.owner.cluster, s.Namespace, s.Name)
+		if _, invalid := planPorts(so, s); invalid != nil {
 			continue // an invalid Service is not served, so it claims nothing
+		}
+		if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
+			continue // nor is one asking for another address than the router's
 		}
 		return &PortError{Service: req.owner.key(), Key: k, Claimant: s.Namespace + "/" + s.Name,
 			Err: fmt.Errorf("%w: an older Service of the cluster wants it", ErrPortInUse)}

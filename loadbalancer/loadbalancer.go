@@ -344,13 +344,17 @@ func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
 
 // externalIP returns the router's external IP, from the cache when known.
 func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
-	lb.mu.Lock()
-	ext := lb.external
-	lb.mu.Unlock()
-	if ext.IsValid() {
+	if ext := lb.cachedExternalIP(); ext.IsValid() {
 		return ext, nil
 	}
 	return lb.refreshExternalIP(ctx)
+}
+
+// cachedExternalIP returns the cached external IP (invalid when unknown).
+func (lb *LoadBalancer) cachedExternalIP() netip.Addr {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.external
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
