@@ -521,3 +521,35 @@ func TestArbitrationIgnoresServicesThatCannotBeServed(t *testing.T) {
 		t.Errorf("younger Service: %v, want it served", err)
 	}
 }
+
+// A deleted node's address may be given to another LAN host, which may write
+// any description: a mapping to it counts as a Service's only when this
+// process made it (so that it can be moved off the deleted node).
+func TestDeletedNodesAddressIsNoLongerTrusted(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := []*v1.Node{newNode("node-a", addrA), newNode("node-b", addrB)}
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, web, nodes)
+	from := e.router.Mappings()[0].InternalClient
+	gone, stays := nodes[0], nodes[1]
+	if from == addrB {
+		gone, stays = nodes[1], nodes[0]
+	}
+	e.lb.forgetNode(gone.Name) // as the node informer does on delete
+	// web's own mapping moves off the deleted node.
+	e.mustEnsure(t, web, []*v1.Node{stays})
+	if ms := e.router.Mappings(); len(ms) != 1 || ms[0].InternalClient == from {
+		t.Fatalf("table = %q, want web's mapping moved off %s", e.table(), from)
+	}
+	// A host now at the deleted node's address writes a description naming
+	// another Service: not that Service's.
+	forged := igd.Mapping{Protocol: igd.TCP, ExternalPort: 81, InternalClient: from, InternalPort: 81, Description: desc("default", "api", "http"), Enabled: true}
+	e.router.Put(forged)
+	api := newService("default", "api", withPorts(port("http", v1.ProtocolTCP, 81, 30081)))
+	if _, err := e.ensure(t, api, []*v1.Node{stays}); !errors.Is(err, ErrPortInUse) {
+		t.Errorf("Ensure of api = %v, want ErrPortInUse (the port is the LAN host's)", err)
+	}
+	if m, err := e.router.Client(from).GetPortMapping(context.Background(), igd.TCP, 81); err != nil || m.InternalClient != from {
+		t.Errorf("the LAN host's mapping = %v, %v; want it untouched", m, err)
+	}
+}

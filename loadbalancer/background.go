@@ -129,7 +129,15 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 				}
 			}
 		},
-		DeleteFunc: func(any) { trigger() },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if n, ok := obj.(*v1.Node); ok {
+				lb.forgetNode(n.Name)
+			}
+			trigger()
+		},
 	}); err != nil {
 		return fmt.Errorf("loadbalancer: watch nodes: %w", err)
 	}

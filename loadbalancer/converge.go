@@ -94,8 +94,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 // report it as granted). Internal port 0 (miniupnpd 2.3.6 lists all so) is
 // taken at this process's word.
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
-	var h held
-	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
+	h := lb.heldAt(o, m.Key())
 	wrote := h.written.InternalClient.IsValid()
 	if m.InternalClient.Unmap() != tgt.addr || lb.internalPort(o, m) != p.nodePort {
 		return false
@@ -118,8 +117,7 @@ func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
 	if m.InternalPort != 0 {
 		return m.InternalPort
 	}
-	var h held
-	lb.update(o, func(s *serviceState) { h = s.held[m.Key()] })
+	h := lb.heldAt(o, m.Key())
 	return h.written.InternalPort
 }
 

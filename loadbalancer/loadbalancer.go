@@ -328,8 +328,25 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 		if n == nil {
 			continue
 		}
+		lb.forgetNodeLocked(n.Name) // addresses it no longer reports
 		for _, a := range nodeAddrs(n) {
 			lb.nodeAddrs[a] = n.Name
+		}
+	}
+}
+
+// forgetNode drops the addresses of the node named name, which was deleted:
+// another LAN host may be given them.
+func (lb *LoadBalancer) forgetNode(name string) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.forgetNodeLocked(name)
+}
+
+func (lb *LoadBalancer) forgetNodeLocked(name string) {
+	for a, n := range lb.nodeAddrs {
+		if n == name {
+			delete(lb.nodeAddrs, a)
 		}
 	}
 }

@@ -74,8 +74,18 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 }
 
 // owns reports whether m belongs to o: its description names o, and it points
-// at a node (any LAN host can write any description).
+// at a node this process knows, or at the address this process mapped the key
+// to for o (any LAN host can write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	p, ok := parseDescription(m.Description)
-	return ok && p.token == o.token && lb.isNodeAddr(m.InternalClient)
+	if !ok || p.token != o.token {
+		return false
+	}
+	if lb.isNodeAddr(m.InternalClient) {
+		return true
+	}
+	// A node deleted since this process mapped the key to it: still ours,
+	// so that it can be moved.
+	h := lb.heldAt(o, m.Key())
+	return h.written.InternalClient.IsValid() && h.written.InternalClient == m.InternalClient.Unmap()
 }

@@ -113,6 +113,16 @@ func (lb *LoadBalancer) update(o owner, f func(s *serviceState)) {
 	heldKeys.Add(int64(len(s.held) - n))
 }
 
+// heldAt returns what o holds at k, without creating o's state.
+func (lb *LoadBalancer) heldAt(o owner, k igd.Key) held {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if s := lb.services[o.token]; s != nil {
+		return s.held[k]
+	}
+	return held{}
+}
+
 // deletedTTL bounds how long a deleted Service is remembered: far longer
 // than a background pass works from its list of Services.
 const deletedTTL = time.Hour
