@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/cloud-provider/api"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -551,5 +552,25 @@ func TestDeletedNodesAddressIsNoLongerTrusted(t *testing.T) {
 	}
 	if m, err := e.router.Client(from).GetPortMapping(context.Background(), igd.TCP, 81); err != nil || m.InternalClient != from {
 		t.Errorf("the LAN host's mapping = %v, %v; want it untouched", m, err)
+	}
+}
+
+// A mapping of ours whose lease is about to run out may expire, and a LAN
+// host take its key, before a delete lands: it is left to expire, and the
+// caller is told to come back after it.
+func TestExpiringMappingIsLeftToExpire(t *testing.T) {
+	e := newEnv(t, Config{Lease: time.Minute, RenewInterval: 30 * time.Second}, fake.RouterConfig{})
+	web := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	e.mustEnsure(t, web, threeNodes())
+	e.clock.Step(time.Minute - 2*time.Second) // 2 s of lease left
+	e.calls()
+	web.Spec.Ports = web.Spec.Ports[:1]
+	_, err := e.ensure(t, web, threeNodes())
+	var re *api.RetryError
+	if !errors.As(err, &re) || re.RetryAfter() < 2*time.Second || re.RetryAfter() > 5*time.Second {
+		t.Errorf("Ensure = %v, want a RetryError after the lease (2 s + 1 s)", err)
+	}
+	if c := e.calls(); c[fake.MethodDeletePortMapping] != 0 {
+		t.Errorf("router calls = %v, want no delete of an expiring mapping", c)
 	}
 }

@@ -137,6 +137,9 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
 	relabel := mine && !moved && old.InternalPort == p.nodePort && old.Description != p.description
+	if (moved || relabel) && expiring(old) {
+		return old.Lease + time.Second, nil
+	}
 	if moved || relabel {
 		// A router keeps a key for its internal client (another gets 718),
 		// and miniupnpd keeps the description of a mapping re-added with the
@@ -220,6 +223,9 @@ const maxSecureWait = 5 * time.Minute
 
 // remove deletes m, which a read of this operation proved ours.
 func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (time.Duration, error) {
+	if expiring(m) {
+		return m.Lease + time.Second, nil
+	}
 	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
@@ -227,6 +233,15 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (tim
 	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
 	return 0, nil
 }
+
+// expiringLease is the lease left under which a mapping is not deleted: it
+// could expire, and another host take the key, before the delete lands, which
+// would then delete that host's mapping. It is left to expire, and the
+// operation retried after it.
+const expiringLease = 5 * time.Second
+
+// expiring reports whether m's reported lease is about to run out.
+func expiring(m igd.Mapping) bool { return m.Lease > 0 && m.Lease < expiringLease }
 
 // findPlan returns the plan for k among plans.
 func findPlan(plans []portPlan, k igd.Key) (portPlan, bool) {
