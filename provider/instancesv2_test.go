@@ -358,15 +358,17 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 			internalIP("192.168.1.10"), hostname("pi-1")), other),
 		// Addresses and zone from configuration, region from its own label.
 		tainted(testNode("nuc", "", map[string]string{v1.LabelTopologyRegion: "attic"}, nil, hostname("nuc"))),
+		// A k3s node, whose ProviderID k3s's embedded controller set.
+		tainted(testNode("k3s-1", "k3s://k3s-1", nil, nil, internalIP("192.168.1.30"), hostname("k3s-1"))),
 	}
 	inst := newTestInstances(t, InstancesConfig{
-		Zone: "home", InstanceType: "sbc",
+		Zone: "home", InstanceType: "sbc", AdoptSchemes: []string{"k3s"},
 		Nodes: map[string]NodeInstance{"nuc": {
 			Addresses: []v1.NodeAddress{internalIP("192.168.1.20"), {Type: v1.NodeExternalIP, Address: "203.0.113.20"}},
 			Zone:      "shelf", InstanceType: "nuc11",
 		}},
 	})
-	client := fake.NewClientset(nodes[0], nodes[1])
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2])
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cloud, err := New("edge", Config{InstancesV2: inst})
 	if err != nil {
@@ -412,6 +414,14 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 				v1.LabelTopologyZone: "shelf", v1.LabelFailureDomainBetaZone: "shelf",
 				v1.LabelTopologyRegion: "attic", v1.LabelFailureDomainBetaRegion: "attic",
 				v1.LabelInstanceTypeStable: "nuc11", v1.LabelInstanceType: "nuc11",
+			},
+		},
+		"k3s-1": {
+			providerID: "k3s://k3s-1",
+			addresses:  []v1.NodeAddress{internalIP("192.168.1.30"), hostname("k3s-1")},
+			labels: map[string]string{
+				v1.LabelTopologyZone: "home", v1.LabelFailureDomainBetaZone: "home",
+				v1.LabelInstanceTypeStable: "sbc", v1.LabelInstanceType: "sbc",
 			},
 		},
 	}
