@@ -43,6 +43,15 @@ type InstancesConfig struct {
 	InstanceType string
 	// Nodes holds per-node settings keyed by node name; nil = none.
 	Nodes map[string]NodeInstance
+	// AdoptSchemes lists ProviderID schemes of other providers whose IDs
+	// carry nothing but the node's name, such as "k3s" (k3s's embedded
+	// cloud controller gives every node "k3s://<node-name>"). A node whose
+	// spec.providerID is exactly SCHEME://<its own name> for one of them is
+	// treated as this provider's and keeps that ProviderID (the field is
+	// immutable once set). Any other ID of those schemes stays foreign.
+	// Each must follow registry.ValidateName and differ from the provider's
+	// name; nil = none.
+	AdoptSchemes []string
 }
 
 // NodeInstance is what InstancesConfig says about one node.
@@ -78,6 +87,10 @@ type NodeInstance struct {
 //   - InstanceShutdown is always false: there is no power-state API. A
 //     machine that is off shows up as NotReady through kubelet.
 //
+// A node whose spec.providerID is SCHEME://<node-name> for a scheme of
+// InstancesConfig.AdoptSchemes follows the same rules and keeps its
+// ProviderID.
+//
 // A node whose spec.providerID has another scheme belongs to another cloud
 // provider: every method returns an error matching ErrForeignProviderID. The
 // cloud node controllers log such an error and leave the node alone, so it is
@@ -97,10 +110,11 @@ func NewInstancesV2(providerName string, cfg InstancesConfig) (*InstancesV2, err
 	if err := registry.ValidateName(providerName); err != nil {
 		return nil, fmt.Errorf("new instances: %w", err)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(providerName); err != nil {
 		return nil, fmt.Errorf("new instances for %q: %w", providerName, err)
 	}
 	cp := cfg
+	cp.AdoptSchemes = slices.Clone(cfg.AdoptSchemes)
 	cp.Nodes = make(map[string]NodeInstance, len(cfg.Nodes))
 	for name, n := range cfg.Nodes {
 		n.Addresses = slices.Clone(n.Addresses)
@@ -109,8 +123,16 @@ func NewInstancesV2(providerName string, cfg InstancesConfig) (*InstancesV2, err
 	return &InstancesV2{providerName: providerName, cfg: cp}, nil
 }
 
-func (c InstancesConfig) validate() error {
+func (c InstancesConfig) validate(providerName string) error {
 	var errs []error
+	for i, scheme := range c.AdoptSchemes {
+		field := fmt.Sprintf("InstancesConfig.AdoptSchemes[%d]", i)
+		if err := registry.ValidateName(scheme); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+		} else if scheme == providerName {
+			errs = append(errs, fmt.Errorf("%s %q is the provider's own scheme", field, scheme))
+		}
+	}
 	label := func(field, v string) {
 		if v == "" {
 			return
@@ -165,6 +187,11 @@ func (i *InstancesV2) check(op string, node *v1.Node) error {
 	id := node.Spec.ProviderID
 	if id == "" || strings.HasPrefix(id, i.providerName+"://") {
 		return nil
+	}
+	for _, scheme := range i.cfg.AdoptSchemes {
+		if id == scheme+"://"+node.Name {
+			return nil
+		}
 	}
 	return fmt.Errorf("%s: node %q: spec.providerID %q: %w (this provider's ProviderIDs start with %q)",
 		op, node.Name, id, ErrForeignProviderID, i.providerName+"://")

@@ -208,8 +208,14 @@ func TestInstanceExistsAndShutdown(t *testing.T) {
 		{name: "foreign scheme", node: testNode("n1", "aws:///eu-west-1a/i-0123", nil, nil), wantErr: ErrForeignProviderID},
 		{name: "scheme prefix is not enough", node: testNode("n1", "edgey://n1", nil, nil), wantErr: ErrForeignProviderID},
 		{name: "no scheme separator", node: testNode("n1", "edge:n1", nil, nil), wantErr: ErrForeignProviderID},
+		// AdoptSchemes is {"k3s"} below.
+		{name: "adopted scheme, the node's name", node: testNode("n1", "k3s://n1", nil, nil), wantExists: true},
+		{name: "adopted scheme, another name", node: testNode("n1", "k3s://n2", nil, nil), wantErr: ErrForeignProviderID},
+		{name: "adopted scheme, more than the name", node: testNode("n1", "k3s://n1/x", nil, nil), wantErr: ErrForeignProviderID},
+		{name: "adopted scheme, no separator", node: testNode("n1", "k3s:n1", nil, nil), wantErr: ErrForeignProviderID},
+		{name: "scheme not adopted", node: testNode("n1", "rke2://n1", nil, nil), wantErr: ErrForeignProviderID},
 	}
-	inst := newTestInstances(t, InstancesConfig{})
+	inst := newTestInstances(t, InstancesConfig{AdoptSchemes: []string{"k3s"}})
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,6 +249,31 @@ func TestInstanceExistsAndShutdown(t *testing.T) {
 	}
 }
 
+// TestInstanceMetadataAdoptedScheme: a k3s node keeps its ProviderID and gets
+// its metadata from the configuration and its labels like any other node.
+func TestInstanceMetadataAdoptedScheme(t *testing.T) {
+	inst := newTestInstances(t, InstancesConfig{
+		Region:       "home",
+		AdoptSchemes: []string{"k3s"},
+		Nodes:        map[string]NodeInstance{"pi": {Zone: "shelf"}},
+	})
+	node := testNode("pi", "k3s://pi", map[string]string{v1.LabelInstanceTypeStable: "rpi5"}, nil, internalIP("192.168.1.20"))
+	md, err := inst.InstanceMetadata(context.Background(), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &cloudprovider.InstanceMetadata{
+		ProviderID:    "k3s://pi",
+		NodeAddresses: []v1.NodeAddress{internalIP("192.168.1.20")},
+		InstanceType:  "rpi5",
+		Zone:          "shelf",
+		Region:        "home",
+	}
+	if !reflect.DeepEqual(md, want) {
+		t.Errorf("InstanceMetadata =\n %+v\nwant\n %+v", md, want)
+	}
+}
+
 func TestInstancesNilNode(t *testing.T) {
 	inst := newTestInstances(t, InstancesConfig{})
 	ctx := context.Background()
@@ -271,6 +302,8 @@ func TestNewInstancesV2Invalid(t *testing.T) {
 		{name: "node name", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"N_1": {}}}, contains: `InstancesConfig.Nodes["N_1"]`},
 		{name: "node instance type", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {InstanceType: "x/y"}}}, contains: `Nodes["n1"].InstanceType`},
 		{name: "address type", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{{Type: "IP", Address: "10.0.0.1"}}}}}, contains: `Nodes["n1"].Addresses[0].Type`},
+		{name: "adopted scheme", provider: "edge", cfg: InstancesConfig{AdoptSchemes: []string{"k3s://"}}, contains: "InstancesConfig.AdoptSchemes[0]", is: registry.ErrInvalidName},
+		{name: "adopted scheme is the provider's", provider: "edge", cfg: InstancesConfig{AdoptSchemes: []string{"k3s", "edge"}}, contains: "InstancesConfig.AdoptSchemes[1]"},
 		{name: "address IP", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{internalIP("10.0.0.300")}}}}, contains: `Nodes["n1"].Addresses[0].Address`},
 	}
 	for _, tt := range tests {
@@ -325,15 +358,17 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 			internalIP("192.168.1.10"), hostname("pi-1")), other),
 		// Addresses and zone from configuration, region from its own label.
 		tainted(testNode("nuc", "", map[string]string{v1.LabelTopologyRegion: "attic"}, nil, hostname("nuc"))),
+		// A k3s node, whose ProviderID k3s's embedded controller set.
+		tainted(testNode("k3s-1", "k3s://k3s-1", nil, nil, internalIP("192.168.1.30"), hostname("k3s-1"))),
 	}
 	inst := newTestInstances(t, InstancesConfig{
-		Zone: "home", InstanceType: "sbc",
+		Zone: "home", InstanceType: "sbc", AdoptSchemes: []string{"k3s"},
 		Nodes: map[string]NodeInstance{"nuc": {
 			Addresses: []v1.NodeAddress{internalIP("192.168.1.20"), {Type: v1.NodeExternalIP, Address: "203.0.113.20"}},
 			Zone:      "shelf", InstanceType: "nuc11",
 		}},
 	})
-	client := fake.NewClientset(nodes[0], nodes[1])
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2])
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cloud, err := New("edge", Config{InstancesV2: inst})
 	if err != nil {
@@ -379,6 +414,14 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 				v1.LabelTopologyZone: "shelf", v1.LabelFailureDomainBetaZone: "shelf",
 				v1.LabelTopologyRegion: "attic", v1.LabelFailureDomainBetaRegion: "attic",
 				v1.LabelInstanceTypeStable: "nuc11", v1.LabelInstanceType: "nuc11",
+			},
+		},
+		"k3s-1": {
+			providerID: "k3s://k3s-1",
+			addresses:  []v1.NodeAddress{internalIP("192.168.1.30"), hostname("k3s-1")},
+			labels: map[string]string{
+				v1.LabelTopologyZone: "home", v1.LabelFailureDomainBetaZone: "home",
+				v1.LabelInstanceTypeStable: "sbc", v1.LabelInstanceType: "sbc",
 			},
 		},
 	}
@@ -427,10 +470,12 @@ func TestCloudNodeLifecycleControllerKeepsNodes(t *testing.T) {
 		notReady(testNode("powered-off", "edge://powered-off", nil, nil, internalIP("192.168.1.10"))),
 		notReady(testNode("not-initialized", "", nil, nil)),
 		notReady(testNode("foreign", "aws:///eu-west-1a/i-0123", nil, nil)),
+		notReady(testNode("k3s-node", "k3s://k3s-node", nil, nil)),
+		notReady(testNode("k3s-other", "k3s://k3s-renamed", nil, nil)),
 	}
-	client := fake.NewClientset(nodes[0], nodes[1], nodes[2])
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], nodes[3], nodes[4])
 	factory := informers.NewSharedInformerFactory(client, 0)
-	asked := &askedInstances{InstancesV2: newTestInstances(t, InstancesConfig{}), calls: make(chan string, 16)}
+	asked := &askedInstances{InstancesV2: newTestInstances(t, InstancesConfig{AdoptSchemes: []string{"k3s"}}), calls: make(chan string, 16)}
 	cloud, err := New("edge", Config{InstancesV2: asked})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -461,7 +506,8 @@ func TestCloudNodeLifecycleControllerKeepsNodes(t *testing.T) {
 	}()
 	want := map[string]bool{
 		"exists powered-off": true, "exists not-initialized": true, "exists foreign": true,
-		"shutdown powered-off": true, "shutdown not-initialized": true,
+		"exists k3s-node": true, "exists k3s-other": true,
+		"shutdown powered-off": true, "shutdown not-initialized": true, "shutdown k3s-node": true,
 	}
 	timeout := time.After(30 * time.Second)
 	for len(want) > 0 {

@@ -73,7 +73,11 @@ func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 		quietOnce.Do(func() { klog.SetLogger(logr.Discard()) })
 	}
 
-	fmt.Fprintln(out, "ccmkit demo: the edge cloud provider on a fake cluster")
+	if opts.routerURL == "" {
+		fmt.Fprintln(out, "ccmkit demo: the edge cloud provider on a fake cluster with a fake router")
+	} else {
+		fmt.Fprintf(out, "ccmkit demo: the edge cloud provider on a fake cluster with a REAL router at %s (one real port mapping, removed at the end)\n", opts.routerURL)
+	}
 	// The router: the fake one, or the real one the user named.
 	routerURL, nodeIP, secureMode := opts.routerURL, fakeNodeIP, false
 	if routerURL == "" {

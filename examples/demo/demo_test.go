@@ -24,6 +24,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
 	}
 	want := []string{
+		`(?m)^ccmkit demo: the edge cloud provider on a fake cluster with a fake router$`,
 		`(?m)^\[router\]  fake UPnP IGD router .* at http://127\.0\.0\.1:\d+/rootDesc\.xml$`,
 		`(?m)^\[router\]  external IP 198\.51\.101\.7$`,
 		`(?m)^\[ccm\]     provider "edge" built from this cloud-config:$`,
@@ -55,6 +56,41 @@ func TestDemo(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines before the demo, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestHelp runs the demo's main with -h (and -help): it prints what the demo
+// shows and its flags, and exits 0 without running anything.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		t.Run(arg, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := runMain(context.Background(), []string{arg}, &stdout, &stderr); code != 0 {
+				t.Errorf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+			}
+			if stderr.Len() > 0 {
+				t.Errorf("stderr is not empty:\n%s", stderr.String())
+			}
+			for _, want := range []string{"Usage: go run ./examples/demo", "port mapping on the router", "-router-url", "-timeout", "real router"} {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("usage lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			if strings.Contains(stdout.String(), "[router]") {
+				t.Errorf("-h ran the demo:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// TestMainExitCode: a failing demo exits 1 and says so on stderr.
+func TestMainExitCode(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := runMain(context.Background(), []string{"-bogus"}, &stdout, &stderr); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if !strings.HasPrefix(stderr.String(), "demo failed: ") || !strings.Contains(stderr.String(), "bogus") {
+		t.Errorf("stderr = %q, want a demo failed line naming the flag", stderr.String())
 	}
 }
 
@@ -107,6 +143,7 @@ func TestDemoRouterURL(t *testing.T) {
 		t.Fatalf("demo failed: %v\noutput:\n%s", err, out.String())
 	}
 	for _, want := range []string{
+		"ccmkit demo: the edge cloud provider on a fake cluster with a REAL router at " + srv.RootDescURL,
 		"[router]  real router at " + srv.RootDescURL,
 		"[router]  external IP 198.51.101.9",
 		"[router]  this host is 127.0.0.1 on the router's LAN",

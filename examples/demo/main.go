@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,11 +32,39 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "demo failed: %v\n", err)
-		os.Exit(1)
+	os.Exit(runMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runMain runs the demo and returns the process's exit code: 0 when it
+// finished or only printed its usage (-h), 1 when it failed.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(stderr, "demo failed: %v\n", err)
+		return 1
 	}
 }
+
+// usage is what -h prints before the flags.
+const usage = `Usage: go run ./examples/demo [flags]
+
+Runs the edge cloud provider of ccmkit the way edge-ccm does, on this machine,
+with no cluster: the upstream cloud node and service controllers on a fake
+clientset, and by default a fake UPnP router in this process. It shows
+  - a node tainted as uninitialized being initialized (ProviderID edge://...),
+  - a Service of type LoadBalancer getting a port mapping on the router and
+    the router's external IP as its external IP,
+  - the mapping removed when the Service is deleted.
+It exits non-zero if a step fails or the run takes longer than -timeout.
+
+With -router-url it uses a real router instead: it adds one real port
+mapping, from -port on the router to this host, and removes it at the end.
+
+Flags:
+`
 
 // options are the command-line flags.
 type options struct {
@@ -49,6 +78,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.routerURL, "router-url", "", "root-description URL of a real router to use instead of the fake one (it gets one real port mapping, removed at the end)")
 	fs.IntVar(&o.port, "port", 8080, "the Service's port, which becomes the external port on the router")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "bound on the whole run")
@@ -68,7 +101,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	return o, nil
 }
 
-// run parses args and runs the demo, printing its progress to out.
+// run parses args and runs the demo, printing its progress to out. For -h
+// it prints the usage to out and returns flag.ErrHelp.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	opts, err := parseFlags(args, out)
 	if err != nil {

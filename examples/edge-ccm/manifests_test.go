@@ -25,6 +25,7 @@ import (
 	"k8s.io/cloud-provider/app"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
@@ -53,15 +54,36 @@ func strictDecoder() runtime.Decoder {
 		serjson.SerializerOptions{Yaml: true, Strict: true})
 }
 
-// decodeManifests decodes every document of every file under dir.
-func decodeManifests(t *testing.T, dir string) []runtime.Object {
+// kustomizationFile is the kustomize file beside the manifests; it is not a
+// Kubernetes object, so decodeManifests leaves it to TestKustomization.
+const kustomizationFile = "kustomization.yaml"
+
+// manifestFiles returns the names of the manifests under dir, sorted, without
+// the kustomization.
+func manifestFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s (%v)", dir, err)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var names []string
+	for _, f := range files {
+		if name := filepath.Base(f); name != kustomizationFile {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no manifests in %s", dir)
+	}
+	return names
+}
+
+// decodeManifests decodes every document of every manifest under dir.
+func decodeManifests(t *testing.T, dir string) []runtime.Object {
+	t.Helper()
 	var objs []runtime.Object
-	for _, file := range files {
+	for _, name := range manifestFiles(t, dir) {
+		file := filepath.Join(dir, name)
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -134,6 +156,79 @@ func TestStrictDecoderCatchesMistakes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kustomization is the part of kustomize's Kustomization the manifests use;
+// decoding strictly into it fails on any other key.
+type kustomization struct {
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Resources  []string         `json:"resources"`
+	Images     []kustomizeImage `json:"images"`
+}
+
+type kustomizeImage struct {
+	Name    string `json:"name"`
+	NewName string `json:"newName,omitempty"`
+	NewTag  string `json:"newTag,omitempty"`
+	Digest  string `json:"digest,omitempty"`
+}
+
+func decodeKustomization(data []byte) (kustomization, error) {
+	var k kustomization
+	err := sigsyaml.UnmarshalStrict(data, &k)
+	return k, err
+}
+
+// TestKustomization checks manifests/kustomization.yaml: it decodes strictly,
+// lists every manifest, and has an images entry for every container image of
+// the manifests, so `kustomize edit set image edge-ccm=...` sets the image.
+func TestKustomization(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("manifests", kustomizationFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := decodeKustomization(data)
+	if err != nil {
+		t.Fatalf("%s: %v", kustomizationFile, err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		t.Errorf("%s is %s %s, want kustomize.config.k8s.io/v1beta1 Kustomization", kustomizationFile, k.APIVersion, k.Kind)
+	}
+	if got, want := slices.Sorted(slices.Values(k.Resources)), manifestFiles(t, "manifests"); !slices.Equal(got, want) {
+		t.Errorf("%s lists resources %q, want every manifest %q", kustomizationFile, got, want)
+	}
+	images := map[string]kustomizeImage{}
+	for _, img := range k.Images {
+		images[img.Name] = img
+	}
+	var seen int
+	for _, obj := range decodeManifests(t, "manifests") {
+		ds, ok := obj.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		for _, c := range slices.Concat(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers) {
+			seen++
+			img, ok := images[c.Image]
+			if !ok {
+				t.Errorf("container %s's image %q has no images entry in %s", c.Name, c.Image, kustomizationFile)
+				continue
+			}
+			if img.NewName == "" || (img.NewTag == "" && img.Digest == "") {
+				t.Errorf("images entry %q sets no full image (newName and newTag or digest): %+v", img.Name, img)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no DaemonSet container in the manifests")
+	}
+
+	t.Run("strict", func(t *testing.T) {
+		if _, err := decodeKustomization([]byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nimage:\n- name: x\n")); err == nil {
+			t.Error("a mistyped key decoded without error")
+		}
+	})
 }
 
 func TestManifests(t *testing.T) {

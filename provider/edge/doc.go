@@ -1,7 +1,9 @@
 // Package edge is the cloud provider for Kubernetes clusters behind a home or
 // edge router: Services of type LoadBalancer are served by port mappings on
 // the router (UPnP IGD, package loadbalancer), and nodes are initialized
-// without a cloud API (provider.InstancesV2: ProviderID edge://<node-name>).
+// without a cloud API (provider.InstancesV2: ProviderID edge://<node-name>;
+// nodes that carry k3s://<node-name> or rke2://<node-name> keep it and are
+// treated as edge's).
 //
 // Factory is a cloudprovider.Factory; Register adds it to a registry under
 // ProviderName ("edge"), and examples/edge-ccm shows a cloud-controller-manager

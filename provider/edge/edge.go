@@ -140,9 +140,17 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	})
 }
 
+// adoptedSchemes are the ProviderID schemes the edge provider treats as its
+// own when a node's ProviderID is exactly SCHEME://<node-name>: k3s's
+// embedded cloud controller gives every node "k3s://<node-name>" (RKE2's,
+// the same code, "rke2://<node-name>"). Such IDs name no machine of any
+// cloud, so a cluster that moves from the embedded controller to edge-ccm
+// keeps its nodes, which then get edge's metadata; see provider.InstancesConfig.
+var adoptedSchemes = []string{"k3s", "rke2"}
+
 // instancesConfig translates the "instances" section.
 func instancesConfig(in InstancesConfig) provider.InstancesConfig {
-	out := provider.InstancesConfig{Zone: in.Zone, Region: in.Region, InstanceType: in.InstanceType}
+	out := provider.InstancesConfig{Zone: in.Zone, Region: in.Region, InstanceType: in.InstanceType, AdoptSchemes: adoptedSchemes}
 	if len(in.Nodes) > 0 {
 		out.Nodes = make(map[string]provider.NodeInstance, len(in.Nodes))
 	}

@@ -1,0 +1,48 @@
+// Package compose holds the root README's "Quick start: compose your own CCM"
+// as compiled code: the lines between the README markers below are the
+// README's snippet, character for character (compose_test.go checks it), so
+// the snippet always builds against the current API.
+//
+// Importing the package registers the "homelab" provider in
+// registry.Default(), as a CCM's main package would.
+package compose
+
+// README:begin
+import (
+	"io"
+	"os"
+
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/loadbalancer"
+	"github.com/ccmkit/ccmkit/provider"
+	"github.com/ccmkit/ccmkit/registry"
+)
+
+func init() {
+	registry.MustRegister("homelab", func(config io.Reader) (cloudprovider.Interface, error) {
+		router, err := igd.NewClient(igd.Config{}) // no I/O here: discovery is lazy and retried
+		if err != nil {
+			return nil, err
+		}
+		lb, err := loadbalancer.New(loadbalancer.Config{Client: router, NodeName: os.Getenv("NODE_NAME")})
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := provider.NewInstancesV2("homelab", provider.InstancesConfig{Zone: "attic"})
+		if err != nil {
+			return nil, err
+		}
+		// My cloud = this LoadBalancer + these InstancesV2 + nothing else.
+		cloud, err := provider.New("homelab", provider.Config{LoadBalancer: lb, InstancesV2: nodes, ClusterID: true})
+		if err != nil {
+			// Not `return cloud, err`: a nil *provider.Cloud in a
+			// cloudprovider.Interface is not a nil Interface.
+			return nil, err
+		}
+		return cloud, nil
+	})
+}
+
+// README:end
