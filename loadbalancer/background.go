@@ -52,11 +52,15 @@ var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 
 // SetInformers gives the background work the CCM's shared informer factory
 // (cloudprovider.InformerUser), so that nodes, Services and EndpointSlices
-// are watched once per process. Run then registers its informers with
-// factory, starts them if the CCM has not yet, and never shuts factory down.
-// Without it, Run starts a factory of its own on Initialize's client. Call
-// it before Run; the last call wins.
+// are watched once per process. It registers those informers with factory,
+// whose owner starts them (call it before factory.Start, as the
+// cloud-controller-manager does) and shuts them down: Run only adds its
+// handlers and waits for the caches. Without it, Run starts informers of its
+// own on Initialize's client. The last call wins.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
+	factory.Core().V1().Nodes().Informer()
+	factory.Core().V1().Services().Informer()
+	factory.Discovery().V1().EndpointSlices().Informer()
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	lb.factory = factory
@@ -99,9 +103,8 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 // Every Config.RenewInterval, soon after a node or a Local Service's
 // endpoints change, and when a probe finds a mapping lost, it serves again
 // every Service that carries the service controller's cleanup finalizer.
-// It watches through the informers SetInformers gave, and starts those
-// of them not started yet with ctx (so ctx should live as long as the
-// CCM); given them only after it started, it moves onto them. Run without a
+// It watches through the informers SetInformers gave, else through its own;
+// given them only after it started, it moves onto them. Run without a
 // successful Initialize, or a second Run, logs an error and returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
@@ -153,7 +156,8 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	logger := klog.FromContext(ctx)
 
-	if factory == nil {
+	own := factory == nil
+	if own {
 		factory = informers.NewSharedInformerFactory(client, 0)
 		defer factory.Shutdown() // waits for the informers' goroutines
 	}
@@ -229,9 +233,9 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	}
 	svcSynced := svcInf.Informer().HasSynced
 
-	// Starts only the informers not started yet (all of them for our own
-	// factory; ours, registered late, for a CCM's).
-	factory.Start(ctx.Done())
+	if own {
+		factory.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), nodesSynced, svcSynced, slicesSynced) {
 		return fmt.Errorf("loadbalancer: caches of nodes, services and endpoint slices did not sync: %w", ctx.Err())
 	}

@@ -185,16 +185,14 @@ func TestSharedInformers(t *testing.T) {
 			defer cancel()
 			var factory informers.SharedInformerFactory
 			if tt.shared {
-				// As the CCM does: its controllers' informers are started
-				// before the load balancer registers its own.
 				factory = informers.NewSharedInformerFactory(ccm, 0)
-				factory.Core().V1().Nodes().Informer()
-				factory.Core().V1().Services().Informer()
-				factory.Start(ctx.Done())
-				defer factory.Shutdown()
+				factory.Core().V1().Services().Informer() // the service controller's
+				t.Cleanup(factory.Shutdown)               // after cancel, as the CCM does
 			}
 			if tt.shared && !tt.late {
+				// As the CCM does: SetInformers, then Start.
 				e.lb.SetInformers(factory)
+				factory.Start(ctx.Done())
 			}
 			if err := e.lb.Initialize(ctx, builder{own}); err != nil {
 				t.Fatal(err)
@@ -207,6 +205,7 @@ func TestSharedInformers(t *testing.T) {
 			if tt.late {
 				eventually(t, "Run to start on its own informers", func() bool { return watches(own)["endpointslices"] == 1 })
 				e.lb.SetInformers(factory)
+				factory.Start(ctx.Done())
 			}
 			eventually(t, "the web Service served", func() bool { return len(e.router.Mappings()) == 1 })
 			eventually(t, "the watches", func() bool {
