@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +37,10 @@ const clientName = "ccmkit-loadbalancer"
 // gets when the router's external IP is not public or not usable.
 const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
 
+// EventReasonOptInRequired is the reason of the Normal event a Service of
+// type LoadBalancer not selected by Config.Services gets, once per process.
+const EventReasonOptInRequired = "OptInRequired"
+
 // watch is the background work's view of the cluster.
 type watch struct {
 	client   kubernetes.Interface
@@ -44,6 +49,34 @@ type watch struct {
 	slices   discoverylisters.EndpointSliceLister
 	recorder record.EventRecorder
 }
+
+var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
+
+// SetInformers gives the background work the CCM's shared informer factory
+// (cloudprovider.InformerUser), so that nodes, Services and EndpointSlices
+// are watched once per process. It registers those informers with factory,
+// whose owner starts them (call it before factory.Start, as the
+// cloud-controller-manager does) and shuts them down: Run only adds its
+// handlers and waits for the caches. Without it, Run starts informers of its
+// own on Initialize's client. The last call wins.
+func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
+	factory.Core().V1().Nodes().Informer()
+	factory.Core().V1().Services().Informer()
+	factory.Discovery().V1().EndpointSlices().Informer()
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.factory = factory
+	if lb.stopOwn != nil {
+		// The CCM calls SetInformers just after Initialize, which may have
+		// started Run already: move Run onto the shared informers.
+		lb.stopOwn(errSharedInformers)
+		lb.stopOwn = nil
+	}
+}
+
+// errSharedInformers ends a run on Run's own informers when SetInformers
+// gives shared ones.
+var errSharedInformers = errors.New("loadbalancer: shared informers given")
 
 // Initialize builds the background work's API client (provider.Initializer).
 // It makes no network call; a second call does nothing.
@@ -72,8 +105,9 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 // Every Config.RenewInterval, soon after a node or a Local Service's
 // endpoints change, and when a probe finds a mapping lost, it serves again
 // every Service that carries the service controller's cleanup finalizer.
-// Run without a successful Initialize, or a second Run, logs an error and
-// returns at once.
+// It watches through the informers SetInformers gave, else through its own;
+// given them only after it started, it moves onto them. Run without a
+// successful Initialize, or a second Run, logs an error and returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -90,17 +124,45 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		logger.Error(errors.New("loadbalancer: Run called twice"), "Load balancer background work not started")
 		return
 	}
-	if err := lb.run(ctx, client); err != nil && ctx.Err() == nil {
-		logger.Error(err, "Load balancer background work ended")
+	defer func() {
+		// Calls no longer wait for caches that will not sync.
+		lb.mu.Lock()
+		lb.client = nil
+		lb.mu.Unlock()
+	}()
+	for {
+		lb.mu.Lock()
+		factory := lb.factory
+		runCtx, cancel := context.WithCancelCause(ctx)
+		if factory == nil {
+			lb.stopOwn = cancel
+		}
+		lb.mu.Unlock()
+		err := lb.run(runCtx, client, factory)
+		lb.mu.Lock()
+		lb.stopOwn = nil
+		lb.mu.Unlock()
+		cancel(nil)
+		if ctx.Err() == nil && errors.Is(context.Cause(runCtx), errSharedInformers) {
+			logger.Info("Load balancer background work moves to the shared informers")
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
+			logger.Error(err, "Load balancer background work ended")
+		}
+		return
 	}
 }
 
-// run is Run with its client.
-func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) error {
+// run is Run with its client and the shared factory (nil: its own).
+func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	logger := klog.FromContext(ctx)
 
-	factory := informers.NewSharedInformerFactory(client, 0)
-	defer factory.Shutdown() // waits for the informers' goroutines
+	own := factory == nil
+	if own {
+		factory = informers.NewSharedInformerFactory(client, 0)
+		defer factory.Shutdown() // waits for the informers' goroutines
+	}
 	nodeInf := factory.Core().V1().Nodes()
 	svcInf := factory.Core().V1().Services()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
@@ -112,7 +174,22 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 		default:
 		}
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// A shared factory outlives Run: remove the handlers when it returns.
+	var regs []func()
+	defer func() {
+		for _, remove := range regs {
+			remove()
+		}
+	}()
+	register := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) (cache.InformerSynced, error) {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return nil, err
+		}
+		regs = append(regs, func() { _ = inf.RemoveEventHandler(reg) })
+		return reg.HasSynced, nil
+	}
+	nodesSynced, err := register(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				lb.seeNodes([]*v1.Node{n})
@@ -138,7 +215,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 			}
 			trigger()
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("loadbalancer: watch nodes: %w", err)
 	}
 	svcLister := svcInf.Lister()
@@ -155,19 +233,21 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 			trigger()
 		}
 	}
-	if _, err := sliceInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	slicesSynced, err := register(sliceInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    onSlice,
 		UpdateFunc: func(_, newObj any) { onSlice(newObj) },
 		DeleteFunc: onSlice,
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("loadbalancer: watch endpoint slices: %w", err)
 	}
+	svcSynced := svcInf.Informer().HasSynced
 
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("loadbalancer: cache of %v did not sync: %w", typ, ctx.Err())
-		}
+	if own {
+		factory.Start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), nodesSynced, svcSynced, slicesSynced) {
+		return fmt.Errorf("loadbalancer: caches of nodes, services and endpoint slices did not sync: %w", ctx.Err())
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -187,9 +267,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface) er
 	lb.watch = w
 	lb.mu.Unlock()
 	defer func() {
-		// Calls no longer wait for caches that will not sync.
 		lb.mu.Lock()
-		lb.watch, lb.client = nil, nil
+		lb.watch = nil
 		lb.mu.Unlock()
 	}()
 	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
@@ -277,11 +356,21 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	failed := false
+	lb.pruneHinted(svcs)
 	for _, svc := range svcs {
 		if ctx.Err() != nil {
 			return
 		}
-		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(svc) || !selected(lb.cfg.Services, svc) {
+		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
+			continue
+		}
+		if !selected(lb.cfg.Services, svc) {
+			// The service controller's Ensure may have come before the
+			// event recorder existed.
+			lb.hintOptIn(svc)
+			continue
+		}
+		if !servicehelper.HasLBFinalizer(svc) {
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
@@ -481,5 +570,38 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
 	default:
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+	}
+}
+
+// hintOptIn records on svc, a Service not selected, a Normal event saying
+// how to opt in: once per Service (by UID) per process, and only with
+// background work (until it runs, the next call or pass tries again).
+func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
+	lb.mu.Lock()
+	w, already := lb.watch, lb.hinted[svc.UID]
+	if w != nil {
+		lb.hinted[svc.UID] = true
+	}
+	lb.mu.Unlock()
+	if w == nil || already {
+		return
+	}
+	w.recorder.Eventf(svc, v1.EventTypeNormal, EventReasonOptInRequired,
+		"Not exposed on the router: only Services annotated %s=%s (or %s=%s) are; annotate the Service to expose it, or serve every Service (cloud-config services: all)",
+		AnnotationLoadBalancerType, AnnotationValue, LegacyAnnotationLoadBalancerType, AnnotationValue)
+}
+
+// pruneHinted forgets the Services told how to opt in that are gone from svcs.
+func (lb *LoadBalancer) pruneHinted(svcs []*v1.Service) {
+	live := make(map[types.UID]bool, len(svcs))
+	for _, s := range svcs {
+		live[s.UID] = true
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for uid := range lb.hinted {
+		if !live[uid] {
+			delete(lb.hinted, uid)
+		}
 	}
 }

@@ -395,7 +395,7 @@ func TestBackgroundServesOnlyItsServices(t *testing.T) {
 	now := metav1.Now()
 	objs := []k8sruntime.Object{nodes[0], nodes[1], nodes[2],
 		lbService("default", "served", opt, p(81)),
-		lbService("default", "not-annotated", p(82)),
+		lbService("default", "not-annotated", unannotated, p(82)),
 		newService("default", "no-finalizer", opt, p(83)),
 		lbService("default", "cluster-ip", opt, p(84), func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeClusterIP }),
 		lbService("default", "other-class", opt, p(85), func(s *v1.Service) { s.Spec.LoadBalancerClass = &class }),

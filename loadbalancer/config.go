@@ -24,7 +24,7 @@ const (
 )
 
 // Annotations that opt a Service in when Config.Services is
-// AnnotatedServices: either key with the value AnnotationValue.
+// AnnotatedServices (the default): either key with the value AnnotationValue.
 const (
 	AnnotationLoadBalancerType       = "ccmkit.io/load-balancer-type"
 	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type" // the original edge CCM's key
@@ -35,11 +35,13 @@ const (
 type ServiceSelection int
 
 const (
-	// AllServices, the zero value, serves every Service of type LoadBalancer.
-	AllServices ServiceSelection = iota
-	// AnnotatedServices serves only the annotated Services (see
-	// AnnotationValue); others get cloudprovider.ImplementedElsewhere.
-	AnnotatedServices
+	// AnnotatedServices, the zero value, serves only the Services that opt
+	// in (see AnnotationValue); others get cloudprovider.ImplementedElsewhere
+	// and, once per Service, a Normal event saying how to opt in.
+	AnnotatedServices ServiceSelection = iota
+	// AllServices serves every Service of type LoadBalancer: any chart or
+	// user that creates one opens a port on the router's external address.
+	AllServices
 )
 
 // String returns "all" or "annotated".
@@ -90,7 +92,8 @@ type Config struct {
 	// one, with a Warning event.
 	AllowNonPublicExternalIP bool
 
-	// Services selects the Services served. The zero value is AllServices.
+	// Services selects the Services served. The zero value is
+	// AnnotatedServices: a Service is exposed only when it opts in.
 	Services ServiceSelection
 
 	// NodeName is the name of the node this process runs on (for example

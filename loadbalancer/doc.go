@@ -46,7 +46,8 @@
 // # Background work
 //
 // Initialize and Run (provider.Cloud calls them) watch nodes, Services and
-// EndpointSlices. Every Config.ProbeInterval one router call reads a mapping
+// EndpointSlices, through the CCM's informers when SetInformers gave them
+// (cloudprovider.InformerUser), else through informers of their own. Every Config.ProbeInterval one router call reads a mapping
 // this process wrote; when the router lost or changed it, every Service is
 // served again at once. Every Config.RenewInterval, and when nodes or
 // endpoints change, a pass serves every Service that carries the service
@@ -61,9 +62,16 @@
 // IP that is not IPv4, unspecified or not public (unless
 // Config.AllowNonPublicExternalIP) is never reported: ErrExternalIPNotUsable
 // with an api.RetryError and a Warning event. Router failures are plain
-// errors, so that the service controller backs off. Unselected Services get
-// cloudprovider.ImplementedElsewhere, unwrapped, after losing their
-// mappings. All methods are safe for concurrent use; no lock is held across
-// a router or API call. DESIGN.md beside this file has the rationale and the
-// measurements.
+// errors, so that the service controller backs off. All methods are safe
+// for concurrent use; no lock is held across a router or API call.
+// DESIGN.md beside this file has the rationale and the measurements.
+//
+// # Opt-in
+//
+// By default (Config.Services zero) only Services annotated
+// AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) with
+// AnnotationValue are served. Others get cloudprovider.ImplementedElsewhere,
+// unwrapped, and once a Normal event saying how to opt in; the router is not
+// called for them unless their status or this process records ports where
+// they may own mappings (they opted out), which they then lose.
 package loadbalancer

@@ -31,7 +31,9 @@ func Example() {
 		},
 	}
 	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
+			// Only Services that opt in are exposed (Config.Services).
+			Annotations: map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}},
 		Spec: v1.ServiceSpec{
 			Type:  v1.ServiceTypeLoadBalancer,
 			Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 8080, NodePort: 30080}},

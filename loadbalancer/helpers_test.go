@@ -80,9 +80,15 @@ func withAnnotation(k, v string) svcOpt {
 	}
 }
 
+// unannotated removes the opt-in annotation newService sets.
+func unannotated(s *v1.Service) { delete(s.Annotations, AnnotationLoadBalancerType) }
+
+// newService returns a Service of type LoadBalancer that opts in (see
+// unannotated) with one port, TCP 8080 to nodePort 30080.
 func newService(ns, name string, opts ...svcOpt) *v1.Service {
 	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name),
+			Annotations: map[string]string{AnnotationLoadBalancerType: AnnotationValue}},
 		Spec: v1.ServiceSpec{
 			Type:                  v1.ServiceTypeLoadBalancer,
 			ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyCluster,

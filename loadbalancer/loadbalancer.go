@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -33,12 +35,15 @@ type LoadBalancer struct {
 	// mu guards the fields below. It is never held across a router or API
 	// server call.
 	mu        sync.Mutex
-	cluster   string                   // from Config or the first call
-	external  netip.Addr               // last usable external IP (zero: none)
-	nodeAddrs map[netip.Addr]string    // every node address seen, to its node
-	services  map[string]*serviceState // by owner token
-	watch     *watch                   // background work's view; nil until synced
-	client    kubernetes.Interface     // set by Initialize
+	cluster   string                          // from Config or the first call
+	external  netip.Addr                      // last usable external IP (zero: none)
+	nodeAddrs map[netip.Addr]string           // every node address seen, to its node
+	services  map[string]*serviceState        // by owner token
+	hinted    map[types.UID]bool              // Services not selected told how to opt in
+	watch     *watch                          // background work's view; nil until synced
+	client    kubernetes.Interface            // set by Initialize
+	factory   informers.SharedInformerFactory // set by SetInformers
+	stopOwn   context.CancelCauseFunc         // ends a run on Run's own informers
 	running   bool
 	// self is this process's node, found by its address toward the router,
 	// selfAddr, when Config.NodeName is empty ("" until found).
@@ -58,6 +63,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		cluster:   cfg.ClusterName,
 		nodeAddrs: make(map[netip.Addr]string),
 		services:  make(map[string]*serviceState),
+		hinted:    make(map[types.UID]bool),
 	}, nil
 }
 
@@ -70,11 +76,16 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
 // at any key its spec, its status or this process knows of, and the status
-// built from those mappings. It reads those keys only.
+// built from those mappings. It reads those keys only; for a Service not
+// selected, with no mapping recorded (see EnsureLoadBalancer), it calls
+// nothing and reports none.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
 		return nil, false, err
+	}
+	if lb.untouched(o, service) {
+		return nil, false, nil
 	}
 	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
@@ -108,8 +119,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 // EnsureLoadBalancer makes the router forward each port of the Service to
 // its nodePort on one eligible node and returns the status. A call with
 // nothing to change writes nothing. A Service not selected by
-// Config.Services has its mappings removed and gets
-// cloudprovider.ImplementedElsewhere.
+// Config.Services gets cloudprovider.ImplementedElsewhere and, once, a
+// Normal event saying how to opt in; first it loses the mappings it owns
+// where its status or this process records any (a Service that opted out),
+// and the router is not called when nothing does.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)
@@ -117,8 +130,11 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		return nil, err
 	}
 	if !selected(lb.cfg.Services, service) {
-		if err := lb.withdraw(ctx, o, service); err != nil {
-			return nil, err
+		lb.hintOptIn(service)
+		if !lb.untouched(o, service) {
+			if err := lb.withdraw(ctx, o, service); err != nil {
+				return nil, err
+			}
 		}
 		return nil, cloudprovider.ImplementedElsewhere
 	}
@@ -135,15 +151,40 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 // EnsureLoadBalancerDeleted removes every mapping the Service owns at the
 // keys its spec, its status or this process knows of, and nothing else, also
 // for Services no longer valid or selected. Nothing to remove is success.
+// For a Service not selected, with no mapping recorded (see
+// EnsureLoadBalancer), it calls nothing.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
 		return err
 	}
+	if lb.untouched(o, service) {
+		return nil
+	}
 	if err := lb.waitNodes(o); err != nil {
 		return err
 	}
 	return lb.withdraw(ctx, o, service)
+}
+
+// untouched reports whether svc is not selected and nothing records a key
+// where it may own a mapping: no port in its status (a Service served before
+// has its ports there) and none held by this process. Such a Service costs
+// no router call. Not covered: a Service that opted out between an add and
+// the status update recording it; its mapping stays until the lease ends.
+func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
+	if selected(lb.cfg.Services, svc) {
+		return false
+	}
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if len(ing.Ports) > 0 {
+			return false
+		}
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	return s == nil || len(s.held) == 0
 }
 
 // operation says how serve runs.

@@ -539,7 +539,7 @@ func TestServiceSelection(t *testing.T) {
 		t.Run(key, func(t *testing.T) {
 			e := newEnv(t, Config{Services: AnnotatedServices}, fake.RouterConfig{})
 			nodes := threeNodes()
-			plain := newService("default", "plain")
+			plain := newService("default", "plain", unannotated)
 			if _, err := e.ensure(t, plain, nodes); err != cloudprovider.ImplementedElsewhere { //nolint:errorlint // upstream compares with ==
 				t.Fatalf("unannotated Ensure = %v, want exactly ImplementedElsewhere", err)
 			}
@@ -549,7 +549,7 @@ func TestServiceSelection(t *testing.T) {
 			if len(e.router.Mappings()) != 0 {
 				t.Fatalf("unannotated Service mapped: %v", e.table())
 			}
-			svc := newService("default", "web", withAnnotation(key, AnnotationValue))
+			svc := newService("default", "web", unannotated, withAnnotation(key, AnnotationValue))
 			e.mustEnsure(t, svc, nodes)
 			if len(e.router.Mappings()) != 1 {
 				t.Fatalf("annotated Service not mapped: %v", e.table())

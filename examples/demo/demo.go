@@ -437,7 +437,9 @@ func newNode(ip netip.Addr) *v1.Node {
 
 func newService(port int) *v1.Service {
 	return &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "6f2b8a9e-demo"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hello", UID: "6f2b8a9e-demo",
+			// Only Services that opt in get a port on the router.
+			Annotations: map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeLoadBalancer,
 			Selector:   map[string]string{"app": "hello"},

@@ -23,7 +23,7 @@ const (
 	DefaultDiscoveryTimeout = 3 * time.Second
 	DefaultCallTimeout      = 2 * time.Second
 	DefaultLease            = time.Hour
-	DefaultServices         = ServicesAll
+	DefaultServices         = ServicesAnnotated
 )
 
 // Bounds checked by Config.Validate.
@@ -106,7 +106,7 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
 //	  callTimeout: 2s         # bound on each router call
 //	loadBalancer:
 //	  lease: 1h               # 0 = permanent (still renewed)
-//	  services: all           # all | annotated
+//	  services: annotated     # annotated | all
 //	  renewInterval: 0s       # 0 = half the lease, at most 5m
 //	  secureMode: false       # router maps only to the asking host
 //	  allowNonPublicExternalIP: false # report a private or CGNAT external IP
@@ -155,11 +155,13 @@ type LoadBalancerConfig struct {
 	// cap every lease at 7 days). A finite lease is at least 1m and at most
 	// 168h (7 days), in whole seconds.
 	Lease Duration `json:"lease"`
-	// Services selects the Services served. Key "services", default "all":
-	// every Service of type LoadBalancer. "annotated": only Services annotated
-	// ccmkit.io/load-balancer-type: upnp-igd (or the original edge CCM's
-	// midokura.com/load-balancer-type: upnp-igd); the others are left to
-	// another controller.
+	// Services selects the Services served. Key "services", default
+	// "annotated": only Services annotated ccmkit.io/load-balancer-type:
+	// upnp-igd (or the original edge CCM's midokura.com/load-balancer-type:
+	// upnp-igd); the others are left to another controller and get one
+	// Normal event saying how to opt in. "all": every Service of type
+	// LoadBalancer, so that any chart that creates one opens a port on the
+	// internet.
 	Services ServiceSelection `json:"services"`
 	// RenewInterval is how often leases are renewed, the router's table
 	// repaired (after a router reboot) and its external IP re-read. Key
@@ -193,10 +195,10 @@ type ServiceSelection string
 
 // The values of loadBalancer.services.
 const (
+	// ServicesAnnotated, the default, serves only annotated Services.
+	ServicesAnnotated ServiceSelection = "annotated"
 	// ServicesAll serves every Service of type LoadBalancer.
 	ServicesAll ServiceSelection = "all"
-	// ServicesAnnotated serves only annotated Services.
-	ServicesAnnotated ServiceSelection = "annotated"
 )
 
 // InstancesConfig is the "instances" section: what node initialization

@@ -33,20 +33,20 @@ func TestParseConfigValid(t *testing.T) {
 		{name: "empty sections", in: strings.NewReader("gateway:\nloadBalancer: {}\ninstances:\n"), want: Default()},
 		{
 			name: "leading document marker",
-			in:   strings.NewReader("---\nloadBalancer:\n  services: annotated\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+			in:   strings.NewReader("---\nloadBalancer:\n  services: all\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
 		},
 		{
 			// A trailing "---" (a template or a concatenation) starts an
 			// empty document, which holds nothing to ignore.
 			name: "trailing document marker",
-			in:   strings.NewReader("loadBalancer:\n  services: annotated\n---\n# end\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+			in:   strings.NewReader("loadBalancer:\n  services: all\n---\n# end\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
 		},
 		{
 			name: "document end marker",
-			in:   strings.NewReader("loadBalancer:\n  services: annotated\n...\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+			in:   strings.NewReader("loadBalancer:\n  services: all\n...\n"),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
 		},
 		{
 			name: "shortest timeouts and renew interval",
@@ -84,8 +84,8 @@ func TestParseConfigValid(t *testing.T) {
 		},
 		{
 			name: "JSON works too",
-			in:   strings.NewReader(`{"loadBalancer": {"services": "annotated"}}`),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAnnotated }),
+			in:   strings.NewReader(`{"loadBalancer": {"services": "all"}}`),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
 		},
 		{
 			name: "every key",

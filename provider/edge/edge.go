@@ -113,9 +113,9 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if lease == 0 {
 		lease = loadbalancer.PermanentLease
 	}
-	services := loadbalancer.AllServices
-	if cfg.LoadBalancer.Services == ServicesAnnotated {
-		services = loadbalancer.AnnotatedServices
+	services := loadbalancer.AnnotatedServices
+	if cfg.LoadBalancer.Services == ServicesAll {
+		services = loadbalancer.AllServices
 	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Client:                   client,

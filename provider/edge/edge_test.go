@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -20,6 +21,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/registry"
 )
 
@@ -241,3 +243,56 @@ func (b clientBuilder) Config(string) (*restclient.Config, error)   { return &re
 func (b clientBuilder) ConfigOrDie(string) *restclient.Config       { return &restclient.Config{} }
 func (b clientBuilder) Client(string) (kubernetes.Interface, error) { return b.client, nil }
 func (b clientBuilder) ClientOrDie(string) kubernetes.Interface     { return b.client }
+
+// The default cloud-config exposes only Services that opt in; services: all
+// exposes every one.
+func TestServicesOptIn(t *testing.T) {
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: v1.NodeStatus{
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
+			Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.1.2"}},
+		},
+	}
+	plain := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-web"},
+		Spec: v1.ServiceSpec{
+			Type:  v1.ServiceTypeLoadBalancer,
+			Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 8080, NodePort: 30080}},
+		},
+	}
+	annotated := plain.DeepCopy()
+	annotated.Name, annotated.UID = "annotated", "uid-annotated"
+	annotated.Spec.Ports[0].Port = 8081
+	annotated.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+	for _, tt := range []struct {
+		config    string
+		plainWant error
+	}{
+		{config: "", plainWant: cloudprovider.ImplementedElsewhere},
+		{config: "loadBalancer:\n  services: all\n", plainWant: nil},
+	} {
+		t.Run(fmt.Sprintf("%q", tt.config), func(t *testing.T) {
+			cfg, err := ParseConfig(strings.NewReader(tt.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			router := fake.NewRouter(fake.RouterConfig{})
+			cloud, err := New(cfg, Options{Client: router.Client(netip.MustParseAddr("192.168.1.2"))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, _ := cloud.LoadBalancer()
+			if _, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", annotated, []*v1.Node{node}); err != nil {
+				t.Fatalf("annotated Service: %v", err)
+			}
+			router.ResetCalls()
+			if _, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", plain, []*v1.Node{node}); err != tt.plainWant { //nolint:errorlint // upstream compares with ==
+				t.Fatalf("un-annotated Service: %v, want %v", err, tt.plainWant)
+			}
+			if tt.plainWant != nil && len(router.Calls()) != 0 {
+				t.Errorf("router calls for the un-annotated Service: %v", router.Calls())
+			}
+		})
+	}
+}
