@@ -105,7 +105,8 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
 //	  discoveryTimeout: 3s    # bound on finding the router
 //	  callTimeout: 2s         # bound on each router call
 //	loadBalancer:
-//	  lease: 1h               # 0 = permanent (still renewed)
+//	  lease: 1h               # 0 = the default, 1h
+//	  permanentLease: false   # permanent mappings (still renewed)
 //	  services: annotated     # annotated | all
 //	  renewInterval: 0s       # 0 = half the lease, at most 5m
 //	  secureMode: false       # router maps only to the asking host
@@ -151,10 +152,16 @@ type GatewayConfig struct {
 type LoadBalancerConfig struct {
 	// Lease is the lease of every port mapping, renewed at half-life while
 	// the CCM runs, so mappings of a CCM that died expire on the router.
-	// Key "lease", default 1h; 0 = permanent (still renewed: IGD:2 routers
-	// cap every lease at 7 days). A finite lease is at least 1m and at most
+	// Key "lease", default 1h; 0 also means the default, as for
+	// loadbalancer.Config.Lease (permanent mappings are permanentLease). A
+	// lease is at least 1m and at most
 	// 168h (7 days), in whole seconds.
 	Lease Duration `json:"lease"`
+	// PermanentLease asks the router for permanent mappings, still renewed
+	// (IGD:2 routers cap every lease at 7 days): the ports stay open for a
+	// week after the cluster is gone. Key "permanentLease", default false;
+	// lease must then be unset.
+	PermanentLease bool `json:"permanentLease"`
 	// Services selects the Services served. Key "services", default
 	// "annotated": only Services annotated ccmkit.io/load-balancer-type:
 	// upnp-igd (or the original edge CCM's midokura.com/load-balancer-type:
@@ -311,16 +318,21 @@ func (c Config) Validate() error {
 
 	if l := c.LoadBalancer.Lease.Duration; l != 0 {
 		switch {
+		case c.LoadBalancer.PermanentLease && l != DefaultLease:
+			add("loadBalancer.lease", strconv.Quote(l.String()), "must be unset when loadBalancer.permanentLease is true")
 		case l < MinLease || l > MaxLease:
-			add("loadBalancer.lease", strconv.Quote(l.String()), fmt.Sprintf("must be 0 (permanent) or between %s and %s (routers cap leases at 7 days)", MinLease, MaxLease))
+			add("loadBalancer.lease", strconv.Quote(l.String()), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", DefaultLease, MinLease, MaxLease))
 		case l%time.Second != 0:
 			add("loadBalancer.lease", strconv.Quote(l.String()), "must be whole seconds")
 		}
 	}
 	if r := c.LoadBalancer.RenewInterval.Duration; r != 0 {
 		limit := c.LoadBalancer.Lease.Duration / 2
-		if c.LoadBalancer.Lease.Duration == 0 {
+		switch {
+		case c.LoadBalancer.PermanentLease:
 			limit = MaxLease / 2
+		case limit == 0:
+			limit = DefaultLease / 2
 		}
 		pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
 		switch {

@@ -109,8 +109,8 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		client = upnp
 	}
-	lease := cfg.LoadBalancer.Lease.Duration
-	if lease == 0 {
+	lease := cfg.LoadBalancer.Lease.Duration // 0: the library's default
+	if cfg.LoadBalancer.PermanentLease {
 		lease = loadbalancer.PermanentLease
 	}
 	services := loadbalancer.AnnotatedServices
