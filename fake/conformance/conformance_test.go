@@ -143,10 +143,14 @@ func memSetup(breaks string) conformance.LoadBalancerSetup {
 		LoadBalancer: lb,
 		Backend:      lb,
 		Elsewhere:    other,
-		ProvokeRetry: func(svc *v1.Service) {
+		ProvokeRetry: func(ctx context.Context, svc *v1.Service) func() error {
 			lb.mu.Lock()
 			defer lb.mu.Unlock()
 			lb.retry[svcKey(svc)] = true
+			return func() error {
+				_, err := lb.EnsureLoadBalancer(ctx, "kubernetes", svc, conformance.DefaultNodes())
+				return err
+			}
 		},
 	}
 }

@@ -46,11 +46,12 @@ type LoadBalancerSetup struct {
 	// implementation has none, and the check of that promise only
 	// watches the errors of the other checks.
 	Elsewhere *v1.Service
-	// ProvokeRetry, when set, makes the next EnsureLoadBalancer for svc
-	// need a retry: it should return an *api.RetryError, and succeed when
+	// ProvokeRetry, when set, brings the implementation into a state in
+	// which it asks for a retry, and returns a call (of any method, for
+	// svc) that should then return an *api.RetryError, and succeed when
 	// called again after its RetryAfter. Nil = the RetryError check is
 	// skipped.
-	ProvokeRetry func(svc *v1.Service)
+	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
 }
 
 // DefaultNodes returns two initialized Ready nodes, node-a (192.168.1.10)
@@ -379,19 +380,19 @@ func checkRetry(ctx context.Context, s LoadBalancerSetup) error {
 		return skipped(promiseRetry, "LoadBalancerSetup.ProvokeRetry is nil")
 	}
 	svc := r.Service("conformance", "retry", 0)
-	r.ProvokeRetry(svc)
-	_, err := r.LoadBalancer.EnsureLoadBalancer(ctx, r.ClusterName, svc, r.Nodes)
+	call := r.ProvokeRetry(ctx, svc)
+	err := call()
 	var re *api.RetryError
 	switch {
 	case err == nil:
-		return broken(promiseRetry, "EnsureLoadBalancer of %s succeeded after ProvokeRetry", key(svc))
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s succeeded", key(svc))
 	case !errors.As(err, &re):
-		return broken(promiseRetry, "EnsureLoadBalancer of %s after ProvokeRetry returned %q, in which errors.As finds no *api.RetryError: the service controller would back off instead of retrying when asked", key(svc), err)
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with %q, in which errors.As finds no *api.RetryError: the service controller would back off instead of retrying when asked", key(svc), err)
 	case re.RetryAfter() <= 0:
-		return broken(promiseRetry, "EnsureLoadBalancer of %s returned an *api.RetryError with RetryAfter %s", key(svc), re.RetryAfter())
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with an *api.RetryError with RetryAfter %s", key(svc), re.RetryAfter())
 	}
-	if _, err := r.ensure(ctx, svc); err != nil {
-		return broken(promiseRetry, "EnsureLoadBalancer of %s retried after RetryAfter: %v", key(svc), err)
+	if _, err := retry(ctx, "the call ProvokeRetry returned", func() (struct{}, error) { return struct{}{}, call() }); err != nil {
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s, retried after RetryAfter: %v", key(svc), err)
 	}
 	return r.delete(ctx, svc)
 }
