@@ -147,7 +147,9 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		h.wg.Go(func() { lc.Run(runCtx, metrics) })
 	}
 	h.factory.Start(runCtx.Done())
-	h.factory.WaitForCacheSync(ctx.Done())
+	if err := h.waitForCaches(ctx); err != nil {
+		return err
+	}
 
 	var initial []string
 	for _, o := range h.cfg.Objects {
@@ -178,7 +180,9 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 	}
 	h.wg.Go(func() { sc.Run(runCtx, 1, metrics) })
 	h.factory.Start(runCtx.Done())
-	h.factory.WaitForCacheSync(ctx.Done())
+	if err := h.waitForCaches(ctx); err != nil {
+		return err
+	}
 	// Each node the informer replays to the service controller is one
 	// node sync.
 	_, err = poll(ctx, h.cfg.Timeout, "the service controller's first sync of every node", func(context.Context) (uint64, bool, string, error) {
@@ -189,6 +193,18 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		return err
 	}
 	return h.createServices(ctx)
+}
+
+// waitForCaches waits for the informers started so far to sync.
+func (h *Harness) waitForCaches(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	for typ, ok := range h.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("cluster: the %v informer did not sync: %w", typ, ctx.Err())
+		}
+	}
+	return nil
 }
 
 // createServices creates the Services of cfg.Objects.

@@ -10,7 +10,7 @@
 // its promise.
 //
 // Every call the checks make is retried while it returns an *api.RetryError,
-// after its RetryAfter (at most maxRetryWait), as the service controller
-// does. Run the suite with -race: the concurrency check only drives
-// concurrent calls, and the race detector is what sees a data race.
+// after its RetryAfter (at most a second), as the service controller does.
+// Run the suite with -race: the concurrency check only drives concurrent
+// calls, and the race detector is what sees a data race.
 package conformance
