@@ -1,0 +1,283 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	cloudprovider "k8s.io/cloud-provider"
+	nodecontroller "k8s.io/cloud-provider/controllers/node"
+	nodelifecyclecontroller "k8s.io/cloud-provider/controllers/nodelifecycle"
+	servicecontroller "k8s.io/cloud-provider/controllers/service"
+	"k8s.io/component-base/featuregate"
+	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+)
+
+// Config configures Start.
+type Config struct {
+	// Cloud is the provider under test. Required. Start calls its
+	// Initialize (and SetInformers when it is a
+	// cloudprovider.InformerUser); Stop closes the stop channel it gave.
+	Cloud cloudprovider.Interface
+	// Objects are in the cluster from the start: Nodes, Services,
+	// EndpointSlices, ...; nil = none. Services are created last, once the
+	// service controller has synced every node (see Start).
+	Objects []runtime.Object
+	// ClusterName is the name the service controller passes to the cloud;
+	// "" = "kubernetes", as the cloud-controller-manager's default.
+	ClusterName string
+	// Timeout bounds each of Start's waits and each Wait method (a
+	// shorter ctx deadline wins); 0 = 30 s.
+	Timeout time.Duration
+	// NodeMonitorPeriod is how often the cloud node lifecycle controller
+	// asks the cloud about every node; 0 = 1 s.
+	NodeMonitorPeriod time.Duration
+	// NodeStatusUpdateFrequency is how often the cloud node controller
+	// refreshes initialized nodes' addresses; 0 = 10 s.
+	NodeStatusUpdateFrequency time.Duration
+}
+
+const (
+	defaultClusterName = "kubernetes"
+	defaultTimeout     = 30 * time.Second
+	// pollInterval is how often a wait reads the clientset: the controllers
+	// react within milliseconds on a fake clientset.
+	pollInterval = 20 * time.Millisecond
+)
+
+func (c *Config) setDefaults() {
+	if c.ClusterName == "" {
+		c.ClusterName = defaultClusterName
+	}
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+	}
+	if c.NodeMonitorPeriod == 0 {
+		c.NodeMonitorPeriod = time.Second
+	}
+	if c.NodeStatusUpdateFrequency == 0 {
+		c.NodeStatusUpdateFrequency = 10 * time.Second
+	}
+}
+
+// Harness is a fake cluster with the upstream cloud controllers running
+// against a cloud. Its methods are safe for concurrent use.
+type Harness struct {
+	// Client is the cluster's API: create, change and read objects
+	// through it. Deleting a Service the service controller has given a
+	// finalizer should go through DeleteService.
+	Client *k8sfake.Clientset
+
+	cfg       Config
+	cancel    context.CancelFunc
+	factory   informers.SharedInformerFactory
+	stopCloud chan struct{}
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+
+	// Which controllers run, fixed by Start.
+	nodes, services bool
+}
+
+// Start starts a fake cluster holding cfg.Objects and the controllers cfg.Cloud
+// supports: the cloud node and cloud node lifecycle controllers when it has
+// Instances or InstancesV2, the service controller when it has a
+// LoadBalancer. It returns once the nodes of cfg.Objects tainted as
+// uninitialized have been initialized and the service controller has synced
+// every node, and then creates the Services of cfg.Objects: a Service is
+// never synced during a node sync (upstream's service controller v0.37 has
+// a data race there: it writes its cached Service outside the lock its node
+// sync reads it under). On error,
+// everything started is stopped. The caller must call Stop.
+//
+// ctx bounds Start's waits only; the controllers run until Stop.
+func Start(ctx context.Context, cfg Config) (*Harness, error) {
+	if cfg.Cloud == nil {
+		return nil, errors.New("cluster: Config.Cloud is nil")
+	}
+	cfg.setDefaults()
+	var objs []runtime.Object
+	for _, o := range cfg.Objects {
+		if _, ok := o.(*v1.Service); !ok {
+			objs = append(objs, o)
+		}
+	}
+	h := &Harness{
+		Client:    k8sfake.NewClientset(objs...),
+		cfg:       cfg,
+		stopCloud: make(chan struct{}),
+	}
+	h.factory = informers.NewSharedInformerFactory(h.Client, 0)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	cfg.Cloud.Initialize(ClientBuilder(h.Client), h.stopCloud)
+	if u, ok := cfg.Cloud.(cloudprovider.InformerUser); ok {
+		u.SetInformers(h.factory)
+	}
+	if err := h.start(ctx, runCtx); err != nil {
+		h.Stop()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Harness) start(ctx, runCtx context.Context) error {
+	metrics := controllersmetrics.NewControllerManagerMetrics("ccmkit-fake-cluster")
+	nodes := h.factory.Core().V1().Nodes()
+	_, v1ok := h.cfg.Cloud.InstancesV2()
+	_, v0ok := h.cfg.Cloud.Instances()
+	if v1ok || v0ok {
+		h.nodes = true
+		cnc, err := nodecontroller.NewCloudNodeController(nodes, h.Client, h.cfg.Cloud, h.cfg.NodeStatusUpdateFrequency, 1, 1)
+		if err != nil {
+			return fmt.Errorf("cluster: starting the cloud node controller: %w", err)
+		}
+		lc, err := nodelifecyclecontroller.NewCloudNodeLifecycleController(nodes, h.Client, h.cfg.Cloud, h.cfg.NodeMonitorPeriod, 1)
+		if err != nil {
+			return fmt.Errorf("cluster: starting the cloud node lifecycle controller: %w", err)
+		}
+		h.wg.Go(func() { cnc.RunWithContext(runCtx, metrics) })
+		h.wg.Go(func() { lc.Run(runCtx, metrics) })
+	}
+	h.factory.Start(runCtx.Done())
+	if err := h.waitForCaches(ctx); err != nil {
+		return err
+	}
+
+	var initial []string
+	for _, o := range h.cfg.Objects {
+		n, ok := o.(*v1.Node)
+		if !ok {
+			continue
+		}
+		initial = append(initial, n.Name)
+		if h.nodes && uninitialized(n) {
+			if _, err := h.WaitForNodeInitialized(ctx, n.Name); err != nil {
+				return err
+			}
+		}
+	}
+
+	lb, ok := h.cfg.Cloud.LoadBalancer()
+	if !ok || lb == nil {
+		return h.createServices(ctx)
+	}
+	h.services = true
+	before, err := nodeSyncs()
+	if err != nil {
+		return err
+	}
+	sc, err := servicecontroller.New(h.cfg.Cloud, h.Client, h.factory.Core().V1().Services(), nodes, h.cfg.ClusterName, featuregate.NewFeatureGate())
+	if err != nil {
+		return fmt.Errorf("cluster: starting the service controller: %w", err)
+	}
+	h.wg.Go(func() { sc.Run(runCtx, 1, metrics) })
+	h.factory.Start(runCtx.Done())
+	if err := h.waitForCaches(ctx); err != nil {
+		return err
+	}
+	// Each node the informer replays to the service controller is one
+	// node sync.
+	_, err = poll(ctx, h.cfg.Timeout, "the service controller's first sync of every node", func(context.Context) (uint64, bool, string, error) {
+		n, err := nodeSyncs()
+		return n, n-before >= uint64(len(initial)), fmt.Sprintf("%d of %d node syncs", n-before, len(initial)), err
+	})
+	if err != nil {
+		return err
+	}
+	return h.createServices(ctx)
+}
+
+// waitForCaches waits for the informers started so far to sync.
+func (h *Harness) waitForCaches(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	for typ, ok := range h.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("cluster: the %v informer did not sync: %w", typ, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// createServices creates the Services of cfg.Objects.
+func (h *Harness) createServices(ctx context.Context) error {
+	for _, o := range h.cfg.Objects {
+		s, ok := o.(*v1.Service)
+		if !ok {
+			continue
+		}
+		if _, err := h.Client.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("cluster: creating Service %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
+	return nil
+}
+
+// Stop stops the controllers, shuts the informers down, closes the cloud's
+// stop channel and, when the cloud has a Done() <-chan struct{} method (as
+// provider.Cloud does), waits for it. It returns once every goroutine the
+// controllers started directly has returned; the workers they start
+// themselves exit moments later. Stop is idempotent.
+func (h *Harness) Stop() {
+	h.stopOnce.Do(func() {
+		h.cancel()
+		h.wg.Wait()
+		h.factory.Shutdown()
+		close(h.stopCloud)
+		if d, ok := h.cfg.Cloud.(interface{ Done() <-chan struct{} }); ok {
+			<-d.Done()
+		}
+	})
+}
+
+// ClusterName is the cluster name the service controller passes to the
+// cloud.
+func (h *Harness) ClusterName() string { return h.cfg.ClusterName }
+
+// AddNode creates node and, when the node controllers run and it is tainted
+// as uninitialized, waits for it to be initialized; when the service
+// controller runs, it then waits until that controller has synced the node
+// and made no node sync for a moment (the creation and the ProviderID each
+// cause one), so a Service synced next does not meet a node sync. It
+// returns the node as last read.
+func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) {
+	before, err := nodeSyncs()
+	if err != nil {
+		return nil, err
+	}
+	n, err := h.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: creating node %s: %w", node.Name, err)
+	}
+	if h.nodes && uninitialized(node) {
+		if n, err = h.WaitForNodeInitialized(ctx, node.Name); err != nil {
+			return nil, err
+		}
+	}
+	if !h.services {
+		return n, nil
+	}
+	last, still := before, 0
+	_, err = poll(ctx, h.cfg.Timeout, "the service controller to sync node "+node.Name, func(context.Context) (uint64, bool, string, error) {
+		c, err := nodeSyncs()
+		if c == last {
+			still++
+		} else {
+			last, still = c, 0
+		}
+		return c, c > before && still >= quietPolls, fmt.Sprintf("%d node syncs since the node was created", c-before), err
+	})
+	return n, err
+}
+
+// quietPolls is how many polls without a node sync AddNode takes as "the
+// service controller is done with the node".
+const quietPolls = 5

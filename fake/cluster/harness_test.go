@@ -1,0 +1,174 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// newCloud returns a provider.Cloud with fake.LoadBalancer and ccmkit's
+// InstancesV2 named "kit".
+func newCloud(t *testing.T, lb cloudprovider.LoadBalancer) *provider.Cloud {
+	t.Helper()
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: lb, InstancesV2: inst, ClusterID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cloud
+}
+
+func start(t *testing.T, cfg cluster.Config) *cluster.Harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := cluster.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+func TestServiceAndNodeLifecycle(t *testing.T) {
+	lb := fake.NewLoadBalancer(fake.DefaultExternalIP)
+	h := start(t, cluster.Config{
+		Cloud:   newCloud(t, lb),
+		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"))},
+	})
+	ctx := t.Context()
+
+	n, err := h.WaitForNodeInitialized(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.ProviderID != "kit://n1" || n.Labels[v1.LabelTopologyZone] != "lab" {
+		t.Errorf("node n1 initialized with providerID %q, zone %q; want kit://n1, lab", n.Spec.ProviderID, n.Labels[v1.LabelTopologyZone])
+	}
+
+	svc := cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 80, 30080))
+	if _, err := h.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.WaitForIngress(ctx, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := got.Status.LoadBalancer.Ingress[0].IP; ip != fake.DefaultExternalIP.String() {
+		t.Errorf("ingress IP %s, want %s", ip, fake.DefaultExternalIP)
+	}
+	if _, err := h.WaitForFinalizer(ctx, "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := h.AddNode(ctx, cluster.Node("n2", cluster.InternalIP("192.168.1.11"))); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.DeleteService(ctx, "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if s := lb.Services(); len(s) != 0 {
+		t.Errorf("load balancers left after DeleteService: %v", s)
+	}
+	if _, err := h.Client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{}); err == nil {
+		t.Error("Service still exists after DeleteService")
+	}
+}
+
+// goneInstances is an InstancesV2 whose instances are all gone.
+type goneInstances struct{}
+
+func (goneInstances) InstanceExists(context.Context, *v1.Node) (bool, error) { return false, nil }
+func (goneInstances) InstanceShutdown(context.Context, *v1.Node) (bool, error) {
+	return false, nil
+}
+func (goneInstances) InstanceMetadata(context.Context, *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	return nil, errors.New("gone")
+}
+
+func TestNodeLifecycleDeletesGoneNode(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{InstancesV2: goneInstances{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cluster.Config{
+		Cloud:             cloud,
+		NodeMonitorPeriod: 50 * time.Millisecond,
+		Objects:           []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.NotReady(), cluster.ProviderID("kit://n1"))},
+	})
+	if err := h.WaitForNodeDeleted(t.Context(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingLB fails every call.
+type failingLB struct{ fake.LoadBalancer }
+
+var errNoCapacity = errors.New("no capacity left in region lab")
+
+func (*failingLB) EnsureLoadBalancer(context.Context, string, *v1.Service, []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	return nil, errNoCapacity
+}
+
+func TestWaitSaysWhatItSaw(t *testing.T) {
+	h := start(t, cluster.Config{
+		Cloud:   newCloud(t, &failingLB{*fake.NewLoadBalancer(fake.DefaultExternalIP)}),
+		Timeout: 2 * time.Second,
+		Objects: []k8sruntime.Object{
+			cluster.Node("n1", cluster.InternalIP("192.168.1.10")),
+			cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 80, 30080)),
+		},
+	})
+	_, err := h.WaitForIngress(t.Context(), "default", "web")
+	if err == nil {
+		t.Fatal("WaitForIngress succeeded against a load balancer that always fails")
+	}
+	for _, want := range []string{"Service default/web to have an ingress", "last seen", "finalizers", "SyncLoadBalancerFailed", errNoCapacity.Error()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestStopLeaksNoGoroutine(t *testing.T) {
+	before := runtime.NumGoroutine()
+	h := start(t, cluster.Config{
+		Cloud:   newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP)),
+		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"))},
+	})
+	if _, err := h.WaitForNodeInitialized(t.Context(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	h.Stop()
+	h.Stop() // idempotent
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before Start, %d 10 s after Stop:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStartRejectsNilCloud(t *testing.T) {
+	if _, err := cluster.Start(t.Context(), cluster.Config{}); err == nil {
+		t.Fatal("Start without a cloud succeeded")
+	}
+}

@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/ptr"
+)
+
+// poll calls check every pollInterval until it reports done, for at most
+// timeout (or until ctx ends), and returns its last value. On timeout the
+// error names what it waited for and what check last saw.
+func poll[T any](ctx context.Context, timeout time.Duration, what string, check func(context.Context) (T, bool, string, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	var seen string
+	var lastErr error
+	for {
+		v, done, s, err := check(ctx)
+		if err == nil && done {
+			return v, nil
+		}
+		if s != "" {
+			seen = s
+		}
+		if err != nil && ctx.Err() == nil {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			var zero T
+			msg := fmt.Sprintf("cluster: waiting for %s: %v", what, ctx.Err())
+			if lastErr != nil {
+				msg += fmt.Sprintf("; last error: %v", lastErr)
+			}
+			if seen != "" {
+				msg += "; last seen: " + seen
+			}
+			return zero, fmt.Errorf("%s", msg)
+		case <-ticker.C:
+		}
+	}
+}
+
+// WaitForIngress waits until the Service has an ingress in its
+// status.loadBalancer and returns it as last read.
+func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*v1.Service, error) {
+	return h.waitService(ctx, namespace, name, "an ingress", func(s *v1.Service) bool {
+		return len(s.Status.LoadBalancer.Ingress) > 0
+	})
+}
+
+// WaitForFinalizerGone waits until the Service no longer carries the
+// service controller's finalizer (service.kubernetes.io/load-balancer-cleanup)
+// and returns it as last read.
+func (h *Harness) WaitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
+	return h.waitService(ctx, namespace, name, "no finalizer "+servicehelper.LoadBalancerCleanupFinalizer, func(s *v1.Service) bool {
+		return !servicehelper.HasLBFinalizer(s)
+	})
+}
+
+// WaitForFinalizer waits until the Service carries the service controller's
+// finalizer and returns it as last read.
+func (h *Harness) WaitForFinalizer(ctx context.Context, namespace, name string) (*v1.Service, error) {
+	return h.waitService(ctx, namespace, name, "the finalizer "+servicehelper.LoadBalancerCleanupFinalizer, servicehelper.HasLBFinalizer)
+}
+
+// WaitForService waits until done reports true for the Service, described
+// by what ("Service ns/name to have <what>"), and returns it as last read.
+func (h *Harness) WaitForService(ctx context.Context, namespace, name, what string, done func(*v1.Service) bool) (*v1.Service, error) {
+	return h.waitService(ctx, namespace, name, what, done)
+}
+
+func (h *Harness) waitService(ctx context.Context, namespace, name, what string, done func(*v1.Service) bool) (*v1.Service, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("Service %s/%s to have %s", namespace, name, what), func(ctx context.Context) (*v1.Service, bool, string, error) {
+		s, err := h.Client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, false, "", err
+		}
+		return s, done(s), describeService(s) + h.warnings(ctx, s.Namespace, s.UID), nil
+	})
+}
+
+// WaitForNodeInitialized waits until the cloud node controller has
+// initialized the node (the uninitialized taint is gone and it has a
+// ProviderID) and returns it as last read.
+func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.Node, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be initialized (taint %s gone, spec.providerID set)", name, cloudproviderapi.TaintExternalCloudProvider), func(ctx context.Context) (*v1.Node, bool, string, error) {
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, false, "", err
+		}
+		return n, !uninitialized(n) && n.Spec.ProviderID != "", describeNode(n) + h.warnings(ctx, "", n.UID), nil
+	})
+}
+
+// WaitForNodeDeleted waits until the node is gone, as the cloud node
+// lifecycle controller deletes a node whose instance no longer exists.
+func (h *Harness) WaitForNodeDeleted(ctx context.Context, name string) error {
+	_, err := poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be deleted", name), func(ctx context.Context) (struct{}, bool, string, error) {
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return struct{}{}, true, "", nil
+		}
+		if err != nil {
+			return struct{}{}, false, "", err
+		}
+		return struct{}{}, false, describeNode(n) + h.warnings(ctx, "", n.UID), nil
+	})
+	return err
+}
+
+// DeleteService deletes a Service as the API server does one with
+// finalizers, which the fake clientset does not: it sets the deletion
+// timestamp, waits for the service controller to remove its finalizer
+// (after the cloud deleted the load balancer), then deletes the object.
+func (h *Harness) DeleteService(ctx context.Context, namespace, name string) error {
+	services := h.Client.CoreV1().Services(namespace)
+	s, err := services.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cluster: deleting Service %s/%s: %w", namespace, name, err)
+	}
+	if s.DeletionTimestamp == nil {
+		s.DeletionTimestamp = ptr.To(metav1.Now())
+		if _, err := services.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("cluster: marking Service %s/%s for deletion: %w", namespace, name, err)
+		}
+	}
+	if _, err := h.WaitForFinalizerGone(ctx, namespace, name); err != nil {
+		return err
+	}
+	if err := services.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster: deleting Service %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// Warnings returns the messages of the Warning events recorded on the
+// object with uid, oldest first, as "Reason: message".
+func (h *Harness) Warnings(ctx context.Context, namespace string, uid types.UID) ([]string, error) {
+	evs, err := h.Client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(evs.Items, func(a, b v1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+	var out []string
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.UID == uid && ev.Type == v1.EventTypeWarning {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return out, nil
+}
+
+// warnings formats the object's Warning events for a "last seen" line.
+func (h *Harness) warnings(ctx context.Context, namespace string, uid types.UID) string {
+	w, err := h.Warnings(ctx, namespace, uid)
+	if err != nil || len(w) == 0 {
+		return ""
+	}
+	return "; warning events: [" + strings.Join(w, " | ") + "]"
+}
+
+func describeService(s *v1.Service) string {
+	var ing []string
+	for _, i := range s.Status.LoadBalancer.Ingress {
+		e := i.IP + i.Hostname
+		for _, p := range i.Ports {
+			e += fmt.Sprintf(" %s/%d", p.Protocol, p.Port)
+		}
+		ing = append(ing, e)
+	}
+	del := "no"
+	if s.DeletionTimestamp != nil {
+		del = "yes"
+	}
+	return fmt.Sprintf("Service %s/%s type %s, status.loadBalancer.ingress %q, finalizers %q, being deleted: %s",
+		s.Namespace, s.Name, s.Spec.Type, ing, s.Finalizers, del)
+}
+
+func describeNode(n *v1.Node) string {
+	var taints, addrs, conds []string
+	for _, t := range n.Spec.Taints {
+		taints = append(taints, t.Key+":"+string(t.Effect))
+	}
+	for _, a := range n.Status.Addresses {
+		addrs = append(addrs, string(a.Type)+"="+a.Address)
+	}
+	for _, c := range n.Status.Conditions {
+		conds = append(conds, string(c.Type)+"="+string(c.Status))
+	}
+	return fmt.Sprintf("node %s providerID %q, taints %q, addresses %q, conditions %q", n.Name, n.Spec.ProviderID, taints, addrs, conds)
+}
+
+func uninitialized(n *v1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool {
+		return t.Key == cloudproviderapi.TaintExternalCloudProvider
+	})
+}
+
+// nodeSyncs is how many node syncs the upstream service controllers of this
+// process have finished: the sample count of the
+// service_controller_nodesync_latency_seconds histogram, which upstream
+// registers in the legacy registry.
+func nodeSyncs() (uint64, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: reading metrics: %w", err)
+	}
+	var n uint64
+	for _, f := range families {
+		if f.GetName() == "service_controller_nodesync_latency_seconds" {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,169 @@
+package conformance_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/fake/conformance"
+	"github.com/ccmkit/ccmkit/loadbalancer"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// routerBackend sees a Service's load balancer as the router's mappings of
+// its ports (the suite's Services use distinct ports).
+type routerBackend struct{ r *fake.Router }
+
+func (b routerBackend) Exists(_ context.Context, svc *v1.Service) (bool, error) {
+	for _, m := range b.r.Mappings() {
+		for _, p := range svc.Spec.Ports {
+			if int32(m.ExternalPort) == p.Port {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// ccmkitSetup is ccmkit's load balancer over a fake router, serving only
+// annotated Services, with its background work running on a fake
+// clientset holding the suite's nodes.
+//
+// With lazyRun, the background work starts in ProvokeRetry instead, on a
+// clientset that answers node lists only after listDelay: until its node
+// cache has synced, the load balancer asks the caller to retry.
+func ccmkitSetup(t testing.TB, lazyRun bool) (conformance.LoadBalancerSetup, *fake.Router) {
+	router := fake.NewRouter(fake.RouterConfig{})
+	lb, err := loadbalancer.New(loadbalancer.Config{
+		Client:     router.Client(netip.MustParseAddr("192.168.1.2")),
+		Services:   loadbalancer.AnnotatedServices,
+		RetryAfter: 20 * time.Millisecond, // the node cache syncs within a few
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := conformance.DefaultNodes()
+	var objs []k8sruntime.Object
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	client := k8sfake.NewClientset(objs...)
+	if lazyRun {
+		client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+			time.Sleep(listDelay)
+			return false, nil, nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := lb.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	start := func() {
+		once.Do(func() {
+			go func() {
+				defer close(done)
+				lb.Run(ctx)
+			}()
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		start() // so that done closes
+		<-done
+	})
+	var provoke func(context.Context, *v1.Service) func() error
+	if lazyRun {
+		// Until the node cache has synced, deleting cannot tell the
+		// Service's mappings from another's: a retry.
+		provoke = func(ctx context.Context, svc *v1.Service) func() error {
+			start()
+			return func() error { return lb.EnsureLoadBalancerDeleted(ctx, "kubernetes", svc) }
+		}
+	} else {
+		start()
+	}
+	return conformance.LoadBalancerSetup{
+		ProvokeRetry: provoke,
+		LoadBalancer: lb,
+		Backend:      routerBackend{router},
+		Nodes:        nodes,
+		Service: func(namespace, name string, i int) *v1.Service {
+			s := conformance.DefaultService(namespace, name, i)
+			s.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+			return s
+		},
+		// Not annotated: left to another load balancer.
+		Elsewhere: conformance.DefaultService("conformance", "not-annotated", 99),
+	}, router
+}
+
+// listDelay is how long the lazy setup's clientset takes to list nodes.
+const listDelay = 200 * time.Millisecond
+
+func TestCcmkitLoadBalancer(t *testing.T) {
+	conformance.RunLoadBalancer(t, func(t testing.TB) conformance.LoadBalancerSetup {
+		s, _ := ccmkitSetup(t, false)
+		return s
+	})
+}
+
+// TestCcmkitLoadBalancerRetry checks that the load balancer's "node cache
+// not synced yet" answer is an *api.RetryError the service controller sees,
+// and that the retried call succeeds.
+func TestCcmkitLoadBalancerRetry(t *testing.T) {
+	for _, c := range conformance.LoadBalancerChecks() {
+		if c.Promise != "A RetryError is an *api.RetryError reachable with errors.As" {
+			continue
+		}
+		s, _ := ccmkitSetup(t, true)
+		if err := c.Run(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatal("no RetryError check")
+}
+
+func TestCcmkitInstancesV2(t *testing.T) {
+	conformance.RunInstancesV2(t, func(t testing.TB) conformance.InstancesV2Setup {
+		inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conformance.InstancesV2Setup{
+			Instances: inst,
+			Existing: []*v1.Node{
+				cluster.Node("new-node", cluster.InternalIP("192.168.1.10")),
+				cluster.Node("initialized", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID("kit://initialized")),
+			},
+			// Gone: none; ccmkit's InstancesV2 has no inventory and never
+			// reports an instance gone.
+		}
+	})
+}
+
+func TestFakeLoadBalancer(t *testing.T) {
+	conformance.RunLoadBalancer(t, func(testing.TB) conformance.LoadBalancerSetup {
+		lb := fake.NewLoadBalancer(fake.DefaultExternalIP)
+		return conformance.LoadBalancerSetup{LoadBalancer: lb, Backend: fakeBackend{lb}}
+	})
+}
+
+type fakeBackend struct{ lb *fake.LoadBalancer }
+
+func (b fakeBackend) Exists(_ context.Context, svc *v1.Service) (bool, error) {
+	_, ok := b.lb.Status(types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
+	return ok, nil
+}

@@ -1,0 +1,310 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
+
+	"github.com/ccmkit/ccmkit/fake/conformance"
+)
+
+// memLB is an in-memory LoadBalancer that keeps its promises unless told
+// to break one.
+type memLB struct {
+	breaks  string // the promise to break; "" = none
+	mu      sync.Mutex
+	lbs     map[string]*v1.LoadBalancerStatus
+	ensures int
+	retry   map[string]bool // Services whose next Ensure asks for a retry
+	last    string          // for breaking the concurrency promise
+}
+
+func newMemLB(breaks string) *memLB {
+	return &memLB{breaks: breaks, lbs: map[string]*v1.LoadBalancerStatus{}, retry: map[string]bool{}}
+}
+
+// The promises, as the suite names them.
+const (
+	idempotent     = "EnsureLoadBalancer is idempotent"
+	getAfterEnsure = "GetLoadBalancer after EnsureLoadBalancer reports it exists with the same status"
+	deleteMissing  = "EnsureLoadBalancerDeleted of a missing load balancer returns nil"
+	getAfterDelete = "GetLoadBalancer after EnsureLoadBalancerDeleted reports it does not exist"
+	elsewhere      = "ImplementedElsewhere is returned unwrapped"
+	readOnly       = "Services and Nodes passed in are never modified"
+	concurrent     = "Calls for different Services may run concurrently"
+	retryPromise   = "A RetryError is an *api.RetryError reachable with errors.As"
+)
+
+const elsewhereClass = "elsewhere"
+
+func svcKey(s *v1.Service) string { return s.Namespace + "/" + s.Name }
+
+func (m *memLB) GetLoadBalancer(_ context.Context, _ string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := svcKey(svc)
+	if m.breaks == concurrent {
+		k = m.last
+	}
+	st, ok := m.lbs[k]
+	if !ok {
+		return nil, false, nil
+	}
+	st = st.DeepCopy()
+	if m.breaks == getAfterEnsure {
+		st.Ingress[0].IP = "198.51.100.99"
+	}
+	return st, true, nil
+}
+
+func (m *memLB) GetLoadBalancerName(_ context.Context, cluster string, svc *v1.Service) string {
+	return cluster + "-" + string(svc.UID)
+}
+
+func (m *memLB) EnsureLoadBalancer(_ context.Context, _ string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	if svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass == elsewhereClass {
+		if m.breaks == elsewhere {
+			return nil, fmt.Errorf("memlb: %w", cloudprovider.ImplementedElsewhere)
+		}
+		return nil, cloudprovider.ImplementedElsewhere
+	}
+	if m.breaks == readOnly {
+		svc.Annotations = map[string]string{"memlb/touched": "yes"}
+		nodes[0].Labels = map[string]string{"memlb/touched": "yes"}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := svcKey(svc)
+	if m.retry[k] {
+		delete(m.retry, k)
+		re := api.NewRetryError("memlb: busy", 10*time.Millisecond)
+		if m.breaks == retryPromise {
+			return nil, fmt.Errorf("memlb: %v", re) // loses the type
+		}
+		return nil, re
+	}
+	m.ensures++
+	ip := "198.51.100.1"
+	if m.breaks == idempotent {
+		ip = fmt.Sprintf("198.51.100.%d", m.ensures)
+	}
+	st := &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: ip}}}
+	if m.breaks == concurrent {
+		// One load balancer for everyone: the last Service ensured wins.
+		clear(m.lbs)
+		m.last = k
+	}
+	m.lbs[k] = st
+	return st.DeepCopy(), nil
+}
+
+func (m *memLB) UpdateLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) error {
+	_, err := m.EnsureLoadBalancer(ctx, cluster, svc, nodes)
+	return err
+}
+
+func (m *memLB) EnsureLoadBalancerDeleted(_ context.Context, _ string, svc *v1.Service) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := svcKey(svc)
+	if _, ok := m.lbs[k]; !ok && m.breaks == deleteMissing {
+		return fmt.Errorf("memlb: no load balancer for %s", k)
+	}
+	if m.breaks == getAfterDelete {
+		return nil
+	}
+	delete(m.lbs, k)
+	return nil
+}
+
+// Exists is the backend view.
+func (m *memLB) Exists(_ context.Context, svc *v1.Service) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.lbs[svcKey(svc)]
+	return ok, nil
+}
+
+func memSetup(breaks string) conformance.LoadBalancerSetup {
+	lb := newMemLB(breaks)
+	cls := elsewhereClass
+	other := conformance.DefaultService("conformance", "other-class", 99)
+	other.Spec.LoadBalancerClass = &cls
+	return conformance.LoadBalancerSetup{
+		LoadBalancer: lb,
+		Backend:      lb,
+		Elsewhere:    other,
+		ProvokeRetry: func(ctx context.Context, svc *v1.Service) func() error {
+			lb.mu.Lock()
+			defer lb.mu.Unlock()
+			lb.retry[svcKey(svc)] = true
+			return func() error {
+				_, err := lb.EnsureLoadBalancer(ctx, "kubernetes", svc, conformance.DefaultNodes())
+				return err
+			}
+		},
+	}
+}
+
+func TestLoadBalancerSuitePassesOnACorrectBalancer(t *testing.T) {
+	conformance.RunLoadBalancer(t, func(testing.TB) conformance.LoadBalancerSetup { return memSetup("") })
+}
+
+// TestLoadBalancerChecksFailOnBrokenPromises runs each check on a balancer
+// that breaks its promise, and wants a *BrokenPromise naming it.
+func TestLoadBalancerChecksFailOnBrokenPromises(t *testing.T) {
+	checks := conformance.LoadBalancerChecks()
+	names := map[string]bool{}
+	for _, c := range checks {
+		names[c.Promise] = true
+	}
+	for _, promise := range []string{idempotent, getAfterEnsure, deleteMissing, getAfterDelete, elsewhere, readOnly, concurrent, retryPromise} {
+		if !names[promise] {
+			t.Fatalf("the suite has no check named %q", promise)
+		}
+		t.Run(promise, func(t *testing.T) {
+			for _, c := range checks {
+				if c.Promise != promise {
+					continue
+				}
+				err := c.Run(t.Context(), memSetup(promise))
+				wantBroken(t, err, promise)
+			}
+		})
+	}
+}
+
+func wantBroken(t *testing.T, err error, promise string) {
+	t.Helper()
+	var bp *conformance.BrokenPromise
+	switch {
+	case err == nil:
+		t.Fatalf("the check passed on an implementation breaking %q", promise)
+	case !errors.As(err, &bp):
+		t.Fatalf("the check failed with %v, not a *BrokenPromise", err)
+	case bp.Promise != promise:
+		t.Fatalf("the check reported broken promise %q, want %q: %v", bp.Promise, promise, err)
+	case !strings.Contains(err.Error(), promise):
+		t.Fatalf("the error %q does not name the promise", err)
+	}
+	t.Log(err)
+}
+
+func TestSkippedWithoutHooks(t *testing.T) {
+	for _, c := range conformance.LoadBalancerChecks() {
+		if c.Promise != elsewhere && c.Promise != retryPromise {
+			continue
+		}
+		s := memSetup("")
+		s.Elsewhere, s.ProvokeRetry = nil, nil
+		if err := c.Run(t.Context(), s); !errors.Is(err, conformance.ErrSkipped) {
+			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
+		}
+	}
+}
+
+// memInstances is an InstancesV2 over a fixed inventory that keeps its
+// promises unless told to break one.
+type memInstances struct {
+	breaks string
+	mu     sync.Mutex
+	calls  int
+	exists map[string]bool // by ProviderID
+}
+
+const (
+	instExists   = "InstanceExists is true for instances that exist"
+	instGone     = "InstanceExists is false for instances that are gone"
+	instStable   = "InstanceMetadata is stable across calls"
+	instForeign  = "A foreign ProviderID is an error, never reported gone"
+	instReadOnly = "Nodes passed in are never modified"
+)
+
+func (m *memInstances) check(node *v1.Node) error {
+	if !strings.HasPrefix(node.Spec.ProviderID, "mem://") {
+		return fmt.Errorf("node %s: providerID %q is not ours", node.Name, node.Spec.ProviderID)
+	}
+	return nil
+}
+
+func (m *memInstances) InstanceExists(_ context.Context, node *v1.Node) (bool, error) {
+	if m.breaks == instReadOnly {
+		node.Spec.ProviderID = strings.ToLower(node.Spec.ProviderID) + "/"
+	}
+	if err := m.check(node); err != nil {
+		if m.breaks == instForeign {
+			return false, nil
+		}
+		return false, err
+	}
+	switch m.breaks {
+	case instExists:
+		return false, nil
+	case instGone:
+		return true, nil
+	}
+	return m.exists[node.Spec.ProviderID], nil
+}
+
+func (m *memInstances) InstanceShutdown(_ context.Context, node *v1.Node) (bool, error) {
+	return false, m.check(node)
+}
+
+func (m *memInstances) InstanceMetadata(_ context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	if err := m.check(node); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.calls++
+	n := m.calls
+	m.mu.Unlock()
+	zone := "zone-a"
+	if m.breaks == instStable {
+		zone = fmt.Sprintf("zone-%d", n)
+	}
+	return &cloudprovider.InstanceMetadata{ProviderID: node.Spec.ProviderID, Zone: zone}, nil
+}
+
+func memInstancesSetup(breaks string) conformance.InstancesV2Setup {
+	node := func(name string) *v1.Node {
+		return &v1.Node{ObjectMeta: metaName(name), Spec: v1.NodeSpec{ProviderID: "mem://" + name}}
+	}
+	return conformance.InstancesV2Setup{
+		Instances: &memInstances{breaks: breaks, exists: map[string]bool{"mem://alive": true}},
+		Existing:  []*v1.Node{node("alive")},
+		Gone:      []*v1.Node{node("dead")},
+	}
+}
+
+func TestInstancesV2SuitePassesOnACorrectInventory(t *testing.T) {
+	conformance.RunInstancesV2(t, func(testing.TB) conformance.InstancesV2Setup { return memInstancesSetup("") })
+}
+
+func TestInstancesV2ChecksFailOnBrokenPromises(t *testing.T) {
+	checks := conformance.InstancesV2Checks()
+	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly} {
+		t.Run(promise, func(t *testing.T) {
+			found := false
+			for _, c := range checks {
+				if c.Promise == promise {
+					found = true
+					wantBroken(t, c.Run(t.Context(), memInstancesSetup(promise)), promise)
+				}
+			}
+			if !found {
+				t.Fatalf("the suite has no check named %q", promise)
+			}
+		})
+	}
+}
+
+func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }

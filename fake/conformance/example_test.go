@@ -1,0 +1,72 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/fake/conformance"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// In a test, conformance.RunLoadBalancer(t, newSetup) runs these checks as
+// subtests. Here they run by hand against fake.LoadBalancer, which has no
+// Service it leaves to another and never asks for a retry.
+func ExampleLoadBalancerChecks() {
+	for _, c := range conformance.LoadBalancerChecks() {
+		lb := fake.NewLoadBalancer(fake.DefaultExternalIP)
+		err := c.Run(context.Background(), conformance.LoadBalancerSetup{LoadBalancer: lb})
+		switch {
+		case errors.Is(err, conformance.ErrSkipped):
+			fmt.Println("skip:", c.Promise)
+		case err != nil:
+			fmt.Println("FAIL:", err)
+		default:
+			fmt.Println("ok:  ", c.Promise)
+		}
+	}
+	// Output:
+	// ok:   EnsureLoadBalancer is idempotent
+	// ok:   GetLoadBalancer after EnsureLoadBalancer reports it exists with the same status
+	// ok:   EnsureLoadBalancerDeleted of a missing load balancer returns nil
+	// ok:   GetLoadBalancer after EnsureLoadBalancerDeleted reports it does not exist
+	// skip: ImplementedElsewhere is returned unwrapped
+	// ok:   Services and Nodes passed in are never modified
+	// ok:   Calls for different Services may run concurrently
+	// skip: A RetryError is an *api.RetryError reachable with errors.As
+}
+
+// ccmkit's InstancesV2 has no inventory, so it cannot tell an instance is
+// gone; every other promise holds.
+func ExampleInstancesV2Checks() {
+	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesConfig{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	setup := conformance.InstancesV2Setup{
+		Instances: inst,
+		Existing:  []*v1.Node{cluster.Node("node-1", cluster.InternalIP("192.168.1.10"))},
+	}
+	for _, c := range conformance.InstancesV2Checks() {
+		err := c.Run(context.Background(), setup)
+		switch {
+		case errors.Is(err, conformance.ErrSkipped):
+			fmt.Println("skip:", c.Promise)
+		case err != nil:
+			fmt.Println("FAIL:", err)
+		default:
+			fmt.Println("ok:  ", c.Promise)
+		}
+	}
+	// Output:
+	// ok:   InstanceExists is true for instances that exist
+	// skip: InstanceExists is false for instances that are gone
+	// ok:   InstanceMetadata is stable across calls
+	// ok:   A foreign ProviderID is an error, never reported gone
+	// ok:   Nodes passed in are never modified
+}

@@ -1,0 +1,398 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/diff"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
+
+	"github.com/ccmkit/ccmkit/fake/cluster"
+)
+
+// Backend is how the suite sees what a load balancer made outside the
+// cluster.
+type Backend interface {
+	// Exists reports whether the backend holds a load balancer for svc.
+	Exists(ctx context.Context, svc *v1.Service) (bool, error)
+}
+
+// LoadBalancerSetup is a fresh load balancer for one check, and how to
+// drive it.
+type LoadBalancerSetup struct {
+	// LoadBalancer is the implementation under test, holding no load
+	// balancer. Required.
+	LoadBalancer cloudprovider.LoadBalancer
+	// Backend inspects what LoadBalancer made; nil = checks rely on
+	// GetLoadBalancer only.
+	Backend Backend
+	// ClusterName is passed to every call; "" = "kubernetes".
+	ClusterName string
+	// Nodes are passed to EnsureLoadBalancer and UpdateLoadBalancer; nil =
+	// DefaultNodes().
+	Nodes []*v1.Node
+	// Service returns the i-th Service (i from 0) a check uses, in
+	// namespace and named name; Services with different i must not
+	// conflict (for example, different ports). Nil = DefaultService.
+	Service func(namespace, name string, i int) *v1.Service
+	// Elsewhere is a Service LoadBalancer leaves to another controller
+	// (it returns cloudprovider.ImplementedElsewhere for it); nil = the
+	// implementation has none, and the check of that promise only
+	// watches the errors of the other checks.
+	Elsewhere *v1.Service
+	// ProvokeRetry, when set, brings the implementation into a state in
+	// which it asks for a retry, and returns a call (of any method, for
+	// svc) that should then return an *api.RetryError, and succeed when
+	// called again after its RetryAfter. Nil = the RetryError check is
+	// skipped.
+	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
+}
+
+// DefaultNodes returns two initialized Ready nodes, node-a (192.168.1.10)
+// and node-b (192.168.1.11).
+func DefaultNodes() []*v1.Node {
+	return []*v1.Node{
+		cluster.Node("node-a", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.ProviderID("conformance://node-a")),
+		cluster.Node("node-b", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID("conformance://node-b")),
+	}
+}
+
+// DefaultService returns a Service of type LoadBalancer with one TCP port,
+// 8080+i, forwarded to node port 30080+i.
+func DefaultService(namespace, name string, i int) *v1.Service {
+	return cluster.Service(namespace, name, cluster.Port("http", v1.ProtocolTCP, int32(8080+i), int32(30080+i)))
+}
+
+// The promises of a cloudprovider.LoadBalancer.
+const (
+	promiseIdempotent     = "EnsureLoadBalancer is idempotent"
+	promiseGetAfterEnsure = "GetLoadBalancer after EnsureLoadBalancer reports it exists with the same status"
+	promiseDeleteMissing  = "EnsureLoadBalancerDeleted of a missing load balancer returns nil"
+	promiseGetAfterDelete = "GetLoadBalancer after EnsureLoadBalancerDeleted reports it does not exist"
+	promiseElsewhere      = "ImplementedElsewhere is returned unwrapped"
+	promiseReadOnly       = "Services and Nodes passed in are never modified"
+	promiseConcurrent     = "Calls for different Services may run concurrently"
+	promiseRetry          = "A RetryError is an *api.RetryError reachable with errors.As"
+)
+
+// lbRun is a LoadBalancerSetup with its defaults filled in.
+type lbRun struct{ LoadBalancerSetup }
+
+func (s *LoadBalancerSetup) withDefaults() lbRun {
+	r := lbRun{*s}
+	if r.ClusterName == "" {
+		r.ClusterName = "kubernetes"
+	}
+	if r.Nodes == nil {
+		r.Nodes = DefaultNodes()
+	}
+	if r.Service == nil {
+		r.Service = DefaultService
+	}
+	return r
+}
+
+func (r lbRun) ensure(ctx context.Context, svc *v1.Service) (*v1.LoadBalancerStatus, error) {
+	return retry(ctx, "EnsureLoadBalancer "+key(svc), func() (*v1.LoadBalancerStatus, error) {
+		return r.LoadBalancer.EnsureLoadBalancer(ctx, r.ClusterName, svc, r.Nodes)
+	})
+}
+
+func (r lbRun) update(ctx context.Context, svc *v1.Service) error {
+	_, err := retry(ctx, "UpdateLoadBalancer "+key(svc), func() (struct{}, error) {
+		return struct{}{}, r.LoadBalancer.UpdateLoadBalancer(ctx, r.ClusterName, svc, r.Nodes)
+	})
+	return err
+}
+
+func (r lbRun) delete(ctx context.Context, svc *v1.Service) error {
+	_, err := retry(ctx, "EnsureLoadBalancerDeleted "+key(svc), func() (struct{}, error) {
+		return struct{}{}, r.LoadBalancer.EnsureLoadBalancerDeleted(ctx, r.ClusterName, svc)
+	})
+	return err
+}
+
+type getResult struct {
+	status *v1.LoadBalancerStatus
+	exists bool
+}
+
+func (r lbRun) get(ctx context.Context, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	g, err := retry(ctx, "GetLoadBalancer "+key(svc), func() (getResult, error) {
+		st, ok, err := r.LoadBalancer.GetLoadBalancer(ctx, r.ClusterName, svc)
+		return getResult{st, ok}, err
+	})
+	return g.status, g.exists, err
+}
+
+// backendExists is what Backend says, true when there is no Backend.
+func (r lbRun) backendExists(ctx context.Context, svc *v1.Service, want bool) (bool, error) {
+	if r.Backend == nil {
+		return want, nil
+	}
+	return r.Backend.Exists(ctx, svc)
+}
+
+func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
+
+// LoadBalancerChecks returns the checks of the cloudprovider.LoadBalancer
+// contract, one per promise.
+func LoadBalancerChecks() []Check[LoadBalancerSetup] {
+	return []Check[LoadBalancerSetup]{
+		{promiseIdempotent, checkIdempotent},
+		{promiseGetAfterEnsure, checkGetAfterEnsure},
+		{promiseDeleteMissing, checkDeleteMissing},
+		{promiseGetAfterDelete, checkGetAfterDelete},
+		{promiseElsewhere, checkElsewhere},
+		{promiseReadOnly, checkReadOnly},
+		{promiseConcurrent, checkConcurrent},
+		{promiseRetry, checkRetry},
+	}
+}
+
+// RunLoadBalancer runs LoadBalancerChecks as subtests of t, each on a fresh
+// setup from newSetup (which may register cleanups on the testing.TB it is
+// given).
+func RunLoadBalancer(t *testing.T, newSetup func(testing.TB) LoadBalancerSetup) {
+	t.Helper()
+	run(t, LoadBalancerChecks(), newSetup)
+}
+
+func checkIdempotent(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	svc := r.Service("conformance", "idempotent", 0)
+	first, err := r.ensure(ctx, svc)
+	if err != nil {
+		return err
+	}
+	if first == nil {
+		return broken(promiseIdempotent, "the first EnsureLoadBalancer of %s returned a nil status and no error", key(svc))
+	}
+	second, err := r.ensure(ctx, svc)
+	if err != nil {
+		return broken(promiseIdempotent, "the second EnsureLoadBalancer of %s failed: %v", key(svc), err)
+	}
+	if !apiequality.Semantic.DeepEqual(first, second) {
+		return broken(promiseIdempotent, "the second EnsureLoadBalancer of %s returned another status (-first +second):\n%s", key(svc), diff.Diff(first, second))
+	}
+	ok, err := r.backendExists(ctx, svc, true)
+	if err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	if !ok {
+		return broken(promiseIdempotent, "after two EnsureLoadBalancer of %s the backend has no load balancer for it", key(svc))
+	}
+	return r.delete(ctx, svc)
+}
+
+func checkGetAfterEnsure(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	svc := r.Service("conformance", "get-after-ensure", 0)
+	want, err := r.ensure(ctx, svc)
+	if err != nil {
+		return err
+	}
+	got, exists, err := r.get(ctx, svc)
+	if err != nil {
+		return broken(promiseGetAfterEnsure, "GetLoadBalancer failed: %v", err)
+	}
+	if !exists {
+		return broken(promiseGetAfterEnsure, "GetLoadBalancer of %s after EnsureLoadBalancer reports it does not exist", key(svc))
+	}
+	if !apiequality.Semantic.DeepEqual(want, got) {
+		return broken(promiseGetAfterEnsure, "GetLoadBalancer of %s reports another status than EnsureLoadBalancer returned (-ensure +get):\n%s", key(svc), diff.Diff(want, got))
+	}
+	return r.delete(ctx, svc)
+}
+
+func checkDeleteMissing(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	never := r.Service("conformance", "never-created", 0)
+	if err := r.delete(ctx, never); err != nil {
+		return broken(promiseDeleteMissing, "EnsureLoadBalancerDeleted of %s, never ensured: %v", key(never), err)
+	}
+	svc := r.Service("conformance", "deleted-twice", 1)
+	if _, err := r.ensure(ctx, svc); err != nil {
+		return err
+	}
+	if err := r.delete(ctx, svc); err != nil {
+		return err
+	}
+	if err := r.delete(ctx, svc); err != nil {
+		return broken(promiseDeleteMissing, "the second EnsureLoadBalancerDeleted of %s: %v", key(svc), err)
+	}
+	return nil
+}
+
+func checkGetAfterDelete(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	svc := r.Service("conformance", "get-after-delete", 0)
+	if _, err := r.ensure(ctx, svc); err != nil {
+		return err
+	}
+	if err := r.delete(ctx, svc); err != nil {
+		return err
+	}
+	st, exists, err := r.get(ctx, svc)
+	if err != nil {
+		return broken(promiseGetAfterDelete, "GetLoadBalancer failed: %v", err)
+	}
+	if exists {
+		return broken(promiseGetAfterDelete, "GetLoadBalancer of %s after EnsureLoadBalancerDeleted reports it exists, status %v", key(svc), st)
+	}
+	ok, err := r.backendExists(ctx, svc, false)
+	if err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	if ok {
+		return broken(promiseGetAfterDelete, "after EnsureLoadBalancerDeleted of %s the backend still has a load balancer for it", key(svc))
+	}
+	return nil
+}
+
+func checkElsewhere(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	if r.Elsewhere == nil {
+		return skipped(promiseElsewhere, "LoadBalancerSetup.Elsewhere is nil (the other checks still report a wrapped ImplementedElsewhere)")
+	}
+	svc := r.Elsewhere
+	// retry reports a wrapped ImplementedElsewhere; the calls upstream
+	// compares with == must return it as is.
+	if _, err := r.ensure(ctx, svc); !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		if bp := (*BrokenPromise)(nil); errors.As(err, &bp) {
+			return err
+		}
+		return broken(promiseElsewhere, "EnsureLoadBalancer of %s, which LoadBalancerSetup.Elsewhere says is left to another, returned %v, not cloudprovider.ImplementedElsewhere", key(svc), err)
+	}
+	if err := r.update(ctx, svc); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		return err
+	}
+	return nil
+}
+
+func checkReadOnly(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	svc := r.Service("conformance", "read-only", 0)
+	svcBefore := svc.DeepCopy()
+	nodesBefore := make([]*v1.Node, len(r.Nodes))
+	for i, n := range r.Nodes {
+		nodesBefore[i] = n.DeepCopy()
+	}
+	compare := func(op string) error {
+		if !apiequality.Semantic.DeepEqual(svcBefore, svc) {
+			return broken(promiseReadOnly, "%s modified the Service (-before +after):\n%s", op, diff.Diff(svcBefore, svc))
+		}
+		for i := range nodesBefore {
+			if !apiequality.Semantic.DeepEqual(nodesBefore[i], r.Nodes[i]) {
+				return broken(promiseReadOnly, "%s modified node %s (-before +after):\n%s", op, nodesBefore[i].Name, diff.Diff(nodesBefore[i], r.Nodes[i]))
+			}
+		}
+		if len(r.Nodes) != len(nodesBefore) {
+			return broken(promiseReadOnly, "%s changed the node list", op)
+		}
+		return nil
+	}
+	steps := []struct {
+		op string
+		f  func() error
+	}{
+		{"GetLoadBalancerName", func() error { r.LoadBalancer.GetLoadBalancerName(ctx, r.ClusterName, svc); return nil }},
+		{"EnsureLoadBalancer", func() error { _, err := r.ensure(ctx, svc); return err }},
+		{"GetLoadBalancer", func() error { _, _, err := r.get(ctx, svc); return err }},
+		{"UpdateLoadBalancer", func() error { return r.update(ctx, svc) }},
+		{"EnsureLoadBalancerDeleted", func() error { return r.delete(ctx, svc) }},
+	}
+	for _, st := range steps {
+		err := st.f()
+		if err := compare(st.op); err != nil {
+			return err
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// concurrency is how many Services checkConcurrent drives at once.
+const concurrency = 8
+
+func checkConcurrent(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	svcs := make([]*v1.Service, concurrency)
+	for i := range svcs {
+		svcs[i] = r.Service("conformance", fmt.Sprintf("concurrent-%d", i), i)
+	}
+	errs := make([]error, concurrency)
+	// Every goroutine ensures its Service, waits for the others, then
+	// checks its own and deletes it: cross-talk between Services shows as
+	// a missing or foreign status.
+	var ensured, wg sync.WaitGroup
+	ensured.Add(concurrency)
+	for i, svc := range svcs {
+		wg.Go(func() {
+			errs[i] = func() error {
+				want, err := r.ensure(ctx, svc)
+				ensured.Done()
+				if err != nil {
+					return err
+				}
+				ensured.Wait()
+				got, exists, err := r.get(ctx, svc)
+				if err != nil {
+					return err
+				}
+				if !exists || !apiequality.Semantic.DeepEqual(want, got) {
+					return broken(promiseConcurrent, "with %d Services ensured concurrently, GetLoadBalancer of %s reports exists=%t, status %v; EnsureLoadBalancer returned %v", concurrency, key(svc), exists, got, want)
+				}
+				if err := r.update(ctx, svc); err != nil {
+					return err
+				}
+				return r.delete(ctx, svc)
+			}()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, svc := range svcs {
+		_, exists, err := r.get(ctx, svc)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return broken(promiseConcurrent, "after concurrent EnsureLoadBalancerDeleted, %s still exists", key(svc))
+		}
+	}
+	return nil
+}
+
+func checkRetry(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	if r.ProvokeRetry == nil {
+		return skipped(promiseRetry, "LoadBalancerSetup.ProvokeRetry is nil")
+	}
+	svc := r.Service("conformance", "retry", 0)
+	call := r.ProvokeRetry(ctx, svc)
+	err := call()
+	var re *api.RetryError
+	switch {
+	case err == nil:
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s succeeded", key(svc))
+	case !errors.As(err, &re):
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with %q, in which errors.As finds no *api.RetryError: the service controller would back off instead of retrying when asked", key(svc), err)
+	case re.RetryAfter() <= 0:
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with an *api.RetryError with RetryAfter %s", key(svc), re.RetryAfter())
+	}
+	if _, err := retry(ctx, "the call ProvokeRetry returned", func() (struct{}, error) { return struct{}{}, call() }); err != nil {
+		return broken(promiseRetry, "the call ProvokeRetry returned for %s, retried after RetryAfter: %v", key(svc), err)
+	}
+	return r.delete(ctx, svc)
+}
