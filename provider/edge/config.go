@@ -8,12 +8,12 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -63,36 +63,10 @@ const (
 const renewPassCallTimeouts = 6
 
 // ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
-// Config.Validate return.
+// Config.Validate return. Problems with keys are *field.Error values naming
+// the key's path ("gateway.callTimeout", "instances.nodes[n1].zone"); the
+// error wraps their utilerrors.Aggregate, which errors.As finds.
 var ErrInvalidConfig = errors.New("invalid edge cloud-config")
-
-// FieldError is one problem with one key of the cloud-config. It matches
-// ErrInvalidConfig. ParseConfig and Validate report every problem they find,
-// joined with errors.Join; errors.As finds the first.
-type FieldError struct {
-	// Field is the key's path in the document, for example
-	// "gateway.callTimeout" or `instances.nodes["n1"].addresses[0].type`.
-	Field string
-	// Value is the offending value as written (JSON syntax); empty when the
-	// problem is the key itself.
-	Value string
-	// Reason says what is wrong and what is expected.
-	Reason string
-}
-
-func (e *FieldError) Error() string {
-	field := e.Field
-	if field == "" {
-		field = "(document)"
-	}
-	if e.Value == "" {
-		return fmt.Sprintf("edge cloud-config: %s: %s", field, e.Reason)
-	}
-	return fmt.Sprintf("edge cloud-config: %s %s: %s", field, e.Value, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidConfig) true for every FieldError.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Config is the edge provider's cloud-config, the file given to the
 // cloud-controller-manager with --cloud-config. It is one YAML document (JSON
@@ -273,57 +247,75 @@ func Default() Config {
 
 // ParseConfig reads a cloud-config. A nil reader or an empty document gives
 // Default(). Keys that are absent or null keep their defaults. The result is
-// validated; every error matches ErrInvalidConfig and the field errors among
-// them are *FieldError values naming the key.
+// validated; every error matches ErrInvalidConfig (see there).
 func ParseConfig(r io.Reader) (Config, error) {
 	cfg := Default()
 	if r == nil {
 		return cfg, nil
 	}
-	if err := decodeYAML(r, &cfg); err != nil {
+	errs, err := decodeYAML(r, &cfg)
+	if err != nil {
 		return Config{}, err
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+	if len(cfg.Instances.Nodes) == 0 {
+		cfg.Instances.Nodes = nil // "nodes: {}" is the default, as Default() writes it
+	}
+	if len(errs) == 0 {
+		errs = cfg.validate()
+	}
+	if len(errs) > 0 {
+		return Config{}, invalid(errs)
 	}
 	return cfg, nil
 }
 
-// Validate checks every key of c and reports all problems, each a
-// *FieldError naming the key, joined with errors.Join.
+// Validate checks every key of c and reports all problems (see
+// ErrInvalidConfig).
 func (c Config) Validate() error {
-	var errs []error
-	add := func(field, value, reason string) {
-		errs = append(errs, &FieldError{Field: field, Value: value, Reason: reason})
+	if errs := c.validate(); len(errs) > 0 {
+		return invalid(errs)
+	}
+	return nil
+}
+
+func invalid(errs field.ErrorList) error {
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errs.ToAggregate())
+}
+
+func (c Config) validate() field.ErrorList {
+	var errs field.ErrorList
+	gateway, lb, instances := field.NewPath("gateway"), field.NewPath("loadBalancer"), field.NewPath("instances")
+	add := func(path *field.Path, value any, detail string) {
+		errs = append(errs, field.Invalid(path, value, detail))
 	}
 
 	if u := c.Gateway.URL; u != "" {
 		parsed, err := url.Parse(u)
 		switch {
 		case err != nil:
-			add("gateway.url", strconv.Quote(u), "not a URL")
+			add(gateway.Child("url"), u, "not a URL")
 		case parsed.Scheme != "http" && parsed.Scheme != "https":
-			add("gateway.url", strconv.Quote(u), "must be an http:// or https:// URL of the router's root description")
+			add(gateway.Child("url"), u, "must be an http:// or https:// URL of the router's root description")
 		case parsed.Host == "":
-			add("gateway.url", strconv.Quote(u), "has no host")
+			add(gateway.Child("url"), u, "has no host")
 		}
 	}
-	checkTimeout := func(field string, d Duration, floor time.Duration) {
+	checkTimeout := func(path *field.Path, d Duration, floor time.Duration) {
 		if d.Duration < floor || d.Duration > MaxTimeout {
-			add(field, strconv.Quote(d.String()), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
+			add(path, d.String(), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
 		}
 	}
-	checkTimeout("gateway.discoveryTimeout", c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
-	checkTimeout("gateway.callTimeout", c.Gateway.CallTimeout, MinCallTimeout)
+	checkTimeout(gateway.Child("discoveryTimeout"), c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
+	checkTimeout(gateway.Child("callTimeout"), c.Gateway.CallTimeout, MinCallTimeout)
 
 	if l := c.LoadBalancer.Lease.Duration; l != 0 {
 		switch {
 		case c.LoadBalancer.PermanentLease && l != DefaultLease:
-			add("loadBalancer.lease", strconv.Quote(l.String()), "must be unset when loadBalancer.permanentLease is true")
+			add(lb.Child("lease"), l.String(), "must be unset when loadBalancer.permanentLease is true")
 		case l < MinLease || l > MaxLease:
-			add("loadBalancer.lease", strconv.Quote(l.String()), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", DefaultLease, MinLease, MaxLease))
+			add(lb.Child("lease"), l.String(), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", DefaultLease, MinLease, MaxLease))
 		case l%time.Second != 0:
-			add("loadBalancer.lease", strconv.Quote(l.String()), "must be whole seconds")
+			add(lb.Child("lease"), l.String(), "must be whole seconds")
 		}
 	}
 	if r := c.LoadBalancer.RenewInterval.Duration; r != 0 {
@@ -337,59 +329,59 @@ func (c Config) Validate() error {
 		pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
 		switch {
 		case r < 0 || r > limit:
-			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
+			add(lb.Child("renewInterval"), r.String(), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
 		case r < MinRenewInterval:
-			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval))
+			add(lb.Child("renewInterval"), r.String(), fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval))
 		case r < pass:
-			add("loadBalancer.renewInterval", strconv.Quote(r.String()), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
+			add(lb.Child("renewInterval"), r.String(), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
 		}
 	}
 	switch c.LoadBalancer.Services {
 	case ServicesAll, ServicesAnnotated:
 	default:
-		add("loadBalancer.services", strconv.Quote(string(c.LoadBalancer.Services)), `must be "all" or "annotated"`)
+		add(lb.Child("services"), string(c.LoadBalancer.Services), `must be "all" or "annotated"`)
 	}
 	if n := c.LoadBalancer.NodeName; n != "" {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			add("loadBalancer.nodeName", strconv.Quote(n), "not a node name: "+strings.Join(msgs, "; "))
+			add(lb.Child("nodeName"), n, "not a node name: "+strings.Join(msgs, "; "))
 		}
 	}
 
-	checkLabel := func(field, v string) {
+	checkLabel := func(path *field.Path, v string) {
 		if v == "" {
 			return
 		}
 		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
-			add(field, strconv.Quote(v), "not a valid label value: "+strings.Join(msgs, "; "))
+			add(path, v, "not a valid label value: "+strings.Join(msgs, "; "))
 		}
 	}
-	checkLabel("instances.zone", c.Instances.Zone)
-	checkLabel("instances.region", c.Instances.Region)
-	checkLabel("instances.instanceType", c.Instances.InstanceType)
+	checkLabel(instances.Child("zone"), c.Instances.Zone)
+	checkLabel(instances.Child("region"), c.Instances.Region)
+	checkLabel(instances.Child("instanceType"), c.Instances.InstanceType)
 	for _, name := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node := c.Instances.Nodes[name]
-		base := fmt.Sprintf("instances.nodes[%q]", name)
+		base := instances.Child("nodes").Key(name)
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-			add(base, "", "not a node name: "+strings.Join(msgs, "; "))
+			add(base, name, "not a node name: "+strings.Join(msgs, "; "))
 		}
-		checkLabel(base+".zone", node.Zone)
-		checkLabel(base+".region", node.Region)
-		checkLabel(base+".instanceType", node.InstanceType)
+		checkLabel(base.Child("zone"), node.Zone)
+		checkLabel(base.Child("region"), node.Region)
+		checkLabel(base.Child("instanceType"), node.InstanceType)
 		for i, a := range node.Addresses {
-			field := fmt.Sprintf("%s.addresses[%d]", base, i)
+			path := base.Child("addresses").Index(i)
 			switch v1.NodeAddressType(a.Type) {
 			case v1.NodeInternalIP, v1.NodeExternalIP:
 				if _, err := netip.ParseAddr(a.Address); err != nil {
-					add(field+".address", strconv.Quote(a.Address), "must be an IP address for type "+a.Type)
+					add(path.Child("address"), a.Address, "must be an IP address for type "+a.Type)
 				}
 			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
 				if msgs := validation.IsDNS1123Subdomain(a.Address); len(msgs) > 0 {
-					add(field+".address", strconv.Quote(a.Address), "must be a DNS name for type "+a.Type+": "+strings.Join(msgs, "; "))
+					add(path.Child("address"), a.Address, "must be a DNS name for type "+a.Type+": "+strings.Join(msgs, "; "))
 				}
 			default:
-				add(field+".type", strconv.Quote(a.Type), "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS")
+				add(path.Child("type"), a.Type, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS")
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
 
@@ -164,7 +166,7 @@ func TestParseConfigInvalid(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
-		// fields are the FieldError.Field values expected, in order; nil
+		// fields are the field.Error.Field values expected, in order; nil
 		// means the error is not about one field (syntax, duplicates).
 		fields []string
 		// contains is a substring of the error message.
@@ -173,21 +175,21 @@ func TestParseConfigInvalid(t *testing.T) {
 		{name: "unknown top-level key", in: "gatway: {}\n", fields: []string{"gatway"}, contains: "unknown field"},
 		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, url"},
 		{name: "key with wrong case", in: "loadbalancer:\n  lease: 1h\n", fields: []string{"loadbalancer"}, contains: "unknown field"},
-		{name: "unknown key in a node entry", in: "instances:\n  nodes:\n    n1:\n      adresses: []\n", fields: []string{`instances.nodes["n1"].adresses`}},
+		{name: "unknown key in a node entry", in: "instances:\n  nodes:\n    n1:\n      adresses: []\n", fields: []string{`instances.nodes[n1].adresses`}},
 		{name: "duration without unit", in: "gateway:\n  callTimeout: 2\n", fields: []string{"gateway.callTimeout"}, contains: "no unit"},
 		{name: "duration not parsable", in: "gateway:\n  callTimeout: fast\n", fields: []string{"gateway.callTimeout"}, contains: "not a Go duration"},
 		{name: "duration as boolean", in: "loadBalancer:\n  lease: true\n", fields: []string{"loadBalancer.lease"}, contains: "not a boolean"},
 		{name: "string given a number", in: "instances:\n  zone: 12\n", fields: []string{"instances.zone"}, contains: "must be a string"},
 		{name: "string given a list", in: "gateway:\n  url: [a]\n", fields: []string{"gateway.url"}, contains: "not a list"},
 		{name: "section given a string", in: "gateway: http://r/\n", fields: []string{"gateway"}, contains: "must be a mapping"},
-		{name: "document is a list", in: "- a\n", fields: []string{""}, contains: "(document)"},
-		{name: "list given a mapping", in: "instances:\n  nodes:\n    n1:\n      addresses: {type: InternalIP}\n", fields: []string{`instances.nodes["n1"].addresses`}, contains: "must be a list"},
+		{name: "document is a list", in: "- a\n", fields: []string{"(document)"}, contains: "(document)"},
+		{name: "list given a mapping", in: "instances:\n  nodes:\n    n1:\n      addresses: {type: InternalIP}\n", fields: []string{`instances.nodes[n1].addresses`}, contains: "must be a list"},
 		{name: "duplicate key", in: "gateway:\n  url: http://a/\n  url: http://b/\n", contains: "not valid YAML"},
 		{name: "YAML syntax", in: "gateway: [\n", contains: "not valid YAML"},
-		{name: "second document", in: "gateway:\n  callTimeout: 5s\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{""}, contains: "(document): YAML document 2 (after a \"---\" line) would be ignored"},
-		{name: "second document, an empty mapping", in: "gateway: {}\n---\n{}\n", fields: []string{""}, contains: "YAML document 2"},
-		{name: "empty first document, then one", in: "---\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{""}, contains: "YAML document 2"},
-		{name: "third document after an empty one", in: "gateway: {}\n---\n---\nloadBalancer: {}\n", fields: []string{""}, contains: "YAML document 3"},
+		{name: "second document", in: "gateway:\n  callTimeout: 5s\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{"(document)"}, contains: "YAML document 2 (after a \"---\" line) would be ignored"},
+		{name: "second document, an empty mapping", in: "gateway: {}\n---\n{}\n", fields: []string{"(document)"}, contains: "YAML document 2"},
+		{name: "empty first document, then one", in: "---\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{"(document)"}, contains: "YAML document 2"},
+		{name: "third document after an empty one", in: "gateway: {}\n---\n---\nloadBalancer: {}\n", fields: []string{"(document)"}, contains: "YAML document 3"},
 		{name: "url scheme", in: "gateway:\n  url: ftp://r/desc.xml\n", fields: []string{"gateway.url"}, contains: "http:// or https://"},
 		{name: "url without host", in: "gateway:\n  url: http:///desc.xml\n", fields: []string{"gateway.url"}, contains: "no host"},
 		{name: "url relative", in: "gateway:\n  url: rootDesc.xml\n", fields: []string{"gateway.url"}},
@@ -213,10 +215,10 @@ func TestParseConfigInvalid(t *testing.T) {
 		{name: "services value", in: "loadBalancer:\n  services: some\n", fields: []string{"loadBalancer.services"}, contains: `"all" or "annotated"`},
 		{name: "node name", in: "loadBalancer:\n  nodeName: Node_1\n", fields: []string{"loadBalancer.nodeName"}},
 		{name: "zone label value", in: "instances:\n  zone: my zone\n", fields: []string{"instances.zone"}, contains: "label value"},
-		{name: "node entry name", in: "instances:\n  nodes:\n    BAD_NAME: {}\n", fields: []string{`instances.nodes["BAD_NAME"]`}},
-		{name: "address type", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: InternalIp, address: 10.0.0.1}\n", fields: []string{`instances.nodes["n1"].addresses[0].type`}, contains: "InternalIP, ExternalIP"},
-		{name: "address not an IP", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: ExternalIP, address: example.com}\n", fields: []string{`instances.nodes["n1"].addresses[0].address`}, contains: "IP address"},
-		{name: "hostname not DNS", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: Hostname, address: 'a b'}\n", fields: []string{`instances.nodes["n1"].addresses[0].address`}},
+		{name: "node entry name", in: "instances:\n  nodes:\n    BAD_NAME: {}\n", fields: []string{`instances.nodes[BAD_NAME]`}},
+		{name: "address type", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: InternalIp, address: 10.0.0.1}\n", fields: []string{`instances.nodes[n1].addresses[0].type`}, contains: "InternalIP, ExternalIP"},
+		{name: "address not an IP", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: ExternalIP, address: example.com}\n", fields: []string{`instances.nodes[n1].addresses[0].address`}, contains: "IP address"},
+		{name: "hostname not DNS", in: "instances:\n  nodes:\n    n1:\n      addresses:\n      - {type: Hostname, address: 'a b'}\n", fields: []string{`instances.nodes[n1].addresses[0].address`}},
 		{
 			name:   "every problem is reported",
 			in:     "gateway:\n  callTimeout: 0s\n  url: ftp://x/\nloadBalancer:\n  services: none\n  lease: 1s\n",
@@ -254,20 +256,26 @@ func TestParseConfigInvalid(t *testing.T) {
 	}
 }
 
-// fieldsOf returns the Field of every *FieldError in err's tree, in order.
+// fieldsOf returns the Field of every *field.Error in err, in order.
 func fieldsOf(err error) []string {
-	var fe *FieldError
-	if errors.As(err, &fe) && err == error(fe) {
-		return []string{fe.Field}
-	}
 	var out []string
-	switch e := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			out = append(out, fieldsOf(inner)...)
+	for _, fe := range fieldErrors(err) {
+		out = append(out, fe.Field)
+	}
+	return out
+}
+
+// fieldErrors returns the *field.Error values of the aggregate err wraps.
+func fieldErrors(err error) []*field.Error {
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
+		return nil
+	}
+	var out []*field.Error
+	for _, e := range agg.Errors() {
+		if fe, ok := e.(*field.Error); ok {
+			out = append(out, fe)
 		}
-	case interface{ Unwrap() error }:
-		out = fieldsOf(e.Unwrap())
 	}
 	return out
 }

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 
 	goyaml "go.yaml.in/yaml/v2"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -21,224 +21,182 @@ import (
 // few hundred bytes, so anything near this is not a cloud-config.
 const maxConfigSize = 1 << 20
 
-// decodeYAML reads a YAML (or JSON) document from r into out, which must be
-// a pointer to a struct pre-filled with defaults. Keys that are absent or
-// null keep their defaults. Unknown keys, duplicate keys and values of the
-// wrong type are errors naming the field by its path in the document.
+// documentPath names the document itself in errors that are about no key.
+var documentPath = field.NewPath("(document)")
+
+// decodeYAML reads one YAML (or JSON) document from r into cfg, which is
+// pre-filled with defaults; keys that are absent or null keep them.
 //
-// The document is converted to JSON with sigs.k8s.io/yaml (strict: a
-// duplicate key is an error) and then walked against out's type, field by
-// field, so that every error carries the path of the field it is about;
-// encoding/json's own errors do not name unknown fields' parents.
-func decodeYAML(r io.Reader, out any) error {
+// sigs.k8s.io/yaml converts the document to JSON, refusing duplicate keys,
+// and sigs.k8s.io/json decodes it strictly (case-sensitive keys, unknown
+// keys refused). Errors other than reading and YAML syntax are a
+// field.ErrorList naming each key by its path.
+func decodeYAML(r io.Reader, cfg *Config) (field.ErrorList, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
-		return fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
 	}
 	if len(data) > maxConfigSize {
-		return fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
+		return nil, nil
 	}
-	jsonData, err := yaml.YAMLToJSONStrict(data)
+	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
 	}
-	if err := oneDocument(data); err != nil {
-		return err
+	if errs, err := oneDocument(data); len(errs) > 0 || err != nil {
+		return errs, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(jsonData))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return decodeValue("", doc, reflect.ValueOf(out).Elem())
+	return decodeStrict(nil, doc, reflect.ValueOf(cfg).Elem()), nil
 }
 
-// oneDocument returns an error when data holds more than one YAML document:
-// YAMLToJSONStrict reads the first and would silently ignore the others.
-// Empty (null) documents after the first are allowed, so that a trailing
-// "---" is harmless; an empty first document followed by another is not,
-// since the first is the one read. It parses with the library
-// sigs.k8s.io/yaml itself uses, so both agree on where documents start.
-func oneDocument(data []byte) error {
+// oneDocument reports a second YAML document: YAMLToJSONStrict reads the
+// first and would silently ignore the others. Empty (null) documents after
+// the first are allowed, so that a trailing "---" is harmless; an empty
+// first document followed by another is not, since the first is the one
+// read. It parses with the library sigs.k8s.io/yaml itself uses, so both
+// agree on where documents start.
+func oneDocument(data []byte) (field.ErrorList, error) {
 	dec := goyaml.NewDecoder(bytes.NewReader(data))
 	for n := 1; ; n++ {
 		var doc any
 		err := dec.Decode(&doc)
 		switch {
 		case errors.Is(err, io.EOF):
-			return nil
+			return nil, nil
 		case err != nil:
-			return fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
 		case n > 1 && doc != nil:
-			return &FieldError{Reason: fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n)}
+			return field.ErrorList{field.Forbidden(documentPath, fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n))}, nil
 		}
 	}
 }
 
-var jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-
-// decodeValue stores in (a value produced by encoding/json with UseNumber)
-// into out, reporting problems as *FieldError values for path.
-func decodeValue(path string, in any, out reflect.Value) error {
-	if in == nil {
-		return nil // null or empty: keep the default
-	}
-	if out.CanAddr() && out.Addr().Type().Implements(jsonUnmarshalerType) {
-		raw, err := json.Marshal(in)
-		if err != nil {
-			return &FieldError{Field: path, Value: fmt.Sprint(in), Reason: err.Error()}
-		}
-		if err := out.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
-			return &FieldError{Field: path, Value: string(raw), Reason: err.Error()}
-		}
+// decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict.
+// When that finds a problem it descends into data, decoding each key,
+// element or entry on its own, so that every problem is reported, each with
+// its full path: kjson reports only the first value of the wrong type,
+// without its map keys and list indexes, and then drops the unknown-key
+// errors. Only the error path descends; a valid document is decoded by kjson
+// alone.
+func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorList {
+	strict, err := kjson.UnmarshalStrict(data, out.Addr().Interface())
+	if err == nil && len(strict) == 0 {
 		return nil
 	}
-	switch out.Kind() {
+	var errs field.ErrorList
+	kind := out.Kind()
+	if _, leaf := out.Addr().Interface().(json.Unmarshaler); leaf {
+		kind = reflect.Invalid // a Duration: its own error says what is wrong
+	}
+	switch kind {
 	case reflect.Struct:
-		obj, ok := in.(map[string]any)
-		if !ok {
-			return typeError(path, in, "a mapping of fields")
+		var obj map[string]json.RawMessage
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) != nil || obj == nil {
+			break
 		}
 		fields := jsonFields(out.Type())
-		var errs []error
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
-			idx, known := fields[key]
+			i, known := fields[key]
 			if !known {
-				errs = append(errs, &FieldError{
-					Field:  joinPath(path, key),
-					Reason: "unknown field (known: " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ") + ")",
-				})
+				errs = append(errs, field.Forbidden(child(path, key),
+					"unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
 				continue
 			}
-			if err := decodeValue(joinPath(path, key), obj[key], out.Field(idx)); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, decodeStrict(child(path, key), obj[key], out.Field(i))...)
 		}
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return errs
+		}
 	case reflect.Map:
-		obj, ok := in.(map[string]any)
-		if !ok {
-			return typeError(path, in, "a mapping")
+		var obj map[string]json.RawMessage
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) != nil || obj == nil {
+			break
 		}
-		if len(obj) == 0 {
-			return nil // an empty mapping adds nothing to the default
-		}
-		if out.IsNil() {
-			out.Set(reflect.MakeMapWithSize(out.Type(), len(obj)))
-		}
-		var errs []error
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			elem := reflect.New(out.Type().Elem()).Elem()
-			if err := decodeValue(fmt.Sprintf("%s[%q]", path, key), obj[key], elem); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			out.SetMapIndex(reflect.ValueOf(key).Convert(out.Type().Key()), elem)
+			errs = append(errs, decodeStrict(path.Key(key), obj[key], elem)...)
 		}
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return errs
+		}
 	case reflect.Slice:
-		list, ok := in.([]any)
-		if !ok {
-			return typeError(path, in, "a list")
+		var list []json.RawMessage
+		if kjson.UnmarshalCaseSensitivePreserveInts(data, &list) != nil || list == nil {
+			break
 		}
-		s := reflect.MakeSlice(out.Type(), len(list), len(list))
-		var errs []error
 		for i, item := range list {
-			if err := decodeValue(fmt.Sprintf("%s[%d]", path, i), item, s.Index(i)); err != nil {
-				errs = append(errs, err)
-			}
+			elem := reflect.New(out.Type().Elem()).Elem()
+			errs = append(errs, decodeStrict(path.Index(i), item, elem)...)
 		}
-		out.Set(s)
-		return errors.Join(errs...)
-	case reflect.String:
-		s, ok := in.(string)
-		if !ok {
-			if _, scalar := in.(json.Number); scalar || in == true || in == false {
-				return typeError(path, in, "a string (write it in quotes)")
-			}
-			return typeError(path, in, "a string")
+		if len(errs) > 0 {
+			return errs
 		}
-		out.SetString(s)
-		return nil
-	case reflect.Bool:
-		b, ok := in.(bool)
-		if !ok {
-			return typeError(path, in, "true or false")
-		}
-		out.SetBool(b)
-		return nil
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := in.(json.Number)
-		if !ok {
-			return typeError(path, in, "a whole number")
-		}
-		i, err := strconv.ParseInt(n.String(), 10, 64)
-		if err != nil || out.OverflowInt(i) {
-			return &FieldError{Field: path, Value: n.String(), Reason: "must be a whole number in range"}
-		}
-		out.SetInt(i)
-		return nil
 	}
-	// Only reachable by adding a field of an unsupported kind to Config.
-	return &FieldError{Field: path, Reason: "internal error: unsupported field kind " + out.Kind().String()}
+	// A value of the wrong type, or (should the parts all decode) whatever
+	// kjson found in the whole.
+	if err == nil {
+		err = strict[0]
+	}
+	if path == nil {
+		path = documentPath
+	}
+	return field.ErrorList{field.TypeInvalid(path, json.RawMessage(data), reason(err))}
 }
 
-// jsonFields maps the JSON names of t's exported fields to their indexes.
+func child(path *field.Path, key string) *field.Path {
+	if path == nil {
+		return field.NewPath(key)
+	}
+	return path.Child(key)
+}
+
+// jsonFields maps the JSON names of t's exported fields to their indexes
+// (every field of Config has a json tag).
 func jsonFields(t reflect.Type) map[string]int {
 	fields := make(map[string]int, t.NumField())
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+		if f := t.Field(i); f.IsExported() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields[name] = i
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = i
 	}
 	return fields
 }
 
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
+// reason says what a value of the wrong type should have been.
+func reason(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err.Error() // from Duration.UnmarshalJSON
 	}
-	return path + "." + key
+	want := map[reflect.Kind]string{
+		reflect.Struct: "a mapping of fields",
+		reflect.Map:    "a mapping",
+		reflect.Slice:  "a list",
+		reflect.String: "a string",
+		reflect.Bool:   "true or false",
+	}[te.Type.Kind()]
+	if want == "" {
+		want = te.Type.String()
+	}
+	got, _, _ := strings.Cut(te.Value, " ") // "number 5" is a number
+	return "must be " + want + ", not " + jsonKindName(got)
 }
 
-func typeError(path string, in any, want string) error {
-	raw, _ := json.Marshal(in)
-	return &FieldError{Field: path, Value: string(raw), Reason: "must be " + want + ", not " + jsonKind(in)}
-}
-
-// jsonKind names the kind of a value decoded by encoding/json.
-func jsonKind(v any) string {
-	switch v := v.(type) {
-	case map[string]any:
+// jsonKindName names a JSON kind as encoding/json spells it ("array").
+func jsonKindName(kind string) string {
+	switch kind {
+	case "object":
 		return "a mapping"
-	case []any:
+	case "array":
 		return "a list"
-	case string:
-		return "a string"
-	case bool:
+	case "bool":
 		return "a boolean"
-	case json.Number:
-		return "a number"
-	case float64:
-		if v == math.Trunc(v) {
-			return "a whole number"
-		}
-		return "a number"
-	case nil:
-		return "null"
+	case "string", "number":
+		return "a " + kind
 	}
-	return fmt.Sprintf("%T", v)
+	return kind
 }

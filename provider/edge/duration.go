@@ -3,13 +3,16 @@ package edge
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 )
 
 // Duration is a time.Duration written in the cloud-config as a Go duration
 // string ("90s", "1h30m"). The bare number 0 is accepted as a zero duration;
 // any other bare number is an error, because it has no unit.
+//
+// It is not metav1.Duration because that refuses the bare 0 ("lease: 0",
+// the documented way to ask for the default lease), and its errors
+// ("time: missing unit in duration") do not say what to write instead.
 type Duration struct {
 	time.Duration
 }
@@ -17,8 +20,12 @@ type Duration struct {
 // errDurationNoUnit is the reason given for a bare non-zero number.
 var errDurationNoUnit = errors.New("a number has no unit: write a Go duration such as \"90s\" or \"1h\"")
 
-// UnmarshalJSON reads a Go duration string, or the number 0.
+// UnmarshalJSON reads a Go duration string, or the number 0; null leaves d
+// unchanged.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
@@ -37,8 +44,12 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 			return nil
 		}
 		return errDurationNoUnit
+	case bool:
+		return errors.New("must be a Go duration string such as \"2s\", not a boolean")
+	case []any:
+		return errors.New("must be a Go duration string such as \"2s\", not a list")
 	default:
-		return fmt.Errorf("must be a Go duration string such as \"2s\", not %s", jsonKind(v))
+		return errors.New("must be a Go duration string such as \"2s\", not a mapping")
 	}
 }
 

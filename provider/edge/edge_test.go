@@ -110,9 +110,8 @@ func TestFactoryErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("factory = %v, want an error", cloud)
 			}
-			var fe *FieldError
-			if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &fe) || fe.Field != tt.field {
-				t.Fatalf("error %v: want a *FieldError for %s matching ErrInvalidConfig", err, tt.field)
+			if fields := fieldsOf(err); !errors.Is(err, ErrInvalidConfig) || len(fields) != 1 || fields[0] != tt.field {
+				t.Fatalf("error %v: want a *field.Error for %s matching ErrInvalidConfig", err, tt.field)
 			}
 			if cloud != nil {
 				t.Errorf("factory returned %v with its error", cloud)
