@@ -53,12 +53,11 @@ type watch struct {
 var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 
 // SetInformers gives the background work the CCM's shared informer factory
-// (cloudprovider.InformerUser), so that nodes, Services and EndpointSlices
-// are watched once per process. It registers those informers with factory,
-// whose owner starts them (call it before factory.Start, as the
-// cloud-controller-manager does) and shuts them down: Run only adds its
-// handlers and waits for the caches. Without it, Run starts informers of its
-// own on Initialize's client. The last call wins.
+// (cloudprovider.InformerUser). It registers the node, Service and
+// EndpointSlice informers with factory, whose owner starts them (call it
+// before factory.Start) and shuts them down: Run only adds its handlers and
+// waits for the caches. Without it, Run starts informers of its own on
+// Initialize's client. The last call wins.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	factory.Core().V1().Nodes().Informer()
 	factory.Core().V1().Services().Informer()
@@ -66,9 +65,7 @@ func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	lb.factory = factory
-	if lb.stopOwn != nil {
-		// The CCM calls SetInformers just after Initialize, which may have
-		// started Run already: move Run onto the shared informers.
+	if lb.stopOwn != nil { // Run started already: move it onto factory
 		lb.stopOwn(errSharedInformers)
 		lb.stopOwn = nil
 	}
@@ -100,14 +97,13 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 }
 
 // Run runs the background work until ctx is cancelled, and returns when every
-// goroutine it started has returned. It implements provider.Runner.
-//
-// Every Config.RenewInterval, soon after a node or a Local Service's
-// endpoints change, and when a probe finds a mapping lost, it serves again
-// every Service that carries the service controller's cleanup finalizer.
-// It watches through the informers SetInformers gave, else through its own;
-// given them only after it started, it moves onto them. Run without a
-// successful Initialize, or a second Run, logs an error and returns at once.
+// goroutine it started has returned. It implements provider.Runner. Every
+// Config.RenewInterval, soon after a node or a Local Service's endpoints
+// change, and when a probe finds a mapping lost, it serves again every
+// Service that carries the service controller's cleanup finalizer. It
+// watches through the informers SetInformers gave (moving onto them if given
+// later), else through its own. Run without a successful Initialize, or a
+// second Run, logs an error and returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -116,20 +112,16 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		lb.running = true
 	}
 	lb.mu.Unlock()
-	switch {
-	case client == nil:
-		logger.Error(errors.New("loadbalancer: Run called before Initialize"), "Load balancer background work not started")
-		return
-	case running:
-		logger.Error(errors.New("loadbalancer: Run called twice"), "Load balancer background work not started")
+	if client == nil || running {
+		why := "twice"
+		if client == nil {
+			why = "before Initialize"
+		}
+		logger.Error(errors.New("loadbalancer: Run called "+why), "Load balancer background work not started")
 		return
 	}
-	defer func() {
-		// Calls no longer wait for caches that will not sync.
-		lb.mu.Lock()
-		lb.client = nil
-		lb.mu.Unlock()
-	}()
+	// Calls no longer wait for caches that will not sync.
+	defer lb.locked(func() { lb.client = nil })
 	for {
 		lb.mu.Lock()
 		factory := lb.factory
@@ -139,9 +131,7 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		}
 		lb.mu.Unlock()
 		err := lb.run(runCtx, client, factory)
-		lb.mu.Lock()
-		lb.stopOwn = nil
-		lb.mu.Unlock()
+		lb.locked(func() { lb.stopOwn = nil })
 		cancel(nil)
 		if ctx.Err() == nil && errors.Is(context.Cause(runCtx), errSharedInformers) {
 			logger.Info("Load balancer background work moves to the shared informers")
@@ -174,22 +164,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		default:
 		}
 	}
-	// A shared factory outlives Run: remove the handlers when it returns.
-	var regs []func()
-	defer func() {
-		for _, remove := range regs {
-			remove()
-		}
-	}()
-	register := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) (cache.InformerSynced, error) {
-		reg, err := inf.AddEventHandler(h)
-		if err != nil {
-			return nil, err
-		}
-		regs = append(regs, func() { _ = inf.RemoveEventHandler(reg) })
-		return reg.HasSynced, nil
-	}
-	nodesSynced, err := register(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
+	nodeHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				lb.seeNodes([]*v1.Node{n})
@@ -198,8 +173,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*v1.Node)
-			n, ok2 := newObj.(*v1.Node)
-			if ok1 && ok2 {
+			if n, ok2 := newObj.(*v1.Node); ok1 && ok2 {
 				lb.seeNodes([]*v1.Node{n})
 				if nodeChanged(o, n) {
 					trigger()
@@ -207,46 +181,39 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if n, ok := obj.(*v1.Node); ok {
+			if n, ok := untomb(obj).(*v1.Node); ok {
 				lb.forgetNode(n.Name)
 			}
 			trigger()
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("loadbalancer: watch nodes: %w", err)
 	}
 	svcLister := svcInf.Lister()
 	onSlice := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		es, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		name := es.Labels[discoveryv1.LabelServiceName]
-		if svc, err := svcLister.Services(es.Namespace).Get(name); err == nil && localLB(svc) {
-			trigger()
+		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
+			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
+			if err == nil && localLB(svc) {
+				trigger()
+			}
 		}
 	}
-	slicesSynced, err := register(sliceInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    onSlice,
-		UpdateFunc: func(_, newObj any) { onSlice(newObj) },
-		DeleteFunc: onSlice,
-	})
-	if err != nil {
-		return fmt.Errorf("loadbalancer: watch endpoint slices: %w", err)
+	sliceHandler := cache.ResourceEventHandlerFuncs{AddFunc: onSlice, UpdateFunc: func(_, n any) { onSlice(n) }, DeleteFunc: onSlice}
+	synced := []cache.InformerSynced{svcInf.Informer().HasSynced}
+	for _, h := range []struct {
+		what string
+		inf  cache.SharedIndexInformer
+		h    cache.ResourceEventHandler
+	}{{"nodes", nodeInf.Informer(), nodeHandler}, {"endpoint slices", sliceInf.Informer(), sliceHandler}} {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return fmt.Errorf("loadbalancer: watch %s: %w", h.what, err)
+		}
+		defer func() { _ = h.inf.RemoveEventHandler(reg) }() // a shared factory outlives Run
+		synced = append(synced, reg.HasSynced)
 	}
-	svcSynced := svcInf.Informer().HasSynced
-
 	if own {
 		factory.Start(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), nodesSynced, svcSynced, slicesSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("loadbalancer: caches of nodes, services and endpoint slices did not sync: %w", ctx.Err())
 	}
 
@@ -263,14 +230,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	if nodes, err := w.nodes.List(labels.Everything()); err == nil {
 		lb.seeNodes(nodes)
 	}
-	lb.mu.Lock()
-	lb.watch = w
-	lb.mu.Unlock()
-	defer func() {
-		lb.mu.Lock()
-		lb.watch = nil
-		lb.mu.Unlock()
-	}()
+	lb.locked(func() { lb.watch = w })
+	defer lb.locked(func() { lb.watch = nil })
 	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
 
 	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
@@ -301,6 +262,14 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		cancel()
 		lb.passes.Add(1)
 	}
+}
+
+// untomb returns the object of a delete notification, unwrapping a tombstone.
+func untomb(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
 }
 
 // nodeChanged reports whether a node update can change where mappings point.

@@ -354,6 +354,13 @@ func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, e
 	return o, nil
 }
 
+// locked runs f under lb.mu.
+func (lb *LoadBalancer) locked(f func()) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	f()
+}
+
 // clusterName returns the cluster name background work uses ("": unknown).
 func (lb *LoadBalancer) clusterName() string {
 	lb.mu.Lock()
