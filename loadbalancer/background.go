@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,21 +79,15 @@ var errSharedInformers = errors.New("loadbalancer: shared informers given")
 // Initialize builds the background work's API client (provider.Initializer).
 // It makes no network call; a second call does nothing.
 func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
-	lb.mu.Lock()
-	done := lb.client != nil
-	lb.mu.Unlock()
-	if done {
+	var done bool
+	if lb.locked(func() { done = lb.client != nil }); done {
 		return nil
 	}
 	client, err := clientBuilder.Client(clientName)
 	if err != nil {
 		return fmt.Errorf("loadbalancer: build Kubernetes client %q: %w", clientName, err)
 	}
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if lb.client == nil {
-		lb.client = client
-	}
+	lb.locked(func() { lb.client = cmp.Or(lb.client, client) })
 	return nil
 }
 
@@ -308,38 +303,26 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
-	var nodes []*v1.Node
-	var svcs []*v1.Service
 	hints, err := lb.hints(ctx)
-	if err == nil {
-		nodes, err = w.nodes.List(labels.Everything())
-	}
-	if err == nil {
-		svcs, err = w.services.List(labels.Everything())
-	}
-	if err != nil {
+	nodes, nodesErr := w.nodes.List(labels.Everything())
+	svcs, svcsErr := w.services.List(labels.Everything())
+	if err = errors.Join(err, nodesErr, svcsErr); err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
 	}
-	slices.SortFunc(svcs, func(a, b *v1.Service) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
+	slices.SortFunc(svcs, func(a, b *v1.Service) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
 	failed := false
 	lb.pruneHinted(svcs)
 	for _, svc := range svcs {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return
-		}
-		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
+		case !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil:
 			continue
-		}
-		if !selected(lb.cfg.Services, svc) {
-			// The service controller's Ensure may have come before the
-			// event recorder existed.
-			lb.hintOptIn(svc)
+		case !selected(lb.cfg.Services, svc):
+			lb.hintOptIn(svc) // Ensure may have come before the recorder existed
 			continue
-		}
-		if !servicehelper.HasLBFinalizer(svc) {
+		case !servicehelper.HasLBFinalizer(svc):
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)

@@ -117,12 +117,11 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
-// its nodePort on one eligible node and returns the status. A call with
-// nothing to change writes nothing. A Service not selected by
-// Config.Services gets cloudprovider.ImplementedElsewhere and, once, a
-// Normal event saying how to opt in; first it loses the mappings it owns
-// where its status or this process records any (a Service that opted out),
-// and the router is not called when nothing does.
+// its nodePort on one eligible node and returns the status; with nothing to
+// change it writes nothing. A Service not selected by Config.Services gets
+// cloudprovider.ImplementedElsewhere and, once, a Normal event saying how to
+// opt in, after losing its mappings where its status or this process records
+// any (it opted out); the router is not called when nothing does.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)
@@ -139,7 +138,12 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		return nil, cloudprovider.ImplementedElsewhere
 	}
 	ext, extErr := lb.externalIP(ctx)
-	return lb.serve(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
+	release, err := lb.acquire(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return lb.serveLocked(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
 // UpdateLoadBalancer is EnsureLoadBalancer without the status.
@@ -167,11 +171,10 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 	return lb.withdraw(ctx, o, service)
 }
 
-// untouched reports whether svc is not selected and nothing records a key
-// where it may own a mapping: no port in its status (a Service served before
-// has its ports there) and none held by this process. Such a Service costs
-// no router call. Not covered: a Service that opted out between an add and
-// the status update recording it; its mapping stays until the lease ends.
+// untouched reports whether svc is not selected and neither its status's
+// ports nor this process record a key where it may own a mapping: it then
+// costs no router call. A Service that opted out between an add and the
+// status update recording it keeps that mapping until the lease ends.
 func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	if selected(lb.cfg.Services, svc) {
 		return false
@@ -187,28 +190,16 @@ func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	return s == nil || len(s.held) == 0
 }
 
-// operation says how serve runs.
+// operation says how serveLocked runs.
 type operation struct {
-	// pass: a background pass, which gives up (nil status) when the Service
-	// is busy or was deleted since the pass listed it.
-	pass   bool
+	pass   bool       // a background pass: leaves the deleted mark alone
 	ext    netip.Addr // the router's external IP
 	extErr error      // the error of reading it
 	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serve is EnsureLoadBalancer for a selected Service.
-func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
-	release, err := lb.acquire(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return lb.serveLocked(ctx, o, svc, nodes, op)
-}
-
-// serveLocked is serve, and a pass's work on one Service, for a caller that
-// holds o's gate.
+// serveLocked is EnsureLoadBalancer for a selected Service, and a pass's work
+// on one, for a caller that holds o's gate.
 func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
@@ -362,10 +353,9 @@ func (lb *LoadBalancer) locked(f func()) {
 }
 
 // clusterName returns the cluster name background work uses ("": unknown).
-func (lb *LoadBalancer) clusterName() string {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.cluster
+func (lb *LoadBalancer) clusterName() (c string) {
+	lb.locked(func() { c = lb.cluster })
+	return c
 }
 
 // seeNodes records the addresses of nodes.
@@ -383,8 +373,7 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	}
 }
 
-// forgetNode drops the addresses of the node named name, which was deleted:
-// another LAN host may be given them.
+// forgetNode drops the addresses of a deleted node: another LAN host may get them.
 func (lb *LoadBalancer) forgetNode(name string) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -400,10 +389,8 @@ func (lb *LoadBalancer) forgetNodeLocked(name string) {
 }
 
 // isNodeAddr reports whether a is the address of a node seen.
-func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	_, ok := lb.nodeAddrs[a.Unmap()]
+func (lb *LoadBalancer) isNodeAddr(a netip.Addr) (ok bool) {
+	lb.locked(func() { _, ok = lb.nodeAddrs[a.Unmap()] })
 	return ok
 }
 
@@ -416,10 +403,9 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 }
 
 // cachedExternalIP returns the cached external IP (invalid when unknown).
-func (lb *LoadBalancer) cachedExternalIP() netip.Addr {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.external
+func (lb *LoadBalancer) cachedExternalIP() (ext netip.Addr) {
+	lb.locked(func() { ext = lb.external })
+	return ext
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
@@ -428,9 +414,7 @@ func (lb *LoadBalancer) cachedExternalIP() netip.Addr {
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if errors.Is(err, igd.ErrInvalidExternalIP) {
-		lb.mu.Lock()
-		lb.external = netip.Addr{}
-		lb.mu.Unlock()
+		lb.locked(func() { lb.external = netip.Addr{} })
 		return netip.Addr{}, fmt.Errorf("%w: %w", ErrExternalIPNotUsable, err)
 	}
 	if err != nil {
@@ -446,13 +430,13 @@ func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, erro
 	case !igd.IsPublic(ext) && !lb.cfg.AllowNonPublicExternalIP:
 		why = "not a public address (double NAT or carrier-grade NAT: unreachable from the internet; set AllowNonPublicExternalIP to serve it anyway)"
 	}
-	lb.mu.Lock()
-	old := lb.external
-	lb.external = netip.Addr{}
-	if why == "" {
-		lb.external = ext
-	}
-	lb.mu.Unlock()
+	var old netip.Addr
+	lb.locked(func() {
+		old, lb.external = lb.external, netip.Addr{}
+		if why == "" {
+			lb.external = ext
+		}
+	})
 	if why != "" {
 		return ext, fmt.Errorf("%w: router reports %q: %s", ErrExternalIPNotUsable, ext, why)
 	}
