@@ -34,13 +34,13 @@ import (
 // clientName names the background work's API client and event source.
 const clientName = "ccmkit-loadbalancer"
 
-// EventReasonExternalIPNotPublic is the reason of the Warning event a Service
-// gets when the router's external IP is not public or not usable.
-const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
-
-// EventReasonOptInRequired is the reason of the Normal event a Service of
-// type LoadBalancer not selected by Config.Services gets, once per process.
-const EventReasonOptInRequired = "OptInRequired"
+// Reasons of the events Services get.
+const (
+	// EventReasonExternalIPNotPublic is a Warning's: the router's external IP is not public or not usable.
+	EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
+	// EventReasonOptInRequired is a Normal event's, once per process, for a Service Config.Services does not select.
+	EventReasonOptInRequired = "OptInRequired"
+)
 
 // watch is the background work's view of the cluster.
 type watch struct {
@@ -72,8 +72,7 @@ func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	}
 }
 
-// errSharedInformers ends a run on Run's own informers when SetInformers
-// gives shared ones.
+// errSharedInformers ends a run on Run's own informers: SetInformers gave some.
 var errSharedInformers = errors.New("loadbalancer: shared informers given")
 
 // Initialize builds the background work's API client (provider.Initializer).
@@ -91,14 +90,13 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 	return nil
 }
 
-// Run runs the background work until ctx is cancelled, and returns when every
-// goroutine it started has returned. It implements provider.Runner. Every
-// Config.RenewInterval, soon after a node or a Local Service's endpoints
-// change, and when a probe finds a mapping lost, it serves again every
-// Service that carries the service controller's cleanup finalizer. It
-// watches through the informers SetInformers gave (moving onto them if given
-// later), else through its own. Run without a successful Initialize, or a
-// second Run, logs an error and returns at once.
+// Run (provider.Runner) runs the background work until ctx is cancelled and
+// every goroutine it started has returned: every Config.RenewInterval, after
+// a node or a Local Service's endpoints change, and when a probe finds a
+// mapping lost, it serves every Service with the service controller's
+// finalizer again. It watches through SetInformers' informers (moving onto
+// them when given later), else its own. Run without a successful Initialize,
+// or a second Run, logs an error and returns at once.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -250,8 +248,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		case <-ticker.C():
 		case <-kick:
 		}
-		// A pass ends before the next one is due; the igd client bounds
-		// each router call in it.
+		// A pass ends before the next is due; igd bounds each router call.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
 		lb.pass(passCtx, w)
 		cancel()
@@ -284,9 +281,8 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// pass refreshes the external IP and serves every Service again as
-// EnsureLoadBalancer would, each from its own fresh read of its keys, and
-// patches the status of Services whose status differs. Errors are logged.
+// pass refreshes the external IP, serves every Service again as
+// EnsureLoadBalancer would and patches the statuses that differ. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
 	result := "error" // until every Service was served
@@ -363,18 +359,16 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 	return out, nil
 }
 
-// passService serves one Service during a pass and patches its status when
-// it differs from what the router now serves.
+// passService serves one Service during a pass and patches its status.
 func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
 	release, ok := lb.tryAcquire(o, svc)
 	if !ok {
 		return nil // busy with the service controller, or deleted since listed
 	}
 	defer release()
-	// The pass's list of Services may be older than what the service
-	// controller has acted on since (a spec change, a delete for which it
-	// found no mapping and so never called EnsureLoadBalancerDeleted):
-	// serve the Service as the API server has it now, under its gate.
+	// The service controller may have acted on a newer Service than the
+	// pass's list (a spec change, a delete that found no mapping): serve it
+	// as the API server has it now, under its gate.
 	svc, ok, err := lb.current(ctx, w, svc)
 	if err != nil || !ok {
 		return err
@@ -396,10 +390,8 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	return nil
 }
 
-// current re-reads listed from the API server, live. ok is false when it is
-// gone, was re-created (another UID), is being deleted, lost the service
-// controller's finalizer, no longer wants a load balancer, or is no longer
-// selected: a pass then leaves it alone.
+// current re-reads listed live. ok is false when a pass must leave it alone:
+// gone, re-created, being deleted, without the finalizer, or not served.
 func (lb *LoadBalancer) current(ctx context.Context, w *watch, listed *v1.Service) (svc *v1.Service, ok bool, err error) {
 	svc, err = w.client.CoreV1().Services(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
 	switch {
@@ -416,10 +408,11 @@ func (lb *LoadBalancer) current(ctx context.Context, w *watch, listed *v1.Servic
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
-	k, want, ok := lb.nextProbe()
+	want, ok := lb.nextProbe()
 	if !ok {
 		return false
 	}
+	k := want.Key()
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
@@ -435,7 +428,7 @@ func (lb *LoadBalancer) probe(ctx context.Context) bool {
 }
 
 // nextProbe returns the next mapping this process wrote, in turn.
-func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
+func (lb *LoadBalancer) nextProbe() (igd.Mapping, bool) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	var written []igd.Mapping
@@ -447,12 +440,11 @@ func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
 		}
 	}
 	if len(written) == 0 {
-		return igd.Key{}, igd.Mapping{}, false
+		return igd.Mapping{}, false
 	}
 	slices.SortFunc(written, func(a, b igd.Mapping) int { return compareKeys(a.Key(), b.Key()) })
 	lb.probeSeq++
-	m := written[lb.probeSeq%len(written)]
-	return m.Key(), m, true
+	return written[lb.probeSeq%len(written)], true
 }
 
 // waitNodes returns an api.RetryError while this process cannot recognise
@@ -471,8 +463,7 @@ func (lb *LoadBalancer) waitNodes(o owner) error {
 	return nil
 }
 
-// endpointNodes returns the names of the nodes with a ready endpoint of svc,
-// from its EndpointSlices.
+// endpointNodes returns the nodes with a ready endpoint of svc.
 func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
 	lb.mu.Lock()
 	w, started := lb.watch, lb.client != nil
@@ -525,9 +516,8 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 	}
 }
 
-// hintOptIn records on svc, a Service not selected, a Normal event saying
-// how to opt in: once per Service (by UID) per process, and only with
-// background work (until it runs, the next call or pass tries again).
+// hintOptIn records on svc, not selected, a Normal event saying how to opt
+// in: once per UID per process, with background work (until then, not yet).
 func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
 	lb.mu.Lock()
 	w, already := lb.watch, lb.hinted[svc.UID]
