@@ -28,7 +28,7 @@ func nodeTarget(n *v1.Node) (t target, reason string) {
 		return target{}, "is being deleted"
 	case excluded(n):
 		return target{}, "is labelled " + v1.LabelNodeExcludeBalancers
-	case hasTaint(n, toBeDeletedTaint):
+	case slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == toBeDeletedTaint }):
 		return target{}, "is tainted " + toBeDeletedTaint
 	case !ready(n):
 		return target{}, "is not Ready"
@@ -65,10 +65,6 @@ func excluded(n *v1.Node) bool {
 	}
 	b, err := strconv.ParseBool(v)
 	return err != nil || b // as upstream: an unparsable value excludes
-}
-
-func hasTaint(n *v1.Node, key string) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == key })
 }
 
 func ready(n *v1.Node) bool {

@@ -50,17 +50,9 @@ func ownerToken(cluster, namespace, name string) string {
 // safeToken reports whether s is non-empty and made only of characters that
 // cannot be confused with separators.
 func safeToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_')
+	})
 }
 
 // description returns the description of o's mapping for the Service port

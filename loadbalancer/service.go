@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -94,10 +95,7 @@ func checkLoadBalancerIP(o owner, svc *v1.Service, external netip.Addr) error {
 
 // compareKeys orders keys by protocol, then external port.
 func compareKeys(a, b igd.Key) int {
-	if a.Protocol != b.Protocol {
-		return strings.Compare(string(a.Protocol), string(b.Protocol))
-	}
-	return int(a.ExternalPort) - int(b.ExternalPort)
+	return cmp.Or(strings.Compare(string(a.Protocol), string(b.Protocol)), cmp.Compare(a.ExternalPort, b.ExternalPort))
 }
 
 // status is the status of a Service served at external with plans (ipMode
