@@ -14,8 +14,7 @@ var (
 	// for such a Service, and the mappings it already owns are removed.
 	ErrInvalidService = errors.New("loadbalancer: invalid service")
 	// ErrPortInUse means an external port the Service asks for is held by
-	// someone else: another host, another cluster or another Service. The
-	// mapping is left alone.
+	// another host, cluster or Service. That mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
@@ -30,8 +29,7 @@ var (
 	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 
-// ServiceError reports a Service field that a router port mapping cannot
-// serve.
+// ServiceError reports a Service field that a router port mapping cannot serve.
 type ServiceError struct {
 	Service string // "namespace/name"
 	Field   string // the field's path, for example "spec.ports[0].protocol"
@@ -52,11 +50,9 @@ func (e *ServiceError) Is(target error) bool { return target == ErrInvalidServic
 type PortError struct {
 	Service string  // "namespace/name"
 	Key     igd.Key // the router key of the port: protocol and external port
-	// Holder is the mapping that holds Key, when the port is held by someone
-	// else and the holder is known.
+	// Holder is the mapping of someone else that holds Key, when known.
 	Holder *igd.Mapping
-	// Claimant is the other Service ("namespace/name") of this process that
-	// is taking Key, when that is why it is not available.
+	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
 	Claimant string
 	// Err is the cause: ErrPortInUse, or the router's error (for example a
 	// *igd.UPnPError with code 606 when its policy refuses the port).

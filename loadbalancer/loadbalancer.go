@@ -23,17 +23,15 @@ import (
 
 var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
-// LoadBalancer serves Services of type LoadBalancer with port mappings on a
-// UPnP IGD router; Initialize and Run start its background work. It is safe
-// for concurrent use.
+// LoadBalancer serves Services of type LoadBalancer with UPnP IGD port
+// mappings; Initialize and Run start its background work. Safe for concurrent use.
 type LoadBalancer struct {
 	cfg            Config // read-only after New, defaults filled in
 	permanentOnce  sync.Once
 	noList         atomic.Bool  // the client cannot list: keys are read one by one
 	passes, probes atomic.Int64 // finished background passes and probes
 
-	// mu guards the fields below. It is never held across a router or API
-	// server call.
+	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
 	cluster   string                          // from Config or the first call
 	external  netip.Addr                      // last usable external IP (zero: none)
@@ -45,11 +43,9 @@ type LoadBalancer struct {
 	factory   informers.SharedInformerFactory // set by SetInformers
 	stopOwn   context.CancelCauseFunc         // ends a run on Run's own informers
 	running   bool
-	// self is this process's node, found by its address toward the router,
-	// selfAddr, when Config.NodeName is empty ("" until found).
-	self     string
-	selfAddr netip.Addr
-	probeSeq int // picks the mapping the next probe reads
+	self      string     // this process's node when Config.NodeName is empty ("" until found)
+	selfAddr  netip.Addr // self's address toward the router, by which it was found
+	probeSeq  int        // picks the mapping the next probe reads
 }
 
 // New returns a LoadBalancer configured by cfg. It makes no router call.
@@ -68,17 +64,15 @@ func New(cfg Config) (*LoadBalancer, error) {
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the
-// second field of their descriptions (see the package documentation). It
-// depends only on the cluster, namespace and name.
+// second field of their descriptions; it depends only on cluster, namespace and name.
 func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName string, service *v1.Service) string {
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
-// at any key its spec, its status or this process knows of, and the status
-// built from those mappings. It reads those keys only; for a Service not
-// selected, with no mapping recorded (see EnsureLoadBalancer), it calls
-// nothing and reports none.
+// at any key its spec, its status or this process knows of (it reads those
+// only), and the status built from them. For a Service not selected, with no
+// mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
@@ -154,9 +148,8 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 
 // EnsureLoadBalancerDeleted removes every mapping the Service owns at the
 // keys its spec, its status or this process knows of, and nothing else, also
-// for Services no longer valid or selected. Nothing to remove is success.
-// For a Service not selected, with no mapping recorded (see
-// EnsureLoadBalancer), it calls nothing.
+// for Services no longer valid or selected; nothing to remove is success. For
+// a Service not selected, with no mapping recorded, it calls nothing.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
@@ -240,8 +233,7 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	return status(ext, plans), nil
 }
 
-// withdraw removes every mapping o owns at the keys svc and this process know
-// of, and keeps background passes off the Service until an Ensure.
+// withdraw removes o's mappings and keeps passes off the Service until an Ensure.
 func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
@@ -321,16 +313,14 @@ func describeReasons(reasons map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// retry joins err with an api.RetryError after Config.RetryAfter, for what
-// is expected to resolve by itself.
+// retry joins err with an api.RetryError after Config.RetryAfter.
 func (lb *LoadBalancer) retry(err error) error {
 	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 }
 
-// owner returns the owner of service, and remembers the cluster name.
-// It refuses a clusterName other than the one background work uses
-// (Config.ClusterName, or the first call's): two names would make two owners
-// of the same Services, each taking the other's mappings for foreign ones.
+// owner returns the owner of service, and remembers the cluster name. It
+// refuses a clusterName other than background work's (Config.ClusterName, or
+// the first call's): two owners of one Service would each see the other's as foreign.
 func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, error) {
 	lb.mu.Lock()
 	if lb.cluster == "" {
@@ -409,8 +399,7 @@ func (lb *LoadBalancer) cachedExternalIP() (ext netip.Addr) {
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
-// usable. An unusable answer clears the cache and returns the address with
-// an ErrExternalIPNotUsable.
+// usable, else clears the cache and returns it with an ErrExternalIPNotUsable.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if errors.Is(err, igd.ErrInvalidExternalIP) {

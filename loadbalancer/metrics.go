@@ -8,17 +8,15 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
-// The metrics share igd's prefix, cloudprovider_ccmkit (see
-// igd.RegisterMetrics).
+// The metrics share igd's prefix, cloudprovider_ccmkit.
 const (
 	metricsNamespace = "cloudprovider"
 	metricsSubsystem = "ccmkit"
 )
 
 var (
-	// heldKeys counts the keys the LoadBalancers of this process hold or are
-	// taking (every serviceState.held). It is kept whether or not the
-	// metrics are registered, and read at scrape time.
+	// heldKeys counts the keys in every serviceState.held of this process,
+	// registered or not; read at scrape time.
 	heldKeys atomic.Int64
 
 	mappingsHeld = metrics.NewGaugeFunc(&metrics.GaugeOpts{
@@ -50,12 +48,9 @@ var (
 
 // RegisterMetrics registers this package's metrics in the component-base
 // legacy registry, which the cloud-controller-manager serves on /metrics.
-// It is safe to call more than once and from several goroutines. Until it is
-// called, passes and repairs are counted nowhere; the gauge is computed at
-// scrape time and is right whenever it is registered. It does not register
-// igd's metrics (igd.RegisterMetrics).
-//
-// The metrics:
+// It is safe to call more than once, concurrently. Until then passes and
+// repairs are not counted (the gauge is computed at scrape time). igd's
+// metrics are igd.RegisterMetrics':
 //
 //	cloudprovider_ccmkit_mappings_held                   port mappings (keys) this process holds for its Services, or is adding
 //	cloudprovider_ccmkit_background_passes_total{result} background passes: ok, error (the pass or one of its Services failed), skipped (cluster name not known yet)

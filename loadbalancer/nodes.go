@@ -95,9 +95,8 @@ func eligibleTargets(nodes []*v1.Node) (targets []target, reasons map[string]str
 	return targets, reasons
 }
 
-// chooseTarget picks the node for a Service among candidates: the node its
-// mappings point at now (current) while it is a candidate, otherwise the one
-// with the highest rendezvous hash of (service, node name).
+// chooseTarget picks among candidates the node the Service's mappings point
+// at (current), else the highest rendezvous hash of (service, node name).
 func chooseTarget(service string, candidates []target, current []netip.Addr) (target, bool) {
 	pool := slices.DeleteFunc(slices.Clone(candidates), func(c target) bool { return !slices.Contains(current, c.addr) })
 	if len(pool) == 0 {

@@ -80,11 +80,9 @@ type parsedDescription struct {
 	token string // owner token
 }
 
-// parseDescription reads a description written by any version of this
-// package. ok is false for descriptions in no format it knows. A router that
-// cuts descriptions short may leave "ck1 <owner> " with no port name: the
-// space after the owner proves the owner whole, so that still names it (cut
-// inside the owner, it could name another Service, and does not).
+// parseDescription reads a description of any known format (else ok is
+// false). A router cutting descriptions short may leave "ck1 <owner> ": the
+// space proves the owner whole, so that still names it (a cut owner does not).
 func parseDescription(d string) (p parsedDescription, ok bool) {
 	f := strings.Split(d, " ")
 	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || (f[2] == "" && len(f) > 3) {
