@@ -332,9 +332,9 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	}
 }
 
-// hints lists the router's table, where the client can list, and returns by
-// owner token the keys of mappings in this package's format that point at a
-// node: where a Service may hold mappings nothing else records.
+// hints lists the router's table where the client can, and returns by owner
+// token the keys of our format's mappings to a node: where a Service may hold
+// mappings nothing else records.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok || lb.noList.Load() {
@@ -343,11 +343,11 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 	out := make(map[string][]igd.Key)
 	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
 		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
-		if errors.Is(err, igd.ErrNotSupported) {
+		switch {
+		case errors.Is(err, igd.ErrNotSupported):
 			lb.noList.Store(true)
 			return nil, nil
-		}
-		if err != nil {
+		case err != nil:
 			return nil, fmt.Errorf("loadbalancer: list router table: %w", err)
 		}
 		for _, m := range ms {
@@ -374,7 +374,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 		return err
 	}
 	st, err := lb.serveLocked(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
-	if err != nil || st == nil {
+	if err != nil {
 		return err
 	}
 	lb.warn(svc, ext, nil)

@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -149,9 +150,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.RetryAfter < 0:
 		bad("RetryAfter", fmt.Sprintf("%s must not be negative", c.RetryAfter))
 	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Clock = cmp.Or(c.Clock, clock.WithTicker(clock.RealClock{}))
 	return c, errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -205,12 +206,10 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	var req request
 	if invalid == nil {
 		var err error
-		req, err = lb.request(ctx, o, svc, plans, nodes)
-		if errors.Is(err, ErrInvalidService) {
-			invalid = err
-		} else if err != nil {
+		if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
 			return nil, err
 		}
+		invalid = err
 	}
 	if invalid != nil {
 		// Ports the user asked to restrict must not stay open.
@@ -286,10 +285,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			}
 		}
 		if len(targets) == 0 {
-			why, ok := reasons[name]
-			if !ok {
-				why = "is not among the cluster's nodes"
-			}
+			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
 			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
