@@ -19,32 +19,22 @@ var (
 	// registered or not; read at scrape time.
 	heldKeys atomic.Int64
 
-	mappingsHeld = metrics.NewGaugeFunc(&metrics.GaugeOpts{
-		Namespace:      metricsNamespace,
-		Subsystem:      metricsSubsystem,
-		Name:           "mappings_held",
-		Help:           "Port mappings this process holds for its Services, or is adding.",
-		StabilityLevel: metrics.ALPHA,
-	}, func() float64 { return float64(heldKeys.Load()) })
-
-	passesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Namespace:      metricsNamespace,
-		Subsystem:      metricsSubsystem,
-		Name:           "background_passes_total",
-		Help:           "Background passes over every Service by result: ok, error (the pass or a Service in it failed), skipped (cluster name not known yet).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"result"})
-
-	repairsTotal = metrics.NewCounter(&metrics.CounterOpts{
-		Namespace:      metricsNamespace,
-		Subsystem:      metricsSubsystem,
-		Name:           "repairs_total",
-		Help:           "Probes that found a mapping of this process lost or changed on the router, each triggering a repairing pass.",
-		StabilityLevel: metrics.ALPHA,
-	})
+	mappingsHeld = metrics.NewGaugeFunc((*metrics.GaugeOpts)(opts("mappings_held",
+		"Port mappings this process holds for its Services, or is adding.")),
+		func() float64 { return float64(heldKeys.Load()) })
+	passesTotal = metrics.NewCounterVec((*metrics.CounterOpts)(opts("background_passes_total",
+		"Background passes over every Service by result: ok, error (the pass or a Service in it failed), skipped (cluster name not known yet).")),
+		[]string{"result"})
+	repairsTotal = metrics.NewCounter((*metrics.CounterOpts)(opts("repairs_total",
+		"Probes that found a mapping of this process lost or changed on the router, each triggering a repairing pass.")))
 
 	registerOnce sync.Once
 )
+
+// opts are the options of a metric of this package.
+func opts(name, help string) *metrics.KubeOpts {
+	return &metrics.KubeOpts{Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}
+}
 
 // RegisterMetrics registers this package's metrics in the component-base
 // legacy registry, which the cloud-controller-manager serves on /metrics.

@@ -29,10 +29,7 @@ type portPlan struct {
 
 // selected reports whether selection serves svc.
 func selected(selection ServiceSelection, svc *v1.Service) bool {
-	if selection == AllServices {
-		return true
-	}
-	return svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue ||
+	return selection == AllServices || svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue ||
 		svc.Annotations[LegacyAnnotationLoadBalancerType] == AnnotationValue
 }
 
