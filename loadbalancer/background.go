@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -541,9 +542,5 @@ func (lb *LoadBalancer) pruneHinted(svcs []*v1.Service) {
 	}
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	for uid := range lb.hinted {
-		if !live[uid] {
-			delete(lb.hinted, uid)
-		}
-	}
+	maps.DeleteFunc(lb.hinted, func(uid types.UID, _ bool) bool { return !live[uid] })
 }

@@ -23,8 +23,7 @@ const (
 	PermanentLease time.Duration = -1
 )
 
-// Annotations that opt a Service in when Config.Services is
-// AnnotatedServices (the default): either key with the value AnnotationValue.
+// Annotations opting a Service in under AnnotatedServices: either key, AnnotationValue.
 const (
 	AnnotationLoadBalancerType       = "ccmkit.io/load-balancer-type"
 	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type" // the original edge CCM's key
@@ -36,11 +35,10 @@ type ServiceSelection int
 
 const (
 	// AnnotatedServices, the zero value, serves only the Services that opt
-	// in (see AnnotationValue); others get cloudprovider.ImplementedElsewhere
-	// and, once per Service, a Normal event saying how to opt in.
+	// in (see AnnotationValue).
 	AnnotatedServices ServiceSelection = iota
 	// AllServices serves every Service of type LoadBalancer: any chart or
-	// user that creates one opens a port on the router's external address.
+	// user creating one opens a port on the router.
 	AllServices
 )
 
@@ -59,10 +57,9 @@ type Config struct {
 	// (igd.NewClient does): the service controller's calls carry no deadline.
 	Client igd.Client
 
-	// ClusterName is the cluster's name (kube-controller-manager's
-	// --cluster-name), part of the owner of every mapping. Empty means the
-	// clusterName argument of the first LoadBalancer call; background work
-	// waits for it. Either way, every call uses its own clusterName argument.
+	// ClusterName is the cluster's name (--cluster-name), part of every
+	// mapping's owner. Empty means the first call's clusterName argument,
+	// which background work waits for; calls with another name fail.
 	ClusterName string
 
 	// Lease is the lease of every mapping, renewed by the background work.

@@ -9,9 +9,8 @@ import (
 
 // Sentinel errors, matched with errors.Is.
 var (
-	// ErrInvalidService is matched by every *ServiceError: the Service asks
-	// for something a router port mapping cannot provide. Nothing is mapped
-	// for such a Service, and the mappings it already owns are removed.
+	// ErrInvalidService is matched by every *ServiceError: such a Service gets
+	// no mapping, and loses those it owns.
 	ErrInvalidService = errors.New("loadbalancer: invalid service")
 	// ErrPortInUse means an external port the Service asks for is held by
 	// another host, cluster or Service. That mapping is left alone.
@@ -19,13 +18,11 @@ var (
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
-	// ErrOwnNodeUnknown means a secure-mode router needs this process's
-	// node, Config.NodeName is empty, and no single node reports this
-	// host's address toward the router.
+	// ErrOwnNodeUnknown means a secure-mode router needs this process's node,
+	// and with Config.NodeName empty, no single node has this host's address.
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
-	// ErrExternalIPNotUsable means the router's external IP is not IPv4,
-	// unspecified (WAN link down), or not public without
-	// Config.AllowNonPublicExternalIP. Services wait, with an api.RetryError.
+	// ErrExternalIPNotUsable means the router's external IP is not IPv4, is
+	// unspecified (WAN down), or not public (see Config.AllowNonPublicExternalIP).
 	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 
@@ -54,13 +51,11 @@ type PortError struct {
 	Holder *igd.Mapping
 	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
 	Claimant string
-	// Err is the cause: ErrPortInUse, or the router's error (for example a
-	// *igd.UPnPError with code 606 when its policy refuses the port).
+	// Err is the cause: ErrPortInUse, or the router's (a *igd.UPnPError 606: policy).
 	Err error
 }
 
-// Error names the Service, the port, the cause and, when known, the holder
-// of the port or the other Service taking it.
+// Error names the Service, the port, the cause and any holder or claimant.
 func (e *PortError) Error() string {
 	msg := fmt.Sprintf("loadbalancer: service %s port %s: %v", e.Service, e.Key, e.Err)
 	switch {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -367,11 +368,7 @@ func (lb *LoadBalancer) forgetNode(name string) {
 }
 
 func (lb *LoadBalancer) forgetNodeLocked(name string) {
-	for a, n := range lb.nodeAddrs {
-		if n == name {
-			delete(lb.nodeAddrs, a)
-		}
-	}
+	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, n string) bool { return n == name })
 }
 
 // isNodeAddr reports whether a is the address of a node seen.

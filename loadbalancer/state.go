@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -130,11 +131,9 @@ func (lb *LoadBalancer) pruneDeleted() {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	now := lb.cfg.Clock.Now()
-	for token, s := range lb.services {
-		if s.deleted && s.gate == nil && len(s.held) == 0 && now.Sub(s.deletedAt) > deletedTTL {
-			delete(lb.services, token)
-		}
-	}
+	maps.DeleteFunc(lb.services, func(_ string, s *serviceState) bool {
+		return s.deleted && s.gate == nil && len(s.held) == 0 && now.Sub(s.deletedAt) > deletedTTL
+	})
 }
 
 // knownKeys returns, sorted, every key where o may hold a mapping: the ports
