@@ -214,13 +214,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	w := &watch{
-		client:   client,
-		nodes:    nodeInf.Lister(),
-		services: svcLister,
-		slices:   sliceInf.Lister(),
-		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: clientName}),
-	}
+	w := &watch{client: client, nodes: nodeInf.Lister(), services: svcLister, slices: sliceInf.Lister(),
+		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: clientName})}
 	if nodes, err := w.nodes.List(labels.Everything()); err == nil {
 		lb.seeNodes(nodes)
 	}

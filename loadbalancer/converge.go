@@ -47,9 +47,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	var errs []error
 	var retry time.Duration
 	wait := func(d time.Duration, err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err) // errors.Join drops nils
 		if d > 0 && (retry == 0 || d < retry) {
 			retry = d
 		}
@@ -144,15 +142,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
 			"from", old.InternalClient, "to", tgt.addr, "description", p.description)
 	}
-	want := igd.Mapping{
-		Protocol:       p.key.Protocol,
-		ExternalPort:   p.key.ExternalPort,
-		InternalClient: tgt.addr,
-		InternalPort:   p.nodePort,
-		Description:    p.description,
-		Lease:          lb.cfg.requestLease(),
-		Enabled:        true,
-	}
+	want := igd.Mapping{Protocol: p.key.Protocol, ExternalPort: p.key.ExternalPort, InternalClient: tgt.addr,
+		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
 		lb.update(o, func(s *serviceState) { delete(s.held, p.key) })

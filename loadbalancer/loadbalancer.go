@@ -56,13 +56,8 @@ func New(cfg Config) (*LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LoadBalancer{
-		cfg:       cfg,
-		cluster:   cfg.ClusterName,
-		nodeAddrs: make(map[netip.Addr]string),
-		services:  make(map[string]*serviceState),
-		hinted:    make(map[types.UID]bool),
-	}, nil
+	return &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
+		services: make(map[string]*serviceState), hinted: make(map[types.UID]bool)}, nil
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the

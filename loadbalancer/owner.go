@@ -64,12 +64,8 @@ func (o owner) description(portName string) string {
 	d := formatV1 + " " + o.token + " " + portName
 	if strings.HasPrefix(o.token, "#") {
 		// For people reading the router's table; never parsed.
-		hint := o.namespace + "/" + o.name
-		if room := igd.MaxDescriptionLen - len(d) - 1; room > 0 {
-			if len(hint) > room {
-				hint = hint[:room]
-			}
-			d += " " + hint
+		if hint, room := o.key(), igd.MaxDescriptionLen-len(d)-1; room > 0 {
+			d += " " + hint[:min(len(hint), room)]
 		}
 	}
 	return d
