@@ -364,11 +364,19 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	defer release()
 	// The service controller may have acted on a newer Service than the
 	// pass's list (a spec change, a delete that found no mapping): serve it
-	// as the API server has it now, under its gate.
-	svc, ok, err := lb.current(ctx, w, svc)
-	if err != nil || !ok {
-		return err
+	// as the API server has it now, under its gate, or leave it alone when
+	// gone, re-created, being deleted, without the finalizer, or not served.
+	live, err := w.client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("loadbalancer: re-read service %s/%s: %w", svc.Namespace, svc.Name, err)
+	case live.UID != svc.UID || live.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(live) ||
+		!wantsLoadBalancer(live) || !selected(lb.cfg.Services, live):
+		return nil
 	}
+	svc = live
 	st, err := lb.serveLocked(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
 	if err != nil {
 		return err
@@ -384,21 +392,6 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	}
 	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ip", ext)
 	return nil
-}
-
-// current re-reads listed live. ok is false when a pass must leave it alone:
-// gone, re-created, being deleted, without the finalizer, or not served.
-func (lb *LoadBalancer) current(ctx context.Context, w *watch, listed *v1.Service) (svc *v1.Service, ok bool, err error) {
-	svc, err = w.client.CoreV1().Services(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, false, nil
-	case err != nil:
-		return nil, false, fmt.Errorf("loadbalancer: re-read service %s/%s: %w", listed.Namespace, listed.Name, err)
-	}
-	ok = svc.UID == listed.UID && svc.DeletionTimestamp == nil && servicehelper.HasLBFinalizer(svc) &&
-		wantsLoadBalancer(svc) && selected(lb.cfg.Services, svc)
-	return svc, ok, nil
 }
 
 // probe reads one mapping this process wrote, a different one each time, and

@@ -163,13 +163,8 @@ func (c Config) effectiveLease() time.Duration {
 	return c.Lease
 }
 
-// requestLease is the lease sent with AddPortMapping (0 = permanent).
-func (c Config) requestLease() time.Duration {
-	if c.Lease == PermanentLease {
-		return 0
-	}
-	return c.Lease
-}
+// requestLease is the lease sent with AddPortMapping: PermanentLease sends 0.
+func (c Config) requestLease() time.Duration { return max(c.Lease, 0) }
 
 // renewBelow is the lease left under which a mapping is renewed: half the
 // lease plus half an interval, so that an interval later a quarter is left.
