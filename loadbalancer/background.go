@@ -54,12 +54,10 @@ type watch struct {
 
 var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 
-// SetInformers gives the background work the CCM's shared informer factory
-// (cloudprovider.InformerUser). It registers the node, Service and
-// EndpointSlice informers with factory, whose owner starts them (call it
-// before factory.Start) and shuts them down: Run only adds its handlers and
-// waits for the caches. Without it, Run starts informers of its own on
-// Initialize's client. The last call wins.
+// SetInformers (cloudprovider.InformerUser) registers the node, Service and
+// EndpointSlice informers with the CCM's factory, whose owner starts (call it
+// before factory.Start) and stops them; Run adds handlers and waits for the
+// caches. Without it, Run has informers of its own. The last call wins.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	factory.Core().V1().Nodes().Informer()
 	factory.Core().V1().Services().Informer()
@@ -92,12 +90,10 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 }
 
 // Run (provider.Runner) runs the background work until ctx is cancelled and
-// every goroutine it started has returned: every Config.RenewInterval, after
-// a node or a Local Service's endpoints change, and when a probe finds a
-// mapping lost, it serves every Service with the service controller's
-// finalizer again. It watches through SetInformers' informers (moving onto
-// them when given later), else its own. Run without a successful Initialize,
-// or a second Run, logs an error and returns at once.
+// its goroutines have returned: every Config.RenewInterval, after a node or
+// a Local Service's endpoints change, and when a probe finds a mapping lost,
+// it serves every Service with the service controller's finalizer again.
+// Without a successful Initialize, or run twice, it logs an error and returns.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -185,7 +181,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	onSlice := func(obj any) {
 		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
 			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
-			if err == nil && localLB(svc) {
+			if err == nil && wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 				trigger()
 			}
 		}
@@ -265,11 +261,6 @@ func nodeChanged(o, n *v1.Node) bool {
 	ot, owhy := nodeTarget(o)
 	nt, nwhy := nodeTarget(n)
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
-}
-
-// localLB reports whether svc's target follows its endpoints.
-func localLB(svc *v1.Service) bool {
-	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 }
 
 // wantsLoadBalancer is the service controller's own test.

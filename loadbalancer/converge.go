@@ -27,10 +27,9 @@ type request struct {
 	self       string      // this process's node on a secure-mode router
 }
 
-// converge brings the router from got, a fresh read of the keys where the
-// Service may hold mappings, to req, touching only the Service's own
-// mappings. A failing port does not stop the others; the errors are joined,
-// with an api.RetryError for a fixed delay. The caller holds the gate.
+// converge brings the Service's own mappings from got, a fresh read of its
+// keys, to req; a failing port does not stop the others, the errors are
+// joined, with an api.RetryError for a fixed delay. The caller holds the gate.
 func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
 	o := req.owner
 	ours := make(map[igd.Key]igd.Mapping)

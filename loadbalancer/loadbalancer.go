@@ -108,11 +108,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
-// its nodePort on one eligible node and returns the status; with nothing to
-// change it writes nothing. A Service not selected by Config.Services gets
-// cloudprovider.ImplementedElsewhere and, once, a Normal event saying how to
-// opt in, after losing its mappings where its status or this process records
-// any (it opted out); the router is not called when nothing does.
+// its nodePort on one eligible node (writing nothing when nothing changes)
+// and returns the status. A Service not selected by Config.Services loses its
+// mappings (only if untouched is false), then gets
+// cloudprovider.ImplementedElsewhere and, once, a Normal event on opting in.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)
@@ -162,9 +161,8 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 }
 
 // untouched reports whether svc is not selected and neither its status's
-// ports nor this process record a key where it may own a mapping: it then
-// costs no router call. A Service that opted out between an add and the
-// status update recording it keeps that mapping until the lease ends.
+// ports nor this process record a key where it may own a mapping (a mapping
+// added just before opting out, not yet in the status, stays till its lease ends).
 func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	if selected(lb.cfg.Services, svc) {
 		return false
