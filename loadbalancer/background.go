@@ -57,7 +57,8 @@ var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 // SetInformers (cloudprovider.InformerUser) registers the node, Service and
 // EndpointSlice informers with the CCM's factory, whose owner starts (call it
 // before factory.Start) and stops them; Run adds handlers and waits for the
-// caches. Without it, Run has informers of its own. The last call wins.
+// caches. Without it, Run has its own (a running Run moves onto these). The
+// last call wins.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	factory.Core().V1().Nodes().Informer()
 	factory.Core().V1().Services().Informer()
@@ -137,7 +138,6 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 // run is Run with its client and the shared factory (nil: its own).
 func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	logger := klog.FromContext(ctx)
-
 	own := factory == nil
 	if own {
 		factory = informers.NewSharedInformerFactory(client, 0)

@@ -109,9 +109,9 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
 // its nodePort on one eligible node (writing nothing when nothing changes)
-// and returns the status. A Service not selected by Config.Services loses its
-// mappings (only if untouched is false), then gets
-// cloudprovider.ImplementedElsewhere and, once, a Normal event on opting in.
+// and returns the status. A Service not selected by Config.Services loses the
+// mappings its status or this process records (no router call when none),
+// then gets cloudprovider.ImplementedElsewhere and, once, an opt-in event.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)

@@ -60,11 +60,8 @@ func nodeAddrs(n *v1.Node) []netip.Addr {
 
 func excluded(n *v1.Node) bool {
 	v, ok := n.Labels[v1.LabelNodeExcludeBalancers]
-	if !ok {
-		return false
-	}
 	b, err := strconv.ParseBool(v)
-	return err != nil || b // as upstream: an unparsable value excludes
+	return ok && (err != nil || b) // as upstream: an unparsable value excludes
 }
 
 func ready(n *v1.Node) bool {
