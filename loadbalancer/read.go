@@ -16,11 +16,10 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 		return got, nil
 	}
 	if l, ok := lb.cfg.Client.(igd.Lister); ok && !lb.noList.Load() {
-		err := lb.list(ctx, l, keys, got)
-		if err == nil {
+		switch err := lb.list(ctx, l, keys, got); {
+		case err == nil:
 			return got, nil
-		}
-		if !errors.Is(err, igd.ErrNotSupported) {
+		case !errors.Is(err, igd.ErrNotSupported):
 			return nil, err
 		}
 		lb.noList.Store(true)

@@ -93,8 +93,7 @@ func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{
 	return func() {
 		lb.mu.Lock()
 		defer lb.mu.Unlock()
-		s := lb.services[o.token]
-		s.gate = nil
+		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
 		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
 			delete(lb.services, o.token) // nothing worth keeping
