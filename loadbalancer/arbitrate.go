@@ -12,9 +12,8 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// contendersOnce returns a function that lists the cluster's Services live
-// from the API server (no informer lag), at most once. Without an API client
-// (no Initialize) it lists nothing.
+// contendersOnce returns a function listing the cluster's Services live (no
+// informer lag), at most once; without Initialize's client, none.
 func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() ([]*v1.Service, error) {
 	return sync.OnceValues(func() ([]*v1.Service, error) {
 		lb.mu.Lock()
@@ -35,11 +34,10 @@ func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() 
 	})
 }
 
-// arbitrate refuses k to req's Service when another Service has the prior
-// claim: it wants k, is served (selected, valid, not being deleted), and was
-// created first. Every process of the cluster reads the same Services, so
-// two of them (a leader fail-over overlap) never both take one key: the
-// router cannot tell them apart.
+// arbitrate refuses k to req's Service when another, served (selected, valid,
+// not being deleted) and created first, wants k. Every process of the cluster
+// reads the same Services, so two (a fail-over overlap) never both take a key:
+// the router cannot tell them apart.
 func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*v1.Service, error)) error {
 	svcs, err := contenders()
 	if err != nil {
@@ -47,10 +45,7 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 	}
 	me := req.svc
 	for _, s := range svcs {
-		if (s.Namespace == me.Namespace && s.Name == me.Name) || !prior(s, me) {
-			continue
-		}
-		if !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
+		if (s.Namespace == me.Namespace && s.Name == me.Name) || !prior(s, me) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
 			continue
 		}
 		so := newOwner(req.owner.cluster, s.Namespace, s.Name)

@@ -1,9 +1,11 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -33,13 +35,13 @@ import (
 // clientName names the background work's API client and event source.
 const clientName = "ccmkit-loadbalancer"
 
-// EventReasonExternalIPNotPublic is the reason of the Warning event a Service
-// gets when the router's external IP is not public or not usable.
-const EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
-
-// EventReasonOptInRequired is the reason of the Normal event a Service of
-// type LoadBalancer not selected by Config.Services gets, once per process.
-const EventReasonOptInRequired = "OptInRequired"
+// Reasons of the events Services get.
+const (
+	// EventReasonExternalIPNotPublic is a Warning's: the router's external IP is not public or not usable.
+	EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
+	// EventReasonOptInRequired is a Normal event's, once per process, for a Service Config.Services does not select.
+	EventReasonOptInRequired = "OptInRequired"
+)
 
 // watch is the background work's view of the cluster.
 type watch struct {
@@ -52,13 +54,11 @@ type watch struct {
 
 var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 
-// SetInformers gives the background work the CCM's shared informer factory
-// (cloudprovider.InformerUser), so that nodes, Services and EndpointSlices
-// are watched once per process. It registers those informers with factory,
-// whose owner starts them (call it before factory.Start, as the
-// cloud-controller-manager does) and shuts them down: Run only adds its
-// handlers and waits for the caches. Without it, Run starts informers of its
-// own on Initialize's client. The last call wins.
+// SetInformers (cloudprovider.InformerUser) registers the node, Service and
+// EndpointSlice informers with the CCM's factory, whose owner starts (call it
+// before factory.Start) and stops them; Run adds handlers and waits for the
+// caches. Without it, Run has its own (a running Run moves onto these). The
+// last call wins.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	factory.Core().V1().Nodes().Informer()
 	factory.Core().V1().Services().Informer()
@@ -66,48 +66,35 @@ func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	lb.factory = factory
-	if lb.stopOwn != nil {
-		// The CCM calls SetInformers just after Initialize, which may have
-		// started Run already: move Run onto the shared informers.
+	if lb.stopOwn != nil { // Run started already: move it onto factory
 		lb.stopOwn(errSharedInformers)
 		lb.stopOwn = nil
 	}
 }
 
-// errSharedInformers ends a run on Run's own informers when SetInformers
-// gives shared ones.
+// errSharedInformers ends a run on Run's own informers: SetInformers gave some.
 var errSharedInformers = errors.New("loadbalancer: shared informers given")
 
 // Initialize builds the background work's API client (provider.Initializer).
 // It makes no network call; a second call does nothing.
 func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
-	lb.mu.Lock()
-	done := lb.client != nil
-	lb.mu.Unlock()
-	if done {
+	var done bool
+	if lb.locked(func() { done = lb.client != nil }); done {
 		return nil
 	}
 	client, err := clientBuilder.Client(clientName)
 	if err != nil {
 		return fmt.Errorf("loadbalancer: build Kubernetes client %q: %w", clientName, err)
 	}
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if lb.client == nil {
-		lb.client = client
-	}
+	lb.locked(func() { lb.client = cmp.Or(lb.client, client) })
 	return nil
 }
 
-// Run runs the background work until ctx is cancelled, and returns when every
-// goroutine it started has returned. It implements provider.Runner.
-//
-// Every Config.RenewInterval, soon after a node or a Local Service's
-// endpoints change, and when a probe finds a mapping lost, it serves again
-// every Service that carries the service controller's cleanup finalizer.
-// It watches through the informers SetInformers gave, else through its own;
-// given them only after it started, it moves onto them. Run without a
-// successful Initialize, or a second Run, logs an error and returns at once.
+// Run (provider.Runner) runs the background work until ctx is cancelled and
+// its goroutines have returned: every Config.RenewInterval, after a node or
+// a Local Service's endpoints change, and when a probe finds a mapping lost,
+// it serves every Service with the service controller's finalizer again.
+// Without a successful Initialize, or run twice, it logs an error and returns.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	lb.mu.Lock()
@@ -116,20 +103,16 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		lb.running = true
 	}
 	lb.mu.Unlock()
-	switch {
-	case client == nil:
-		logger.Error(errors.New("loadbalancer: Run called before Initialize"), "Load balancer background work not started")
-		return
-	case running:
-		logger.Error(errors.New("loadbalancer: Run called twice"), "Load balancer background work not started")
+	if client == nil || running {
+		why := "twice"
+		if client == nil {
+			why = "before Initialize"
+		}
+		logger.Error(errors.New("loadbalancer: Run called "+why), "Load balancer background work not started")
 		return
 	}
-	defer func() {
-		// Calls no longer wait for caches that will not sync.
-		lb.mu.Lock()
-		lb.client = nil
-		lb.mu.Unlock()
-	}()
+	// Calls no longer wait for caches that will not sync.
+	defer lb.locked(func() { lb.client = nil })
 	for {
 		lb.mu.Lock()
 		factory := lb.factory
@@ -139,9 +122,7 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		}
 		lb.mu.Unlock()
 		err := lb.run(runCtx, client, factory)
-		lb.mu.Lock()
-		lb.stopOwn = nil
-		lb.mu.Unlock()
+		lb.locked(func() { lb.stopOwn = nil })
 		cancel(nil)
 		if ctx.Err() == nil && errors.Is(context.Cause(runCtx), errSharedInformers) {
 			logger.Info("Load balancer background work moves to the shared informers")
@@ -157,7 +138,6 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 // run is Run with its client and the shared factory (nil: its own).
 func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	logger := klog.FromContext(ctx)
-
 	own := factory == nil
 	if own {
 		factory = informers.NewSharedInformerFactory(client, 0)
@@ -174,22 +154,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		default:
 		}
 	}
-	// A shared factory outlives Run: remove the handlers when it returns.
-	var regs []func()
-	defer func() {
-		for _, remove := range regs {
-			remove()
-		}
-	}()
-	register := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) (cache.InformerSynced, error) {
-		reg, err := inf.AddEventHandler(h)
-		if err != nil {
-			return nil, err
-		}
-		regs = append(regs, func() { _ = inf.RemoveEventHandler(reg) })
-		return reg.HasSynced, nil
-	}
-	nodesSynced, err := register(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
+	nodeHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				lb.seeNodes([]*v1.Node{n})
@@ -198,8 +163,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*v1.Node)
-			n, ok2 := newObj.(*v1.Node)
-			if ok1 && ok2 {
+			if n, ok2 := newObj.(*v1.Node); ok1 && ok2 {
 				lb.seeNodes([]*v1.Node{n})
 				if nodeChanged(o, n) {
 					trigger()
@@ -207,70 +171,52 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if n, ok := obj.(*v1.Node); ok {
+			if n, ok := untomb(obj).(*v1.Node); ok {
 				lb.forgetNode(n.Name)
 			}
 			trigger()
 		},
-	})
-	if err != nil {
-		return fmt.Errorf("loadbalancer: watch nodes: %w", err)
 	}
 	svcLister := svcInf.Lister()
 	onSlice := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		es, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		name := es.Labels[discoveryv1.LabelServiceName]
-		if svc, err := svcLister.Services(es.Namespace).Get(name); err == nil && localLB(svc) {
-			trigger()
+		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
+			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
+			if err == nil && wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+				trigger()
+			}
 		}
 	}
-	slicesSynced, err := register(sliceInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    onSlice,
-		UpdateFunc: func(_, newObj any) { onSlice(newObj) },
-		DeleteFunc: onSlice,
-	})
-	if err != nil {
-		return fmt.Errorf("loadbalancer: watch endpoint slices: %w", err)
+	sliceHandler := cache.ResourceEventHandlerFuncs{AddFunc: onSlice, UpdateFunc: func(_, n any) { onSlice(n) }, DeleteFunc: onSlice}
+	synced := []cache.InformerSynced{svcInf.Informer().HasSynced}
+	for _, h := range []struct {
+		what string
+		inf  cache.SharedIndexInformer
+		h    cache.ResourceEventHandler
+	}{{"nodes", nodeInf.Informer(), nodeHandler}, {"endpoint slices", sliceInf.Informer(), sliceHandler}} {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return fmt.Errorf("loadbalancer: watch %s: %w", h.what, err)
+		}
+		defer func() { _ = h.inf.RemoveEventHandler(reg) }() // a shared factory outlives Run
+		synced = append(synced, reg.HasSynced)
 	}
-	svcSynced := svcInf.Informer().HasSynced
-
 	if own {
 		factory.Start(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), nodesSynced, svcSynced, slicesSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("loadbalancer: caches of nodes, services and endpoint slices did not sync: %w", ctx.Err())
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	w := &watch{
-		client:   client,
-		nodes:    nodeInf.Lister(),
-		services: svcLister,
-		slices:   sliceInf.Lister(),
-		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: clientName}),
-	}
+	w := &watch{client: client, nodes: nodeInf.Lister(), services: svcLister, slices: sliceInf.Lister(),
+		recorder: broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: clientName})}
 	if nodes, err := w.nodes.List(labels.Everything()); err == nil {
 		lb.seeNodes(nodes)
 	}
-	lb.mu.Lock()
-	lb.watch = w
-	lb.mu.Unlock()
-	defer func() {
-		lb.mu.Lock()
-		lb.watch = nil
-		lb.mu.Unlock()
-	}()
+	lb.locked(func() { lb.watch = w })
+	defer lb.locked(func() { lb.watch = nil })
 	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
 
 	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
@@ -294,13 +240,20 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		case <-ticker.C():
 		case <-kick:
 		}
-		// A pass ends before the next one is due; the igd client bounds
-		// each router call in it.
+		// A pass ends before the next is due; igd bounds each router call.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
 		lb.pass(passCtx, w)
 		cancel()
 		lb.passes.Add(1)
 	}
+}
+
+// untomb returns the object of a delete notification, unwrapping a tombstone.
+func untomb(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
 }
 
 // nodeChanged reports whether a node update can change where mappings point.
@@ -310,19 +263,13 @@ func nodeChanged(o, n *v1.Node) bool {
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
 }
 
-// localLB reports whether svc's target follows its endpoints.
-func localLB(svc *v1.Service) bool {
-	return wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-}
-
 // wantsLoadBalancer is the service controller's own test.
 func wantsLoadBalancer(svc *v1.Service) bool {
 	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
 }
 
-// pass refreshes the external IP and serves every Service again as
-// EnsureLoadBalancer would, each from its own fresh read of its keys, and
-// patches the status of Services whose status differs. Errors are logged.
+// pass refreshes the external IP, serves every Service again as
+// EnsureLoadBalancer would and patches the statuses that differ. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	logger := klog.FromContext(ctx)
 	result := "error" // until every Service was served
@@ -339,38 +286,26 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
-	var nodes []*v1.Node
-	var svcs []*v1.Service
 	hints, err := lb.hints(ctx)
-	if err == nil {
-		nodes, err = w.nodes.List(labels.Everything())
-	}
-	if err == nil {
-		svcs, err = w.services.List(labels.Everything())
-	}
-	if err != nil {
+	nodes, nodesErr := w.nodes.List(labels.Everything())
+	svcs, svcsErr := w.services.List(labels.Everything())
+	if err = errors.Join(err, nodesErr, svcsErr); err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
 	}
-	slices.SortFunc(svcs, func(a, b *v1.Service) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
+	slices.SortFunc(svcs, func(a, b *v1.Service) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
 	failed := false
 	lb.pruneHinted(svcs)
 	for _, svc := range svcs {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return
-		}
-		if !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil {
+		case !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil:
 			continue
-		}
-		if !selected(lb.cfg.Services, svc) {
-			// The service controller's Ensure may have come before the
-			// event recorder existed.
-			lb.hintOptIn(svc)
+		case !selected(lb.cfg.Services, svc):
+			lb.hintOptIn(svc) // Ensure may have come before the recorder existed
 			continue
-		}
-		if !servicehelper.HasLBFinalizer(svc) {
+		case !servicehelper.HasLBFinalizer(svc):
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
@@ -384,9 +319,9 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	}
 }
 
-// hints lists the router's table, where the client can list, and returns by
-// owner token the keys of mappings in this package's format that point at a
-// node: where a Service may hold mappings nothing else records.
+// hints lists the router's table where the client can, and returns by owner
+// token the keys of our format's mappings to a node: where a Service may hold
+// mappings nothing else records.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok || lb.noList.Load() {
@@ -395,11 +330,11 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 	out := make(map[string][]igd.Key)
 	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
 		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
-		if errors.Is(err, igd.ErrNotSupported) {
+		switch {
+		case errors.Is(err, igd.ErrNotSupported):
 			lb.noList.Store(true)
 			return nil, nil
-		}
-		if err != nil {
+		case err != nil:
 			return nil, fmt.Errorf("loadbalancer: list router table: %w", err)
 		}
 		for _, m := range ms {
@@ -411,24 +346,30 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 	return out, nil
 }
 
-// passService serves one Service during a pass and patches its status when
-// it differs from what the router now serves.
+// passService serves one Service during a pass and patches its status.
 func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
 	release, ok := lb.tryAcquire(o, svc)
 	if !ok {
 		return nil // busy with the service controller, or deleted since listed
 	}
 	defer release()
-	// The pass's list of Services may be older than what the service
-	// controller has acted on since (a spec change, a delete for which it
-	// found no mapping and so never called EnsureLoadBalancerDeleted):
-	// serve the Service as the API server has it now, under its gate.
-	svc, ok, err := lb.current(ctx, w, svc)
-	if err != nil || !ok {
-		return err
+	// The service controller may have acted on a newer Service than the
+	// pass's list (a spec change, a delete that found no mapping): serve it
+	// as the API server has it now, under its gate, or leave it alone when
+	// gone, re-created, being deleted, without the finalizer, or not served.
+	live, err := w.client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("loadbalancer: re-read service %s/%s: %w", svc.Namespace, svc.Name, err)
+	case live.UID != svc.UID || live.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(live) ||
+		!wantsLoadBalancer(live) || !selected(lb.cfg.Services, live):
+		return nil
 	}
+	svc = live
 	st, err := lb.serveLocked(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
-	if err != nil || st == nil {
+	if err != nil {
 		return err
 	}
 	lb.warn(svc, ext, nil)
@@ -444,30 +385,14 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	return nil
 }
 
-// current re-reads listed from the API server, live. ok is false when it is
-// gone, was re-created (another UID), is being deleted, lost the service
-// controller's finalizer, no longer wants a load balancer, or is no longer
-// selected: a pass then leaves it alone.
-func (lb *LoadBalancer) current(ctx context.Context, w *watch, listed *v1.Service) (svc *v1.Service, ok bool, err error) {
-	svc, err = w.client.CoreV1().Services(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, false, nil
-	case err != nil:
-		return nil, false, fmt.Errorf("loadbalancer: re-read service %s/%s: %w", listed.Namespace, listed.Name, err)
-	}
-	ok = svc.UID == listed.UID && svc.DeletionTimestamp == nil && servicehelper.HasLBFinalizer(svc) &&
-		wantsLoadBalancer(svc) && selected(lb.cfg.Services, svc)
-	return svc, ok, nil
-}
-
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
-	k, want, ok := lb.nextProbe()
+	want, ok := lb.nextProbe()
 	if !ok {
 		return false
 	}
+	k := want.Key()
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
@@ -483,7 +408,7 @@ func (lb *LoadBalancer) probe(ctx context.Context) bool {
 }
 
 // nextProbe returns the next mapping this process wrote, in turn.
-func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
+func (lb *LoadBalancer) nextProbe() (igd.Mapping, bool) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	var written []igd.Mapping
@@ -495,12 +420,11 @@ func (lb *LoadBalancer) nextProbe() (igd.Key, igd.Mapping, bool) {
 		}
 	}
 	if len(written) == 0 {
-		return igd.Key{}, igd.Mapping{}, false
+		return igd.Mapping{}, false
 	}
 	slices.SortFunc(written, func(a, b igd.Mapping) int { return compareKeys(a.Key(), b.Key()) })
 	lb.probeSeq++
-	m := written[lb.probeSeq%len(written)]
-	return m.Key(), m, true
+	return written[lb.probeSeq%len(written)], true
 }
 
 // waitNodes returns an api.RetryError while this process cannot recognise
@@ -519,8 +443,7 @@ func (lb *LoadBalancer) waitNodes(o owner) error {
 	return nil
 }
 
-// endpointNodes returns the names of the nodes with a ready endpoint of svc,
-// from its EndpointSlices.
+// endpointNodes returns the nodes with a ready endpoint of svc.
 func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
 	lb.mu.Lock()
 	w, started := lb.watch, lb.client != nil
@@ -573,9 +496,8 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 	}
 }
 
-// hintOptIn records on svc, a Service not selected, a Normal event saying
-// how to opt in: once per Service (by UID) per process, and only with
-// background work (until it runs, the next call or pass tries again).
+// hintOptIn records on svc, not selected, a Normal event saying how to opt
+// in: once per UID per process, with background work (until then, not yet).
 func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
 	lb.mu.Lock()
 	w, already := lb.watch, lb.hinted[svc.UID]
@@ -599,9 +521,5 @@ func (lb *LoadBalancer) pruneHinted(svcs []*v1.Service) {
 	}
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	for uid := range lb.hinted {
-		if !live[uid] {
-			delete(lb.hinted, uid)
-		}
-	}
+	maps.DeleteFunc(lb.hinted, func(uid types.UID, _ bool) bool { return !live[uid] })
 }

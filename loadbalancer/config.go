@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -17,14 +18,12 @@ const (
 	DefaultMaxRenewInterval = 5 * time.Minute  // bounds the default RenewInterval
 	DefaultProbeInterval    = 5 * time.Second  // Config.ProbeInterval 0
 	DefaultRetryAfter       = 10 * time.Second // Config.RetryAfter 0
-	// PermanentLease as Config.Lease asks the router for permanent mappings.
-	// They are still renewed: IGD:2 routers store "permanent" as
-	// igd.MaxLease (seven days).
+	// PermanentLease as Config.Lease asks for permanent mappings, still
+	// renewed: IGD:2 routers store "permanent" as igd.MaxLease (seven days).
 	PermanentLease time.Duration = -1
 )
 
-// Annotations that opt a Service in when Config.Services is
-// AnnotatedServices (the default): either key with the value AnnotationValue.
+// Annotations opting a Service in under AnnotatedServices: either key, AnnotationValue.
 const (
 	AnnotationLoadBalancerType       = "ccmkit.io/load-balancer-type"
 	LegacyAnnotationLoadBalancerType = "midokura.com/load-balancer-type" // the original edge CCM's key
@@ -36,21 +35,17 @@ type ServiceSelection int
 
 const (
 	// AnnotatedServices, the zero value, serves only the Services that opt
-	// in (see AnnotationValue); others get cloudprovider.ImplementedElsewhere
-	// and, once per Service, a Normal event saying how to opt in.
+	// in (see AnnotationValue).
 	AnnotatedServices ServiceSelection = iota
 	// AllServices serves every Service of type LoadBalancer: any chart or
-	// user that creates one opens a port on the router's external address.
+	// user creating one opens a port on the router.
 	AllServices
 )
 
 // String returns "all" or "annotated".
 func (s ServiceSelection) String() string {
-	switch s {
-	case AllServices:
-		return "all"
-	case AnnotatedServices:
-		return "annotated"
+	if s == AllServices || s == AnnotatedServices {
+		return [...]string{"annotated", "all"}[s]
 	}
 	return fmt.Sprintf("ServiceSelection(%d)", int(s))
 }
@@ -58,15 +53,13 @@ func (s ServiceSelection) String() string {
 // Config configures a LoadBalancer. Only Client is required; every other
 // field has a documented meaning for its zero value.
 type Config struct {
-	// Client talks to the router. Required. It should bound each router
-	// call itself (igd.NewClient does): the service controller's calls carry
-	// no deadline.
+	// Client talks to the router. Required. It should bound each call itself
+	// (igd.NewClient does): the service controller's calls carry no deadline.
 	Client igd.Client
 
-	// ClusterName is the cluster's name (kube-controller-manager's
-	// --cluster-name), part of the owner of every mapping. Empty means the
-	// clusterName argument of the first LoadBalancer call; background work
-	// waits for it. Either way, every call uses its own clusterName argument.
+	// ClusterName is the cluster's name (--cluster-name), part of every
+	// mapping's owner. Empty means the first call's clusterName argument,
+	// which background work waits for; calls with another name fail.
 	ClusterName string
 
 	// Lease is the lease of every mapping, renewed by the background work.
@@ -75,40 +68,35 @@ type Config struct {
 	Lease time.Duration
 
 	// RenewInterval is how often the background work renews leases, repairs
-	// the router's table and refreshes the external IP. Zero means half the
-	// lease, at most DefaultMaxRenewInterval. It must not exceed half the
-	// lease.
+	// the router's table and refreshes the external IP: at most half the
+	// lease. Zero means half the lease, at most DefaultMaxRenewInterval.
 	RenewInterval time.Duration
 
-	// ProbeInterval is how often the background work reads one mapping this
-	// process wrote, a different one each time, and repairs every Service at
-	// once when the router lost or changed it. Zero means
-	// DefaultProbeInterval; it must not exceed RenewInterval.
+	// ProbeInterval, at most RenewInterval, is how often the background work
+	// reads one mapping this process wrote, in turn, and repairs every
+	// Service when the router lost or changed it. Zero: DefaultProbeInterval.
 	ProbeInterval time.Duration
 
 	// AllowNonPublicExternalIP lets Services report a private or CGNAT
-	// external IP (a router that is itself behind NAT: reachable from the
-	// outer network only). False, the default, makes them wait for a public
-	// one, with a Warning event.
+	// external IP (a router itself behind NAT). False makes them wait for a
+	// public one, with a Warning event.
 	AllowNonPublicExternalIP bool
 
 	// Services selects the Services served. The zero value is
 	// AnnotatedServices: a Service is exposed only when it opts in.
 	Services ServiceSelection
 
-	// NodeName is the name of the node this process runs on (for example
-	// from the downward API's spec.nodeName), used only with SecureMode:
-	// mappings target its InternalIP. Empty means the one node that reports
-	// this host's address toward the router (Client.LocalAddr) as an
-	// InternalIP or ExternalIP, found on first need and kept; mappings then
-	// target that address, and until one matches, Services fail with
-	// ErrOwnNodeUnknown and an api.RetryError.
+	// NodeName is the node this process runs on (the downward API's
+	// spec.nodeName), used only with SecureMode: mappings target its
+	// InternalIP. Empty means the one node reporting this host's address
+	// toward the router (Client.LocalAddr) as InternalIP or ExternalIP, found
+	// on first need and kept, and mappings target that address; until one
+	// matches, Services fail with ErrOwnNodeUnknown and an api.RetryError.
 	NodeName string
 
 	// SecureMode says the router only lets a host map ports to itself
-	// (miniupnpd secure_mode=yes): every mapping then targets this
-	// process's node (see NodeName). False lets them target any eligible
-	// node.
+	// (miniupnpd secure_mode=yes): every mapping then targets this process's
+	// node (see NodeName). False lets them target any eligible node.
 	SecureMode bool
 
 	// RetryAfter is the fixed delay of the api.RetryError returned while the
@@ -159,9 +147,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.RetryAfter < 0:
 		bad("RetryAfter", fmt.Sprintf("%s must not be negative", c.RetryAfter))
 	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Clock = cmp.Or(c.Clock, clock.WithTicker(clock.RealClock{}))
 	return c, errors.Join(errs...)
 }
 
@@ -177,17 +163,11 @@ func (c Config) effectiveLease() time.Duration {
 	return c.Lease
 }
 
-// requestLease is the lease sent with AddPortMapping (0 = permanent).
-func (c Config) requestLease() time.Duration {
-	if c.Lease == PermanentLease {
-		return 0
-	}
-	return c.Lease
-}
+// requestLease is the lease sent with AddPortMapping: PermanentLease sends 0.
+func (c Config) requestLease() time.Duration { return max(c.Lease, 0) }
 
-// renewBelow is the remaining lease under which a mapping is renewed: half
-// the lease plus half an interval, so that one interval later it still has
-// a quarter of its lease.
+// renewBelow is the lease left under which a mapping is renewed: half the
+// lease plus half an interval, so that an interval later a quarter is left.
 func (c Config) renewBelow() time.Duration {
 	return c.effectiveLease()/2 + c.RenewInterval/2
 }

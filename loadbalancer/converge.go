@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,10 +27,9 @@ type request struct {
 	self       string      // this process's node on a secure-mode router
 }
 
-// converge brings the router from got, a fresh read of the keys where the
-// Service may hold mappings, to req, touching only the Service's own
-// mappings. A failing port does not stop the others; the errors are joined,
-// with an api.RetryError for a fixed delay. The caller holds the gate.
+// converge brings the Service's own mappings from got, a fresh read of its
+// keys, to req; a failing port does not stop the others, the errors are
+// joined, with an api.RetryError for a fixed delay. The caller holds the gate.
 func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
 	o := req.owner
 	ours := make(map[igd.Key]igd.Mapping)
@@ -46,9 +46,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	var errs []error
 	var retry time.Duration
 	wait := func(d time.Duration, err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, err) // errors.Join drops nils
 		if d > 0 && (retry == 0 || d < retry) {
 			retry = d
 		}
@@ -59,12 +57,10 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	// Withdraw first, even with no node to take the wanted ports: a port
 	// given up, or a mapping to a stale nodePort, must not stay forwarded.
 	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
-		m := ours[k]
-		p, wanted := findPlan(req.ports, k)
-		if wanted && (haveTarget || lb.internalPort(o, m) == p.nodePort) {
-			continue
+		i := slices.IndexFunc(req.ports, func(p portPlan) bool { return p.key == k })
+		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort) {
+			wait(lb.remove(ctx, o, ours[k]))
 		}
-		wait(lb.remove(ctx, o, m))
 	}
 	if len(req.ports) > 0 && !haveTarget {
 		errs = append(errs, req.noTarget)
@@ -91,8 +87,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 
 // upToDate reports whether our mapping m is what p wants on tgt, with enough
 // lease left by the router's count and by the lease granted (some routers
-// report it as granted). Internal port 0 (miniupnpd 2.3.6 lists all so) is
-// taken at this process's word.
+// report it as granted).
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
 	h := lb.heldAt(o, m.Key())
 	wrote := h.written.InternalClient.IsValid()
@@ -110,20 +105,15 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 	return !wrote || h.expires.IsZero() || h.expires.Sub(lb.cfg.Clock.Now()) >= below
 }
 
-// internalPort is the internal port of our mapping m: as the router reports
-// it, or, from a router that reports 0 (miniupnpd 2.3.6 lists every mapping
-// so), what this process wrote there; 0 when neither says.
+// internalPort is our mapping m's internal port as the router reports it,
+// else (miniupnpd 2.3.6 lists 0) as this process wrote it, else 0.
 func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
-	if m.InternalPort != 0 {
-		return m.InternalPort
-	}
-	h := lb.heldAt(o, m.Key())
-	return h.written.InternalPort
+	return cmp.Or(m.InternalPort, lb.heldAt(o, m.Key()).written.InternalPort)
 }
 
-// apply makes the mapping for p point at tgt, with p's description. old is
-// what the read found at p's key; mine says whether it is the Service's own.
-// It returns a delay when the caller should retry at a fixed rate.
+// apply makes p's mapping point at tgt with p's description, from old, what
+// the read found at p's key (mine: the Service's own). A delay returned asks
+// the caller to retry then.
 func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
@@ -151,15 +141,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
 			"from", old.InternalClient, "to", tgt.addr, "description", p.description)
 	}
-	want := igd.Mapping{
-		Protocol:       p.key.Protocol,
-		ExternalPort:   p.key.ExternalPort,
-		InternalClient: tgt.addr,
-		InternalPort:   p.nodePort,
-		Description:    p.description,
-		Lease:          lb.cfg.requestLease(),
-		Enabled:        true,
-	}
+	want := igd.Mapping{Protocol: p.key.Protocol, ExternalPort: p.key.ExternalPort, InternalClient: tgt.addr,
+		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
 		lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
@@ -175,11 +158,11 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 			logger.Info("Router only accepts permanent leases; mappings are permanent and still renewed", "requestedLease", want.Lease)
 		})
 	}
+	msg, v := "Added port mapping", 0
 	if mine && !moved && !relabel {
-		logger.V(2).Info("Renewed port mapping", "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
-	} else {
-		logger.Info("Added port mapping", "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
+		msg, v = "Renewed port mapping", 2
 	}
+	logger.V(v).Info(msg, "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
 	return 0, nil
 }
 
@@ -234,20 +217,10 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (tim
 	return 0, nil
 }
 
-// expiringLease is the lease left under which a mapping is not deleted: it
-// could expire, and another host take the key, before the delete lands, which
-// would then delete that host's mapping. It is left to expire, and the
-// operation retried after it.
+// expiringLease is the lease left under which a mapping is not deleted but
+// left to expire and the operation retried: another host could take the key
+// before the delete lands, which would then delete that host's mapping.
 const expiringLease = 5 * time.Second
 
 // expiring reports whether m's reported lease is about to run out.
 func expiring(m igd.Mapping) bool { return m.Lease > 0 && m.Lease < expiringLease }
-
-// findPlan returns the plan for k among plans.
-func findPlan(plans []portPlan, k igd.Key) (portPlan, bool) {
-	i := slices.IndexFunc(plans, func(p portPlan) bool { return p.key == k })
-	if i < 0 {
-		return portPlan{}, false
-	}
-	return plans[i], true
-}

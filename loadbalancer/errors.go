@@ -9,29 +9,24 @@ import (
 
 // Sentinel errors, matched with errors.Is.
 var (
-	// ErrInvalidService is matched by every *ServiceError: the Service asks
-	// for something a router port mapping cannot provide. Nothing is mapped
-	// for such a Service, and the mappings it already owns are removed.
+	// ErrInvalidService is matched by every *ServiceError: such a Service gets
+	// no mapping, and loses those it owns.
 	ErrInvalidService = errors.New("loadbalancer: invalid service")
 	// ErrPortInUse means an external port the Service asks for is held by
-	// someone else: another host, another cluster or another Service. The
-	// mapping is left alone.
+	// another host, cluster or Service. That mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
-	// ErrOwnNodeUnknown means a secure-mode router needs this process's
-	// node, Config.NodeName is empty, and no single node reports this
-	// host's address toward the router.
+	// ErrOwnNodeUnknown means a secure-mode router needs this process's node,
+	// and with Config.NodeName empty, no single node has this host's address.
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
-	// ErrExternalIPNotUsable means the router's external IP is not IPv4,
-	// unspecified (WAN link down), or not public without
-	// Config.AllowNonPublicExternalIP. Services wait, with an api.RetryError.
+	// ErrExternalIPNotUsable means the router's external IP is not IPv4, is
+	// unspecified (WAN down), or not public (see Config.AllowNonPublicExternalIP).
 	ErrExternalIPNotUsable = errors.New("loadbalancer: external IP not usable")
 )
 
-// ServiceError reports a Service field that a router port mapping cannot
-// serve.
+// ServiceError reports a Service field that a router port mapping cannot serve.
 type ServiceError struct {
 	Service string // "namespace/name"
 	Field   string // the field's path, for example "spec.ports[0].protocol"
@@ -52,19 +47,15 @@ func (e *ServiceError) Is(target error) bool { return target == ErrInvalidServic
 type PortError struct {
 	Service string  // "namespace/name"
 	Key     igd.Key // the router key of the port: protocol and external port
-	// Holder is the mapping that holds Key, when the port is held by someone
-	// else and the holder is known.
+	// Holder is the mapping of someone else that holds Key, when known.
 	Holder *igd.Mapping
-	// Claimant is the other Service ("namespace/name") of this process that
-	// is taking Key, when that is why it is not available.
+	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
 	Claimant string
-	// Err is the cause: ErrPortInUse, or the router's error (for example a
-	// *igd.UPnPError with code 606 when its policy refuses the port).
+	// Err is the cause: ErrPortInUse, or the router's (a *igd.UPnPError 606: policy).
 	Err error
 }
 
-// Error names the Service, the port, the cause and, when known, the holder
-// of the port or the other Service taking it.
+// Error names the Service, the port, the cause and any holder or claimant.
 func (e *PortError) Error() string {
 	msg := fmt.Sprintf("loadbalancer: service %s port %s: %v", e.Service, e.Key, e.Err)
 	switch {

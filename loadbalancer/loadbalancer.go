@@ -1,9 +1,11 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -23,17 +25,15 @@ import (
 
 var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 
-// LoadBalancer serves Services of type LoadBalancer with port mappings on a
-// UPnP IGD router; Initialize and Run start its background work. It is safe
-// for concurrent use.
+// LoadBalancer serves Services of type LoadBalancer with UPnP IGD port
+// mappings; Initialize and Run start its background work. Safe for concurrent use.
 type LoadBalancer struct {
 	cfg            Config // read-only after New, defaults filled in
 	permanentOnce  sync.Once
 	noList         atomic.Bool  // the client cannot list: keys are read one by one
 	passes, probes atomic.Int64 // finished background passes and probes
 
-	// mu guards the fields below. It is never held across a router or API
-	// server call.
+	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
 	cluster   string                          // from Config or the first call
 	external  netip.Addr                      // last usable external IP (zero: none)
@@ -45,11 +45,9 @@ type LoadBalancer struct {
 	factory   informers.SharedInformerFactory // set by SetInformers
 	stopOwn   context.CancelCauseFunc         // ends a run on Run's own informers
 	running   bool
-	// self is this process's node, found by its address toward the router,
-	// selfAddr, when Config.NodeName is empty ("" until found).
-	self     string
-	selfAddr netip.Addr
-	probeSeq int // picks the mapping the next probe reads
+	self      string     // this process's node when Config.NodeName is empty ("" until found)
+	selfAddr  netip.Addr // self's address toward the router, by which it was found
+	probeSeq  int        // picks the mapping the next probe reads
 }
 
 // New returns a LoadBalancer configured by cfg. It makes no router call.
@@ -58,27 +56,20 @@ func New(cfg Config) (*LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LoadBalancer{
-		cfg:       cfg,
-		cluster:   cfg.ClusterName,
-		nodeAddrs: make(map[netip.Addr]string),
-		services:  make(map[string]*serviceState),
-		hinted:    make(map[types.UID]bool),
-	}, nil
+	return &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
+		services: make(map[string]*serviceState), hinted: make(map[types.UID]bool)}, nil
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the
-// second field of their descriptions (see the package documentation). It
-// depends only on the cluster, namespace and name.
+// second field of their descriptions; it depends only on cluster, namespace and name.
 func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName string, service *v1.Service) string {
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }
 
 // GetLoadBalancer reports whether the router holds a mapping of the Service
-// at any key its spec, its status or this process knows of, and the status
-// built from those mappings. It reads those keys only; for a Service not
-// selected, with no mapping recorded (see EnsureLoadBalancer), it calls
-// nothing and reports none.
+// at any key its spec, its status or this process knows of (it reads those
+// only), and the status built from them. For a Service not selected, with no
+// mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
@@ -117,12 +108,10 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
-// its nodePort on one eligible node and returns the status. A call with
-// nothing to change writes nothing. A Service not selected by
-// Config.Services gets cloudprovider.ImplementedElsewhere and, once, a
-// Normal event saying how to opt in; first it loses the mappings it owns
-// where its status or this process records any (a Service that opted out),
-// and the router is not called when nothing does.
+// its nodePort on one eligible node (writing nothing when nothing changes)
+// and returns the status. A Service not selected by Config.Services loses the
+// mappings its status or this process records (no router call when none),
+// then gets cloudprovider.ImplementedElsewhere and, once, an opt-in event.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)
@@ -139,7 +128,12 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		return nil, cloudprovider.ImplementedElsewhere
 	}
 	ext, extErr := lb.externalIP(ctx)
-	return lb.serve(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
+	release, err := lb.acquire(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return lb.serveLocked(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
 // UpdateLoadBalancer is EnsureLoadBalancer without the status.
@@ -150,9 +144,8 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 
 // EnsureLoadBalancerDeleted removes every mapping the Service owns at the
 // keys its spec, its status or this process knows of, and nothing else, also
-// for Services no longer valid or selected. Nothing to remove is success.
-// For a Service not selected, with no mapping recorded (see
-// EnsureLoadBalancer), it calls nothing.
+// for Services no longer valid or selected; nothing to remove is success. For
+// a Service not selected, with no mapping recorded, it calls nothing.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
@@ -167,11 +160,9 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 	return lb.withdraw(ctx, o, service)
 }
 
-// untouched reports whether svc is not selected and nothing records a key
-// where it may own a mapping: no port in its status (a Service served before
-// has its ports there) and none held by this process. Such a Service costs
-// no router call. Not covered: a Service that opted out between an add and
-// the status update recording it; its mapping stays until the lease ends.
+// untouched reports whether svc is not selected and neither its status's
+// ports nor this process record a key where it may own a mapping (a mapping
+// added just before opting out, not yet in the status, stays till its lease ends).
 func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	if selected(lb.cfg.Services, svc) {
 		return false
@@ -187,28 +178,16 @@ func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	return s == nil || len(s.held) == 0
 }
 
-// operation says how serve runs.
+// operation says how serveLocked runs.
 type operation struct {
-	// pass: a background pass, which gives up (nil status) when the Service
-	// is busy or was deleted since the pass listed it.
-	pass   bool
+	pass   bool       // a background pass: leaves the deleted mark alone
 	ext    netip.Addr // the router's external IP
 	extErr error      // the error of reading it
 	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serve is EnsureLoadBalancer for a selected Service.
-func (lb *LoadBalancer) serve(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
-	release, err := lb.acquire(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return lb.serveLocked(ctx, o, svc, nodes, op)
-}
-
-// serveLocked is serve, and a pass's work on one Service, for a caller that
-// holds o's gate.
+// serveLocked is EnsureLoadBalancer for a selected Service, and a pass's work
+// on one, for a caller that holds o's gate.
 func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
@@ -221,12 +200,10 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	var req request
 	if invalid == nil {
 		var err error
-		req, err = lb.request(ctx, o, svc, plans, nodes)
-		if errors.Is(err, ErrInvalidService) {
-			invalid = err
-		} else if err != nil {
+		if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
 			return nil, err
 		}
+		invalid = err
 	}
 	if invalid != nil {
 		// Ports the user asked to restrict must not stay open.
@@ -249,8 +226,7 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	return status(ext, plans), nil
 }
 
-// withdraw removes every mapping o owns at the keys svc and this process know
-// of, and keeps background passes off the Service until an Ensure.
+// withdraw removes o's mappings and keeps passes off the Service until an Ensure.
 func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) error {
 	release, err := lb.acquire(ctx, o)
 	if err != nil {
@@ -303,10 +279,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			}
 		}
 		if len(targets) == 0 {
-			why, ok := reasons[name]
-			if !ok {
-				why = "is not among the cluster's nodes"
-			}
+			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
 			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
@@ -330,16 +303,14 @@ func describeReasons(reasons map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// retry joins err with an api.RetryError after Config.RetryAfter, for what
-// is expected to resolve by itself.
+// retry joins err with an api.RetryError after Config.RetryAfter.
 func (lb *LoadBalancer) retry(err error) error {
 	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 }
 
-// owner returns the owner of service, and remembers the cluster name.
-// It refuses a clusterName other than the one background work uses
-// (Config.ClusterName, or the first call's): two names would make two owners
-// of the same Services, each taking the other's mappings for foreign ones.
+// owner returns the owner of service, and remembers the cluster name. It
+// refuses a clusterName other than background work's (Config.ClusterName, or
+// the first call's): two owners of one Service would each see the other's as foreign.
 func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, error) {
 	lb.mu.Lock()
 	if lb.cluster == "" {
@@ -354,11 +325,17 @@ func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, e
 	return o, nil
 }
 
-// clusterName returns the cluster name background work uses ("": unknown).
-func (lb *LoadBalancer) clusterName() string {
+// locked runs f under lb.mu.
+func (lb *LoadBalancer) locked(f func()) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	return lb.cluster
+	f()
+}
+
+// clusterName returns the cluster name background work uses ("": unknown).
+func (lb *LoadBalancer) clusterName() (c string) {
+	lb.locked(func() { c = lb.cluster })
+	return c
 }
 
 // seeNodes records the addresses of nodes.
@@ -376,8 +353,7 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	}
 }
 
-// forgetNode drops the addresses of the node named name, which was deleted:
-// another LAN host may be given them.
+// forgetNode drops the addresses of a deleted node: another LAN host may get them.
 func (lb *LoadBalancer) forgetNode(name string) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -385,18 +361,12 @@ func (lb *LoadBalancer) forgetNode(name string) {
 }
 
 func (lb *LoadBalancer) forgetNodeLocked(name string) {
-	for a, n := range lb.nodeAddrs {
-		if n == name {
-			delete(lb.nodeAddrs, a)
-		}
-	}
+	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, n string) bool { return n == name })
 }
 
 // isNodeAddr reports whether a is the address of a node seen.
-func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	_, ok := lb.nodeAddrs[a.Unmap()]
+func (lb *LoadBalancer) isNodeAddr(a netip.Addr) (ok bool) {
+	lb.locked(func() { _, ok = lb.nodeAddrs[a.Unmap()] })
 	return ok
 }
 
@@ -409,21 +379,17 @@ func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
 }
 
 // cachedExternalIP returns the cached external IP (invalid when unknown).
-func (lb *LoadBalancer) cachedExternalIP() netip.Addr {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.external
+func (lb *LoadBalancer) cachedExternalIP() (ext netip.Addr) {
+	lb.locked(func() { ext = lb.external })
+	return ext
 }
 
 // refreshExternalIP asks the router for its external IP and caches it when
-// usable. An unusable answer clears the cache and returns the address with
-// an ErrExternalIPNotUsable.
+// usable, else clears the cache and returns it with an ErrExternalIPNotUsable.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if errors.Is(err, igd.ErrInvalidExternalIP) {
-		lb.mu.Lock()
-		lb.external = netip.Addr{}
-		lb.mu.Unlock()
+		lb.locked(func() { lb.external = netip.Addr{} })
 		return netip.Addr{}, fmt.Errorf("%w: %w", ErrExternalIPNotUsable, err)
 	}
 	if err != nil {
@@ -439,13 +405,13 @@ func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, erro
 	case !igd.IsPublic(ext) && !lb.cfg.AllowNonPublicExternalIP:
 		why = "not a public address (double NAT or carrier-grade NAT: unreachable from the internet; set AllowNonPublicExternalIP to serve it anyway)"
 	}
-	lb.mu.Lock()
-	old := lb.external
-	lb.external = netip.Addr{}
-	if why == "" {
-		lb.external = ext
-	}
-	lb.mu.Unlock()
+	var old netip.Addr
+	lb.locked(func() {
+		old, lb.external = lb.external, netip.Addr{}
+		if why == "" {
+			lb.external = ext
+		}
+	})
 	if why != "" {
 		return ext, fmt.Errorf("%w: router reports %q: %s", ErrExternalIPNotUsable, ext, why)
 	}

@@ -28,7 +28,7 @@ func nodeTarget(n *v1.Node) (t target, reason string) {
 		return target{}, "is being deleted"
 	case excluded(n):
 		return target{}, "is labelled " + v1.LabelNodeExcludeBalancers
-	case hasTaint(n, toBeDeletedTaint):
+	case slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == toBeDeletedTaint }):
 		return target{}, "is tainted " + toBeDeletedTaint
 	case !ready(n):
 		return target{}, "is not Ready"
@@ -60,15 +60,8 @@ func nodeAddrs(n *v1.Node) []netip.Addr {
 
 func excluded(n *v1.Node) bool {
 	v, ok := n.Labels[v1.LabelNodeExcludeBalancers]
-	if !ok {
-		return false
-	}
 	b, err := strconv.ParseBool(v)
-	return err != nil || b // as upstream: an unparsable value excludes
-}
-
-func hasTaint(n *v1.Node, key string) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == key })
+	return ok && (err != nil || b) // as upstream: an unparsable value excludes
 }
 
 func ready(n *v1.Node) bool {
@@ -99,9 +92,8 @@ func eligibleTargets(nodes []*v1.Node) (targets []target, reasons map[string]str
 	return targets, reasons
 }
 
-// chooseTarget picks the node for a Service among candidates: the node its
-// mappings point at now (current) while it is a candidate, otherwise the one
-// with the highest rendezvous hash of (service, node name).
+// chooseTarget picks among candidates the node the Service's mappings point
+// at (current), else the highest rendezvous hash of (service, node name).
 func chooseTarget(service string, candidates []target, current []netip.Addr) (target, bool) {
 	pool := slices.DeleteFunc(slices.Clone(candidates), func(c target) bool { return !slices.Contains(current, c.addr) })
 	if len(pool) == 0 {

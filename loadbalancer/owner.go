@@ -50,17 +50,9 @@ func ownerToken(cluster, namespace, name string) string {
 // safeToken reports whether s is non-empty and made only of characters that
 // cannot be confused with separators.
 func safeToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_')
+	})
 }
 
 // description returns the description of o's mapping for the Service port
@@ -72,12 +64,8 @@ func (o owner) description(portName string) string {
 	d := formatV1 + " " + o.token + " " + portName
 	if strings.HasPrefix(o.token, "#") {
 		// For people reading the router's table; never parsed.
-		hint := o.namespace + "/" + o.name
-		if room := igd.MaxDescriptionLen - len(d) - 1; room > 0 {
-			if len(hint) > room {
-				hint = hint[:room]
-			}
-			d += " " + hint
+		if hint, room := o.key(), igd.MaxDescriptionLen-len(d)-1; room > 0 {
+			d += " " + hint[:min(len(hint), room)]
 		}
 	}
 	return d
@@ -88,11 +76,9 @@ type parsedDescription struct {
 	token string // owner token
 }
 
-// parseDescription reads a description written by any version of this
-// package. ok is false for descriptions in no format it knows. A router that
-// cuts descriptions short may leave "ck1 <owner> " with no port name: the
-// space after the owner proves the owner whole, so that still names it (cut
-// inside the owner, it could name another Service, and does not).
+// parseDescription reads a description of any known format (else ok is
+// false). A router cutting descriptions short may leave "ck1 <owner> ": the
+// space proves the owner whole, so that still names it (a cut owner does not).
 func parseDescription(d string) (p parsedDescription, ok bool) {
 	f := strings.Split(d, " ")
 	if len(f) < 3 || f[0] != formatV1 || f[1] == "" || (f[2] == "" && len(f) > 3) {

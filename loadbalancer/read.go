@@ -16,11 +16,10 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 		return got, nil
 	}
 	if l, ok := lb.cfg.Client.(igd.Lister); ok && !lb.noList.Load() {
-		err := lb.list(ctx, l, keys, got)
-		if err == nil {
+		switch err := lb.list(ctx, l, keys, got); {
+		case err == nil:
 			return got, nil
-		}
-		if !errors.Is(err, igd.ErrNotSupported) {
+		case !errors.Is(err, igd.ErrNotSupported):
 			return nil, err
 		}
 		lb.noList.Store(true)
@@ -39,10 +38,9 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 	return got, nil
 }
 
-// maxListWidth bounds the port range of one listing. miniupnpd up to 2.3.3
-// (nftables backend) overflows a heap buffer and dies when more than 128
-// mappings of one protocol fall in a listed range; a range at most 128 ports
-// wide cannot hold more, whatever the rest of the table holds.
+// maxListWidth bounds the port range of one listing: miniupnpd up to 2.3.3
+// (nftables) overflows a heap buffer and dies listing over 128 mappings of
+// one protocol in a range; a range 128 ports wide cannot hold more.
 const maxListWidth = 128
 
 // list fills got with the mappings at keys (sorted by compareKeys): one
@@ -84,8 +82,7 @@ func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	if lb.isNodeAddr(m.InternalClient) {
 		return true
 	}
-	// A node deleted since this process mapped the key to it: still ours,
-	// so that it can be moved.
+	// Mapped by this process to a node deleted since: ours, to be moved.
 	h := lb.heldAt(o, m.Key())
 	return h.written.InternalClient.IsValid() && h.written.InternalClient == m.InternalClient.Unmap()
 }

@@ -12,11 +12,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// selfNode returns the node this process runs on (see Config.NodeName),
-// looking among nodes and the watched ones, and the address it was found by,
-// which mappings must target (invalid for Config.NodeName). While none
-// matches, an ErrOwnNodeUnknown joined to an api.RetryError names the
-// address and the nodes tried.
+// selfNode returns this process's node (see Config.NodeName), among nodes and
+// the watched ones, and the address mappings must target (invalid for
+// Config.NodeName). While none matches: ErrOwnNodeUnknown and an api.RetryError.
 func (lb *LoadBalancer) selfNode(ctx context.Context, nodes []*v1.Node) (name string, addr netip.Addr, err error) {
 	if lb.cfg.NodeName != "" {
 		return lb.cfg.NodeName, netip.Addr{}, nil

@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -28,10 +29,7 @@ type portPlan struct {
 
 // selected reports whether selection serves svc.
 func selected(selection ServiceSelection, svc *v1.Service) bool {
-	if selection == AllServices {
-		return true
-	}
-	return svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue ||
+	return selection == AllServices || svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue ||
 		svc.Annotations[LegacyAnnotationLoadBalancerType] == AnnotationValue
 }
 
@@ -94,10 +92,7 @@ func checkLoadBalancerIP(o owner, svc *v1.Service, external netip.Addr) error {
 
 // compareKeys orders keys by protocol, then external port.
 func compareKeys(a, b igd.Key) int {
-	if a.Protocol != b.Protocol {
-		return strings.Compare(string(a.Protocol), string(b.Protocol))
-	}
-	return int(a.ExternalPort) - int(b.ExternalPort)
+	return cmp.Or(strings.Compare(string(a.Protocol), string(b.Protocol)), cmp.Compare(a.ExternalPort, b.ExternalPort))
 }
 
 // status is the status of a Service served at external with plans (ipMode

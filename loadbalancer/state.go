@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -19,8 +20,7 @@ type serviceState struct {
 	name string           // "namespace/name"
 	gate chan struct{}    // closed when the operation in flight ends
 	held map[igd.Key]held // the keys the Service holds or is taking
-	// deleted, set by EnsureLoadBalancerDeleted, keeps background passes
-	// (whose list of Services may predate it) off the Service until an Ensure.
+	// deleted (EnsureLoadBalancerDeleted) keeps passes off until an Ensure.
 	deleted    bool
 	deletedUID types.UID
 	deletedAt  time.Time
@@ -28,8 +28,7 @@ type serviceState struct {
 }
 
 // held is what this process last wrote at a key (zero: it only found the
-// Service's mapping there) and when that lease runs out (zero: permanent or
-// unknown).
+// Service's mapping there) and when that lease ends (zero: never or unknown).
 type held struct {
 	written igd.Mapping
 	expires time.Time
@@ -94,8 +93,7 @@ func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{
 	return func() {
 		lb.mu.Lock()
 		defer lb.mu.Unlock()
-		s := lb.services[o.token]
-		s.gate = nil
+		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
 		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
 			delete(lb.services, o.token) // nothing worth keeping
@@ -124,7 +122,7 @@ func (lb *LoadBalancer) heldAt(o owner, k igd.Key) held {
 }
 
 // deletedTTL bounds how long a deleted Service is remembered: far longer
-// than a background pass works from its list of Services.
+// than a pass works from its list of Services.
 const deletedTTL = time.Hour
 
 // pruneDeleted drops deleted Services remembered for longer than deletedTTL.
@@ -132,11 +130,9 @@ func (lb *LoadBalancer) pruneDeleted() {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	now := lb.cfg.Clock.Now()
-	for token, s := range lb.services {
-		if s.deleted && s.gate == nil && len(s.held) == 0 && now.Sub(s.deletedAt) > deletedTTL {
-			delete(lb.services, token)
-		}
-	}
+	maps.DeleteFunc(lb.services, func(_ string, s *serviceState) bool {
+		return s.deleted && s.gate == nil && len(s.held) == 0 && now.Sub(s.deletedAt) > deletedTTL
+	})
 }
 
 // knownKeys returns, sorted, every key where o may hold a mapping: the ports
@@ -167,8 +163,8 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return slices.Compact(keys)
 }
 
-// reserve makes o the holder of k in this process before the router call;
-// it fails when another Service of this process holds or is taking k.
+// reserve makes o the holder of k in this process before the router call,
+// unless another Service of this process holds or is taking k.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
