@@ -574,3 +574,48 @@ func TestExpiringMappingIsLeftToExpire(t *testing.T) {
 		t.Errorf("router calls = %v, want no delete of an expiring mapping", c)
 	}
 }
+
+// Keys are read in ranges built from sorted runs, whatever order the caller
+// gives them in.
+func TestReadSortsItsKeys(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := newService("default", "web", withPorts(port("b", v1.ProtocolTCP, 90, 30090), port("a", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, web, threeNodes())
+	got, err := e.lb.read(context.Background(), []igd.Key{k(igd.TCP, 90), k(igd.TCP, 80), k(igd.TCP, 90)})
+	if err != nil || len(got) != 2 {
+		t.Errorf("read = %v, %v; want both mappings", got, err)
+	}
+}
+
+// A router answer the igd client refuses (0.0.0.0) gives no address: the
+// Service is still warned once, not on every call.
+func TestUnusableExternalIPWarnedOnce(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	web := lbService("default", "web")
+	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
+	e.router.PrependHook(fake.MethodExternalIP, fake.ErrorHook(&igd.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}))
+	for range 3 {
+		r.tick(t)
+		if _, err := e.ensure(t, r.service(t, "default", "web"), nodes); !errors.Is(err, ErrExternalIPNotUsable) {
+			t.Fatalf("Ensure = %v, want ErrExternalIPNotUsable", err)
+		}
+	}
+	// Events reach the API server asynchronously, and repeats are folded
+	// into one event's count: give them time, then count occurrences.
+	time.Sleep(500 * time.Millisecond)
+	evs, err := r.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int32(0)
+	for _, ev := range evs.Items {
+		if ev.Reason == EventReasonExternalIPNotPublic {
+			n += max(ev.Count, 1)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Warning events, want 1", n)
+	}
+}

@@ -482,9 +482,13 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 	lb.mu.Lock()
 	w := lb.watch
 	s := lb.stateLocked(o)
-	already := s.warned == ext && ext.IsValid()
+	key := ext // what the Service was warned about; no address: 0.0.0.0
+	if !key.IsValid() {
+		key = netip.IPv4Unspecified()
+	}
+	already := s.warned == key
 	if w != nil {
-		s.warned = ext
+		s.warned = key
 	}
 	lb.mu.Unlock()
 	switch {

@@ -126,7 +126,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		}
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
-	relabel := mine && !moved && old.InternalPort == p.nodePort && old.Description != p.description
+	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description
 	if (moved || relabel) && expiring(old) {
 		return old.Lease + time.Second, nil
 	}

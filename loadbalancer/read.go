@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -15,6 +16,9 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 	if len(keys) == 0 {
 		return got, nil
 	}
+	keys = slices.Clone(keys) // list builds its ranges from runs of sorted keys
+	slices.SortFunc(keys, compareKeys)
+	keys = slices.Compact(keys)
 	if l, ok := lb.cfg.Client.(igd.Lister); ok && !lb.noList.Load() {
 		switch err := lb.list(ctx, l, keys, got); {
 		case err == nil:
