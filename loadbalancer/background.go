@@ -482,10 +482,7 @@ func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
 	lb.mu.Lock()
 	w := lb.watch
 	s := lb.stateLocked(o)
-	key := ext // what the Service was warned about; no address: 0.0.0.0
-	if !key.IsValid() {
-		key = netip.IPv4Unspecified()
-	}
+	key := cmp.Or(ext, netip.IPv4Unspecified()) // no address: warned as 0.0.0.0
 	already := s.warned == key
 	if w != nil {
 		s.warned = key

@@ -16,9 +16,7 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 	if len(keys) == 0 {
 		return got, nil
 	}
-	keys = slices.Clone(keys) // list builds its ranges from runs of sorted keys
-	slices.SortFunc(keys, compareKeys)
-	keys = slices.Compact(keys)
+	keys = slices.Compact(slices.SortedFunc(slices.Values(keys), compareKeys)) // list needs them sorted
 	if l, ok := lb.cfg.Client.(igd.Lister); ok && !lb.noList.Load() {
 		switch err := lb.list(ctx, l, keys, got); {
 		case err == nil:
