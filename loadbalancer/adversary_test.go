@@ -76,34 +76,7 @@ func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
 			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
 			r.Delay(fake.MethodDeletePortMapping, 200*time.Microsecond)
 			lb := overSOAP(t, r, fake.WANIPConnection1)
-			ctx := context.Background()
-			nodes := threeNodes()
-			var svcs []*v1.Service
-			for i := range 6 {
-				svc := newService("default", fmt.Sprint("s", i), withPorts(
-					port("a", v1.ProtocolTCP, int32(1000+i), 30000),
-					port("b", v1.ProtocolTCP, int32(2000+i), 30001),
-					port("c", v1.ProtocolUDP, int32(3000+i), 30002)))
-				st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
-				if err != nil {
-					t.Fatal(err)
-				}
-				svc.Status.LoadBalancer = *st
-				svcs = append(svcs, svc)
-			}
-			var wg sync.WaitGroup
-			for i, svc := range svcs {
-				wg.Go(func() {
-					// Newest first: their mappings hold the lowest entry indexes
-					// (miniupnpd lists newest first), so their deletes shift the
-					// entries under the older Services' reads.
-					time.Sleep(time.Duration(len(svcs)-1-i) * 8 * time.Millisecond)
-					if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
-						t.Errorf("delete %s: %v", svc.Name, err)
-					}
-				})
-			}
-			wg.Wait()
+			ensureThenDeleteConcurrently(t, lb, threeNodes(), "s", 1000)
 			if ms := r.Mappings(); len(ms) != 0 {
 				t.Errorf("%d mappings left after every delete returned: %v", len(ms), ms)
 			}
@@ -618,4 +591,37 @@ func TestUnusableExternalIPWarnedOnce(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d Warning events, want 1", n)
 	}
+}
+
+// ensureThenDeleteConcurrently ensures six Services of three ports each
+// (named prefix0..prefix5, external ports from base), then deletes them all
+// at once, newest first: their mappings hold the lowest entry indexes
+// (miniupnpd lists newest first), so on an IGD:1 router their deletes shift
+// the entries under the older Services' reads.
+func ensureThenDeleteConcurrently(t *testing.T, lb *LoadBalancer, nodes []*v1.Node, prefix string, base int32) {
+	t.Helper()
+	ctx := context.Background()
+	var svcs []*v1.Service
+	for i := range int32(6) {
+		svc := lbService("default", fmt.Sprint(prefix, i), withPorts(
+			port("a", v1.ProtocolTCP, base+i, 30000),
+			port("b", v1.ProtocolTCP, base+1000+i, 30001),
+			port("c", v1.ProtocolUDP, base+2000+i, 30002)))
+		st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer = *st
+		svcs = append(svcs, svc)
+	}
+	var wg sync.WaitGroup
+	for i, svc := range svcs {
+		wg.Go(func() {
+			time.Sleep(time.Duration(len(svcs)-1-i) * 8 * time.Millisecond)
+			if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+				t.Errorf("delete %s: %v", svc.Name, err)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -29,32 +29,7 @@ func TestLabConcurrentDeletesOnIGD1LeaveNothing(t *testing.T) {
 	}
 	nodes := labNodes(lab)
 	for round := range 4 {
-		var svcs []*v1.Service
-		for i := range 6 {
-			svc := lbService("default", fmt.Sprintf("r%ds%d", round, i), withPorts(
-				port("a", v1.ProtocolTCP, int32(21000+i), 30000),
-				port("b", v1.ProtocolTCP, int32(22000+i), 30001),
-				port("c", v1.ProtocolUDP, int32(23000+i), 30002)))
-			st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			svc.Status.LoadBalancer = *st
-			svcs = append(svcs, svc)
-		}
-		var wg sync.WaitGroup
-		for i, svc := range svcs {
-			wg.Go(func() {
-				// Newest first: their mappings hold the lowest entry indexes
-				// (miniupnpd lists newest first), so their deletes shift the
-				// entries under the older Services' reads.
-				time.Sleep(time.Duration(len(svcs)-1-i) * 8 * time.Millisecond)
-				if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
-					t.Errorf("round %d: delete %s: %v", round, svc.Name, err)
-				}
-			})
-		}
-		wg.Wait()
+		ensureThenDeleteConcurrently(t, lb, nodes, fmt.Sprintf("r%ds", round), 21000)
 		if ms, err := igd.ReadTable(ctx, labClient(t, lab, 0)); err != nil || len(ms) != 0 {
 			t.Fatalf("round %d: table after every delete returned = %v, %v; want empty", round, ms, err)
 		}
