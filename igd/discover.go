@@ -272,7 +272,7 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder netip
 	var out []probed
 	for _, st := range serviceTypes {
 		for _, srv := range root.Device.FindService(st) {
-			p := c.probeService(ctx, root, loc, srv, defGW)
+			p := c.probeService(ctx, root, loc, srv, responder, defGW)
 			p.cand.Server = server
 			out = append(out, p)
 		}
@@ -285,7 +285,7 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder netip
 }
 
 // probeService asks one service for its status and external IP.
-func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, defGW netip.Addr) probed {
+func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, responder, defGW netip.Addr) probed {
 	cand := Candidate{
 		Location:     loc.String(),
 		FriendlyName: root.Device.FriendlyName,
@@ -298,6 +298,13 @@ func (c *UPnPClient) probeService(ctx context.Context, root *goupnp.RootDevice, 
 	cand.ControlURL = srv.ControlURL.URL.String()
 	if a, err := netip.ParseAddr(srv.ControlURL.URL.Hostname()); err == nil {
 		cand.Addr = a.Unmap()
+	}
+	if responder.IsValid() && cand.Addr != responder {
+		// Like its LOCATION, an answer's control URL (URLBase or an absolute
+		// controlURL in the description) must not send this host's calls to
+		// another host, which would then pass for the router.
+		cand.Rejected = fmt.Sprintf("control URL %s is not on the answering host %s", cand.ControlURL, responder)
+		return probed{cand: cand}
 	}
 	cand.OnDefaultGateway = defGW.IsValid() && cand.Addr == defGW
 	conn := newConn(root, loc, srv, c.cfg.HTTPClient)

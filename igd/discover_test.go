@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -612,5 +614,35 @@ func TestSSDPDiscoveryIgnoresAnswersOverTheCap(t *testing.T) {
 	}
 	if f := d.DescFetches(); f != 0 {
 		t.Errorf("description fetched %d times after an answer over the cap, want 0", f)
+	}
+}
+
+// A description from the answering host must not send this host's SOAP
+// calls to another host (an absolute controlURL, or a URLBase elsewhere):
+// that host would pass for the router.
+func TestSSDPDiscoveryControlURLMustBeTheAnsweringIP(t *testing.T) {
+	elsewhere := newTestIGD(t, igd2Device, "127.0.0.5:0")
+	desc, err := os.ReadFile(filepath.Join("testdata", igd2Device.file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue := strings.Replace(string(desc), "<controlURL>/ctl/IPConn</controlURL>",
+		"<controlURL>"+strings.TrimSuffix(elsewhere.URL, "/rootDesc.xml")+"/ctl/IPConn</controlURL>", 1)
+	path := filepath.Join(t.TempDir(), "rogue-rootDesc.xml")
+	if err := os.WriteFile(path, []byte(rogue), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := newSSDPDevice(t, device{path, igd2Device.serviceType, igd2Device.controlPath}, "127.0.0.1", 0)
+	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
+	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 500 * time.Millisecond, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := c.Discover(testCtx(t))
+	if err == nil {
+		t.Fatalf("Discover() chose %s, whose control URL %s is on another host", gw.Location, gw.ControlURL)
+	}
+	if !strings.Contains(err.Error(), "is not on the answering host 127.0.0.1") {
+		t.Errorf("Discover() = %v, want the control URL rejected as not on the answering host", err)
 	}
 }

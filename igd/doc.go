@@ -46,7 +46,8 @@
 // the root description and asks each supported service for its status
 // (GetStatusInfo) and external address (GetExternalIPAddress). An answer's
 // LOCATION is followed only when its host is the answering host's own IP
-// address written as one (never a name); at most four locations are probed
+// address written as one (never a name), and a service only when its control
+// URL is on that address too; at most four locations are probed
 // per answering host, and at most 16 from hosts other than the default
 // gateway, whose answers are always probed. A service is rejected when it
 // does not answer, has no valid external address, or says its WAN

@@ -74,7 +74,11 @@ type testIGD struct {
 // public address until replaced with handle.
 func newTestIGD(t *testing.T, dev device, addr string) *testIGD {
 	t.Helper()
-	desc, err := os.ReadFile(filepath.Join("testdata", dev.file))
+	path := dev.file
+	if !filepath.IsAbs(path) {
+		path = filepath.Join("testdata", path)
+	}
+	desc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
