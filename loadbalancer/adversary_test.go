@@ -206,10 +206,7 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			r := fake.NewRouter(fake.RouterConfig{})
 			node := newNode("node-a", addrA)
-			older := newService("default", "older", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
-			older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			younger := newService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
-			younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+			older, younger := olderAndYounger(80)
 			cluster := k8sfake.NewClientset(node, older, younger)
 
 			// Both adds wait until both Ensures have read the port free.
@@ -624,4 +621,14 @@ func ensureThenDeleteConcurrently(t *testing.T, lb *LoadBalancer, nodes []*v1.No
 		})
 	}
 	wg.Wait()
+}
+
+// olderAndYounger returns two served Services of one cluster wanting TCP
+// external port ext (to nodePorts 30080 and 30081), created a second apart.
+func olderAndYounger(ext int32) (older, younger *v1.Service) {
+	older = lbService("default", "older", withPorts(port("http", v1.ProtocolTCP, ext, 30080)))
+	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	younger = lbService("default", "younger", withPorts(port("http", v1.ProtocolTCP, ext, 30081)))
+	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+	return older, younger
 }

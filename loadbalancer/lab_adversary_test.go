@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -44,10 +43,7 @@ func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
 	node := labNodes(lab)[0]
-	older := lbService("default", "older", withPorts(port("http", v1.ProtocolTCP, 44100, 30080)))
-	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	younger := lbService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 44100, 30081)))
-	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
+	older, younger := olderAndYounger(44100)
 	cluster := k8sfake.NewClientset(node, older, younger)
 
 	var adds sync.WaitGroup
