@@ -41,8 +41,10 @@ func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]i
 }
 
 // maxListWidth bounds the port range of one listing: miniupnpd up to 2.3.3
-// (nftables) overflows a heap buffer and dies listing over 128 mappings of
-// one protocol in a range; a range 128 ports wide cannot hold more.
+// (nftables) dies listing over 128 mappings of one protocol in a range, and a
+// range 128 ports wide cannot hold more. The igd client guards wider ranges
+// too, but on such a router it must first learn the table (a walk, which
+// holds off writes); ranges this narrow it lists at once.
 const maxListWidth = 128
 
 // list fills got with the mappings at keys (sorted by compareKeys): one
