@@ -26,9 +26,12 @@ func (c *Client) Router() *Router { return c.router }
 // non-public).
 func (c *Client) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	call := Call{Method: MethodExternalIP, Client: c.local}
-	err := c.do(ctx, &call, func() error {
-		call.Addr = c.router.ExternalIPAddr()
-		return nil
+	next := externalIPChain(c.router.layers(), c.local, func(ctx context.Context) (netip.Addr, error) {
+		return c.router.ExternalIPAddr(), ctx.Err()
+	})
+	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
+		call.Addr, err = next(ctx)
+		return err
 	})
 	if err != nil {
 		return netip.Addr{}, err
@@ -39,9 +42,12 @@ func (c *Client) ExternalIP(ctx context.Context) (netip.Addr, error) {
 // LocalAddr returns the address this client acts from.
 func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
 	call := Call{Method: MethodLocalAddr, Client: c.local}
-	err := c.do(ctx, &call, func() error {
-		call.Addr = c.local
-		return nil
+	next := localAddrChain(c.router.layers(), c.local, func(ctx context.Context) (netip.Addr, error) {
+		return c.local, ctx.Err()
+	})
+	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
+		call.Addr, err = next(ctx)
+		return err
 	})
 	if err != nil {
 		return netip.Addr{}, err
@@ -66,21 +72,25 @@ func (c *Client) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping
 		c.router.record(call)
 		return igd.Mapping{}, call.Err
 	}
-	var sent igd.Mapping
-	err := c.do(ctx, &call, func() error {
-		sent = call.Mapping // a hook may have changed it
-		_, err := c.router.add(MethodAddPortMapping, c.local, sent)
-		if sent.Lease != 0 && errors.Is(err, igd.ErrOnlyPermanentLeases) {
-			sent.Lease = 0
-			_, err = c.router.add(MethodAddPortMapping, c.local, sent)
+	sent := m
+	next := addChain(c.router.layers(), c.local, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return igd.Mapping{}, err
 		}
+		stored, err := c.router.add(MethodAddPortMapping, c.local, m)
+		if m.Lease != 0 && errors.Is(err, igd.ErrOnlyPermanentLeases) {
+			m.Lease = 0
+			stored, err = c.router.add(MethodAddPortMapping, c.local, m)
+		}
+		sent = m // what reached the table: a hook may have changed it
+		return stored, err
+	})
+	err := c.do(ctx, &call, func(ctx context.Context) error {
+		_, err := next(ctx, m)
 		return err
 	})
 	if err != nil {
 		return igd.Mapping{}, err
-	}
-	if sent == (igd.Mapping{}) { // a hook handled the call
-		sent = call.Mapping
 	}
 	sent.InternalClient = sent.InternalClient.Unmap()
 	sent.Enabled = true
@@ -98,9 +108,13 @@ func (c *Client) DeletePortMapping(ctx context.Context, proto igd.Protocol, exte
 		c.router.record(call)
 		return call.Err
 	}
-	return c.do(ctx, &call, func() error {
+	next := deleteChain(c.router.layers(), c.local, func(ctx context.Context, k igd.Key) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		return c.router.remove(MethodDeletePortMapping, c.local, k)
 	})
+	return c.do(ctx, &call, func(ctx context.Context) error { return next(ctx, k) })
 }
 
 // GetPortMapping returns the mapping at (proto, externalPort) with the time
@@ -114,9 +128,14 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 		c.router.record(call)
 		return igd.Mapping{}, call.Err
 	}
-	err := c.do(ctx, &call, func() error {
-		var err error
-		call.Mapping, err = c.router.get("GetSpecificPortMappingEntry", k)
+	next := getChain(c.router.layers(), c.local, func(ctx context.Context, k igd.Key) (igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return igd.Mapping{}, err
+		}
+		return c.router.get("GetSpecificPortMappingEntry", k)
+	})
+	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
+		call.Mapping, err = next(ctx, k)
 		return err
 	})
 	if err != nil {
@@ -131,19 +150,27 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 // error matching igd.ErrNotSupported, as an IGD:1 router would.
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
-	err := c.do(ctx, &call, func() error {
+	next := listChain(c.router.layers(), c.local, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if c.router.cfg.NoList {
-			return igd.ErrNotSupported
+			return nil, igd.ErrNotSupported
 		}
 		if !proto.Valid() || ports.First > ports.Last {
-			return &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
+			return nil, &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
 		}
+		var out []igd.Mapping
 		for _, m := range c.router.list() {
 			if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
-				call.Mappings = append(call.Mappings, m)
+				out = append(out, m)
 			}
 		}
-		return nil
+		return out, nil
+	})
+	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
+		call.Mappings, err = next(ctx, proto, ports)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -151,19 +178,12 @@ func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports
 	return call.Mappings, nil
 }
 
-// do runs the hooks for call, then op unless a hook handled the call, and
-// logs the call with its result.
-func (c *Client) do(ctx context.Context, call *Call, op func() error) error {
+// do runs op (the call's chain of hooks and the table) unless ctx has
+// already ended, and logs the call with its result.
+func (c *Client) do(ctx context.Context, call *Call, op func(context.Context) error) error {
 	err := ctx.Err()
 	if err == nil {
-		var handled bool
-		handled, err = c.router.runHooks(ctx, call)
-		if !handled {
-			err = ctx.Err()
-			if err == nil {
-				err = op()
-			}
-		}
+		err = op(ctx)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s %s: %w", call.Method, describe(call), err)

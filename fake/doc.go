@@ -42,9 +42,10 @@
 //
 // Leases expire on RouterConfig.Clock, so a test steps a
 // k8s.io/utils/clock/testing.FakeClock instead of sleeping. Tests steer the
-// router without forking it: hooks per method (Router.PrependHook, Fail,
-// FailNth, Delay, BlockHook) inject errors, delays and one-off answers;
-// Router.Reboot wipes the table; Router.Calls is a log of every call;
+// router without forking it: Router.Intercept adds typed hooks, one field
+// per operation (Hooks), that inject errors, delays and one-off answers,
+// and fire alike for calls through a Client and through a Server (with Nth,
+// Sleep and Hold for one-off, slow and held calls); Router.Reboot wipes the table; Router.Calls is a log of every call;
 // Router.Put seeds mappings, for example another host's.
 //
 // All fakes are safe for concurrent use, guard their state with one mutex,
@@ -70,7 +71,7 @@
 //     (miniupnpd then reports lease 0); Router.Put with Lease 0 seeds such a
 //     mapping by hand.
 //   - The time a rebooting router is unreachable: Reboot is instantaneous;
-//     hooks (Fail, Delay) simulate the outage.
+//     hooks (Router.Intercept) simulate the outage.
 //   - Transport failures (refused connections, timeouts, truncated
 //     answers) except through hooks.
 //   - NAT-PMP and PCP; IPv6 pinholes (WANIPv6FirewallControl, listed in the
@@ -87,5 +88,6 @@
 // LoadBalancer does not model any cloud: it keeps one status per Service
 // (namespace/name) with a single ingress IP, ignores ports, nodes and the
 // cluster name except to record them, and never returns
-// cloudprovider.ImplementedElsewhere or api.RetryError unless injected.
+// cloudprovider.ImplementedElsewhere or api.RetryError unless a hook
+// (LoadBalancer.Intercept, in the same idiom as the Router's) answers so.
 package fake

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cloud-provider/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
@@ -64,7 +67,13 @@ func Example() {
 
 	// The router fails the next AddPortMapping once.
 	router.Reboot()
-	router.FailNth(fake.MethodAddPortMapping, 1, &igd.UPnPError{Action: "AddPortMapping", Code: 501, Description: "ActionFailed"})
+	first := fake.Nth(1)
+	router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if first() {
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: 501, Description: "ActionFailed"}
+		}
+		return next(ctx, m)
+	}})
 	_, err = exposeWeb(ctx, node)
 	fmt.Println("UPnP error", igd.Code(err))
 	fmt.Println("AddPortMapping calls:", router.CallCount(fake.MethodAddPortMapping))
@@ -106,13 +115,21 @@ func ExampleNewServer() {
 	// [UDP/5353 -> 127.0.0.1:53 ("dns", lease 168h0m0s)]
 }
 
-// Hooks steer the router without forking it: here every
-// GetPortMapping waits until the test lets it go, and the log shows who
-// called what.
-func ExampleRouter_PrependHook() {
+// Hooks steer the router without forking it, one typed field per
+// operation: here every GetPortMapping waits until the test lets it go,
+// and the log shows who called what. The same hook fires for calls that
+// come through a Server (as GetSpecificPortMappingEntry).
+func ExampleRouter_Intercept() {
 	router := fake.NewRouter(fake.RouterConfig{})
 	release := make(chan struct{})
-	router.PrependHook(fake.MethodGetPortMapping, fake.BlockHook(release))
+	router.Intercept(fake.Hooks{
+		GetPortMapping: func(ctx context.Context, from netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
+			if err := fake.Hold(ctx, release); err != nil {
+				return igd.Mapping{}, err
+			}
+			return next(ctx, k)
+		},
+	})
 
 	done := make(chan error)
 	go func() {
@@ -128,4 +145,35 @@ func ExampleRouter_PrependHook() {
 	// Output:
 	// true
 	// GetPortMapping 192.0.2.11 TCP/8080 714
+}
+
+// A LoadBalancer fake takes hooks in the same idiom: here the cloud asks
+// the service controller to retry the first Ensure of every Service, as a
+// cloud does while an address is being allocated.
+func ExampleLoadBalancer_Intercept() {
+	lb := fake.NewLoadBalancer(netip.Addr{})
+	seen := map[string]bool{}
+	lb.Intercept(fake.LoadBalancerHooks{
+		EnsureLoadBalancer: func(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node, next fake.EnsureLoadBalancerFunc) (*v1.LoadBalancerStatus, error) {
+			if !seen[svc.Name] {
+				seen[svc.Name] = true
+				return nil, api.NewRetryError("address not ready", time.Second)
+			}
+			return next(ctx, cluster, svc, nodes)
+		},
+	})
+	web := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}}
+	for range 2 {
+		st, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", web, nil)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Println("ingress:", st.Ingress[0].IP)
+	}
+	fmt.Println(lb.CallCount(fake.MethodEnsureLoadBalancer), "calls,", len(lb.Services()), "load balancer")
+	// Output:
+	// error: address not ready
+	// ingress: 198.51.101.7
+	// 2 calls, 1 load balancer
 }

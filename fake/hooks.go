@@ -10,10 +10,10 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Method names, as recorded in Call.Method and as keys of hooks. Calls made
-// through a Client use the igd.Client method names; calls made through a
-// Server use the SOAP action names, two of which are the same
-// (AddPortMapping, DeletePortMapping), so a hook on them steers both.
+// Method names, as recorded in Call.Method. Calls made through a Client are
+// logged under the igd.Client method names; calls made through a Server
+// under their SOAP action names, two of which are the same
+// (AddPortMapping, DeletePortMapping).
 const (
 	MethodAddPortMapping    = "AddPortMapping"
 	MethodDeletePortMapping = "DeletePortMapping"
@@ -23,8 +23,7 @@ const (
 	MethodLocalAddr         = "LocalAddr"
 )
 
-// Call is one call the router received, as recorded in its call log and as
-// passed to hooks.
+// Call is one call the router received, as recorded in its call log.
 type Call struct {
 	// Method is the igd.Client method name (through a Client) or the SOAP
 	// action name (through a Server).
@@ -39,17 +38,14 @@ type Call struct {
 	Ports igd.PortRange
 	// Mapping is the argument of AddPortMapping (or AddAnyPortMapping), or
 	// the mapping a GetPortMapping (or GetSpecificPortMappingEntry /
-	// GetGenericPortMappingEntry) returned. A hook that handles a get call
-	// sets it to the mapping to return.
+	// GetGenericPortMappingEntry) returned.
 	Mapping igd.Mapping
 	// Mappings is what ListPortMappings (or GetListOfPortMappings) returned.
-	// A hook that handles a list call sets it to the list to return.
 	Mappings []igd.Mapping
 	// Addr is what ExternalIP (or GetExternalIPAddress) or LocalAddr
-	// returned. A hook that handles such a call sets it to the address to
-	// return.
+	// returned.
 	Addr netip.Addr
-	// Err is the error the call returned (nil when a hook sees the call).
+	// Err is the error the call returned.
 	Err error
 }
 
@@ -59,106 +55,197 @@ func (c Call) clone() Call {
 	return c
 }
 
-// Hook intercepts calls of one method before they reach the table. Hooks run
-// in order, the most recently added first, outside the router's lock, so a
-// hook may block (it should honour ctx). When a hook returns handled, the
-// call returns err and, for methods that return a value, the value the hook
-// left in call (Mapping, Mappings or Addr); later hooks and the table are
-// skipped. When it returns !handled the next hook runs, then the table; err
-// is ignored then. A hook may change call.Mapping of an AddPortMapping call
-// before passing it on: the changed mapping is what gets stored.
-type Hook func(ctx context.Context, call *Call) (handled bool, err error)
+// The next functions a hook is given: each passes the call on, as it is or
+// changed, to the hooks added before and then to the router's table, and
+// returns their answer.
+type (
+	// AddrFunc passes on ExternalIP or LocalAddr.
+	AddrFunc func(ctx context.Context) (netip.Addr, error)
+	// AddFunc passes on AddPortMapping with mapping m and returns the
+	// mapping as stored.
+	AddFunc func(ctx context.Context, m igd.Mapping) (igd.Mapping, error)
+	// DeleteFunc passes on DeletePortMapping of k.
+	DeleteFunc func(ctx context.Context, k igd.Key) error
+	// GetFunc passes on GetPortMapping of k.
+	GetFunc func(ctx context.Context, k igd.Key) (igd.Mapping, error)
+	// ListFunc passes on ListPortMappings of proto in ports.
+	ListFunc func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error)
+	// EntryFunc passes on GetGenericPortMappingEntry of index.
+	EntryFunc func(ctx context.Context, index int) (igd.Mapping, error)
+	// ActionFunc passes on a SOAP action.
+	ActionFunc func(ctx context.Context) error
+)
 
-// PrependHook adds h in front of the hooks for method (see the Method
-// constants; through a Server, any SOAP action name).
-func (r *Router) PrependHook(method string, h Hook) {
+// Hooks intercept calls to a Router, one field per operation; a nil field
+// lets its calls through. Each operation's hooks fire whichever way the
+// call comes: through a Client (the igd.Client method) or through a Server
+// (the SOAP actions named on the field), so one hook steers the in-memory
+// and the SOAP path alike. A hook gets the calling host (from), the call's
+// arguments and next; it may change the arguments, pass the call on with
+// next and change the answer, or answer the call itself without calling
+// next. Hooks run outside the router's lock, may block, and should honour
+// ctx. Invalid arguments (a Client's validation, a malformed SOAP request)
+// are refused before any hook runs. Every call is logged with the answer
+// it finally got.
+type Hooks struct {
+	// ExternalIP intercepts Client.ExternalIP and GetExternalIPAddress.
+	ExternalIP func(ctx context.Context, from netip.Addr, next AddrFunc) (netip.Addr, error)
+	// LocalAddr intercepts Client.LocalAddr (a Client's own address; no
+	// SOAP action asks for it).
+	LocalAddr func(ctx context.Context, from netip.Addr, next AddrFunc) (netip.Addr, error)
+	// AddPortMapping intercepts Client.AddPortMapping, AddPortMapping and
+	// AddAnyPortMapping. The mapping next stores is what the router keeps;
+	// through AddAnyPortMapping next may store it at another external port,
+	// and returns it with that port. Through a Client, next includes the
+	// client's retry with a permanent lease when the router answers 725,
+	// and the client returns the mapping as sent, not next's answer.
+	AddPortMapping func(ctx context.Context, from netip.Addr, m igd.Mapping, next AddFunc) (igd.Mapping, error)
+	// DeletePortMapping intercepts Client.DeletePortMapping and
+	// DeletePortMapping.
+	DeletePortMapping func(ctx context.Context, from netip.Addr, k igd.Key, next DeleteFunc) error
+	// GetPortMapping intercepts Client.GetPortMapping and
+	// GetSpecificPortMappingEntry.
+	GetPortMapping func(ctx context.Context, from netip.Addr, k igd.Key, next GetFunc) (igd.Mapping, error)
+	// ListPortMappings intercepts Client.ListPortMappings and
+	// GetListOfPortMappings (through a Server, the listing is then cut to
+	// the NewNumberOfPorts asked for only when next made it).
+	ListPortMappings func(ctx context.Context, from netip.Addr, proto igd.Protocol, ports igd.PortRange, next ListFunc) ([]igd.Mapping, error)
+	// GetGenericPortMappingEntry intercepts GetGenericPortMappingEntry, the
+	// walk of the table by index (a Server only: the in-memory Client never
+	// walks).
+	GetGenericPortMappingEntry func(ctx context.Context, from netip.Addr, index int, next EntryFunc) (igd.Mapping, error)
+	// SOAPAction intercepts every SOAP call to a Server, with its action
+	// name, before the operation's own hook: the way to steer actions that
+	// have no field here (GetStatusInfo, DeletePortMappingRange, ...).
+	// Failing it fails the call; it never sees Client calls.
+	SOAPAction func(ctx context.Context, from netip.Addr, action string, next ActionFunc) error
+}
+
+// Intercept puts h in front of every hook added before: h's hooks run
+// first, and their next reaches the earlier ones, then the table. Hooks stay
+// until ClearHooks; Reboot keeps them.
+func (r *Router) Intercept(h Hooks) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hooks[method] = append([]Hook{h}, r.hooks[method]...)
+	r.hooks = append([]Hooks{h}, r.hooks...)
 }
 
 // ClearHooks removes every hook.
 func (r *Router) ClearHooks() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	clear(r.hooks)
+	r.hooks = nil
 }
 
-// Fail makes every call of method fail with err.
-func (r *Router) Fail(method string, err error) { r.PrependHook(method, ErrorHook(err)) }
-
-// FailNth makes the nth call (counting from 1, from now on) of method fail
-// with err; the calls before and after it are unaffected. For example
-// r.FailNth(fake.MethodAddPortMapping, 3, err) fails the third
-// AddPortMapping.
-func (r *Router) FailNth(method string, n int, err error) {
-	r.PrependHook(method, NthHook(n, ErrorHook(err)))
-}
-
-// Delay makes every call of method wait d (real time) first, or until its
-// context ends, in which case the call returns the context's error.
-func (r *Router) Delay(method string, d time.Duration) { r.PrependHook(method, DelayHook(d)) }
-
-// ErrorHook returns a hook that handles every call with err. Pass a
-// *igd.UPnPError to simulate a router answer (a Server turns it into a SOAP
-// fault with its code; other errors become 501 ActionFailed).
-func ErrorHook(err error) Hook {
-	return func(context.Context, *Call) (bool, error) { return true, err }
-}
-
-// NthHook returns a hook that runs h on the nth call it sees (counting from
-// 1) and passes every other call on.
-func NthHook(n int, h Hook) Hook {
-	var seen atomic.Int64
-	return func(ctx context.Context, call *Call) (bool, error) {
-		if seen.Add(1) != int64(n) {
-			return false, nil
-		}
-		return h(ctx, call)
-	}
-}
-
-// DelayHook returns a hook that waits d (real time) and passes the call on,
-// or handles it with the context's error if ctx ends first.
-func DelayHook(d time.Duration) Hook {
-	return func(ctx context.Context, _ *Call) (bool, error) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return false, nil
-		case <-ctx.Done():
-			return true, ctx.Err()
-		}
-	}
-}
-
-// BlockHook returns a hook that waits until release is closed and passes the
-// call on, or handles it with the context's error if ctx ends first. It lets
-// a test hold a call in flight deterministically.
-func BlockHook(release <-chan struct{}) Hook {
-	return func(ctx context.Context, _ *Call) (bool, error) {
-		select {
-		case <-release:
-			return false, nil
-		case <-ctx.Done():
-			return true, ctx.Err()
-		}
-	}
-}
-
-// runHooks runs the hooks for call.Method. It reports whether one handled
-// the call, and with which error.
-func (r *Router) runHooks(ctx context.Context, call *Call) (bool, error) {
+// layers returns the hooks, newest first.
+func (r *Router) layers() []Hooks {
 	r.mu.Lock()
-	hooks := slices.Clone(r.hooks[call.Method])
-	r.mu.Unlock()
-	for _, h := range hooks {
-		if handled, err := h(ctx, call); handled {
-			return true, err
+	defer r.mu.Unlock()
+	return slices.Clone(r.hooks)
+}
+
+// chain wraps base in the hooks of layers that wrap returns, the oldest
+// innermost.
+func chain[F any](layers []Hooks, base F, wrap func(h Hooks, next F) (F, bool)) F {
+	for i := len(layers) - 1; i >= 0; i-- {
+		if f, ok := wrap(layers[i], base); ok {
+			base = f
 		}
 	}
-	return false, nil
+	return base
+}
+
+// Chains of each operation, for a call from host from.
+
+func externalIPChain(layers []Hooks, from netip.Addr, base AddrFunc) AddrFunc {
+	return chain(layers, base, func(h Hooks, next AddrFunc) (AddrFunc, bool) {
+		f := h.ExternalIP
+		return func(ctx context.Context) (netip.Addr, error) { return f(ctx, from, next) }, f != nil
+	})
+}
+
+func localAddrChain(layers []Hooks, from netip.Addr, base AddrFunc) AddrFunc {
+	return chain(layers, base, func(h Hooks, next AddrFunc) (AddrFunc, bool) {
+		f := h.LocalAddr
+		return func(ctx context.Context) (netip.Addr, error) { return f(ctx, from, next) }, f != nil
+	})
+}
+
+func addChain(layers []Hooks, from netip.Addr, base AddFunc) AddFunc {
+	return chain(layers, base, func(h Hooks, next AddFunc) (AddFunc, bool) {
+		f := h.AddPortMapping
+		return func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) { return f(ctx, from, m, next) }, f != nil
+	})
+}
+
+func deleteChain(layers []Hooks, from netip.Addr, base DeleteFunc) DeleteFunc {
+	return chain(layers, base, func(h Hooks, next DeleteFunc) (DeleteFunc, bool) {
+		f := h.DeletePortMapping
+		return func(ctx context.Context, k igd.Key) error { return f(ctx, from, k, next) }, f != nil
+	})
+}
+
+func getChain(layers []Hooks, from netip.Addr, base GetFunc) GetFunc {
+	return chain(layers, base, func(h Hooks, next GetFunc) (GetFunc, bool) {
+		f := h.GetPortMapping
+		return func(ctx context.Context, k igd.Key) (igd.Mapping, error) { return f(ctx, from, k, next) }, f != nil
+	})
+}
+
+func listChain(layers []Hooks, from netip.Addr, base ListFunc) ListFunc {
+	return chain(layers, base, func(h Hooks, next ListFunc) (ListFunc, bool) {
+		f := h.ListPortMappings
+		return func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+			return f(ctx, from, proto, ports, next)
+		}, f != nil
+	})
+}
+
+func entryChain(layers []Hooks, from netip.Addr, base EntryFunc) EntryFunc {
+	return chain(layers, base, func(h Hooks, next EntryFunc) (EntryFunc, bool) {
+		f := h.GetGenericPortMappingEntry
+		return func(ctx context.Context, index int) (igd.Mapping, error) { return f(ctx, from, index, next) }, f != nil
+	})
+}
+
+func actionChain(layers []Hooks, from netip.Addr, action string, base ActionFunc) ActionFunc {
+	return chain(layers, base, func(h Hooks, next ActionFunc) (ActionFunc, bool) {
+		f := h.SOAPAction
+		return func(ctx context.Context) error { return f(ctx, from, action, next) }, f != nil
+	})
+}
+
+// Nth returns a counter for hooks that act on one call only: each call of
+// the returned function counts one, and it reports true on the nth (counting
+// from 1) and never again. It is safe for concurrent use.
+func Nth(n int) func() bool {
+	var seen atomic.Int64
+	return func() bool { return seen.Add(1) == int64(n) }
+}
+
+// Sleep waits d (real time) for a hook that delays its call, and returns
+// nil, or ctx's error if ctx ends first.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Hold waits until release is closed, for a hook that holds its call in
+// flight until the test lets it go, and returns nil, or ctx's error if ctx
+// ends first.
+func Hold(ctx context.Context, release <-chan struct{}) error {
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // record appends call to the call log.

@@ -14,7 +14,7 @@ import (
 )
 
 // Names of the cloudprovider.LoadBalancer methods, as recorded in
-// LoadBalancerCall.Method and accepted by LoadBalancer.SetError.
+// LoadBalancerCall.Method.
 const (
 	MethodEnsureLoadBalancer        = "EnsureLoadBalancer"
 	MethodUpdateLoadBalancer        = "UpdateLoadBalancer"
@@ -42,16 +42,15 @@ type LoadBalancerCall struct {
 // of CCM wiring. It keeps one load balancer per Service (by namespace and
 // name): EnsureLoadBalancer creates or updates it with a status holding
 // IngressIP, EnsureLoadBalancerDeleted removes it, GetLoadBalancer reports
-// it. Errors are injected per method. It never modifies its arguments,
-// returns copies, and is safe for concurrent use. Create it with
-// NewLoadBalancer.
+// it. Errors, delays and other answers are injected with Intercept. It never
+// modifies its arguments, returns copies, and is safe for concurrent use.
+// Create it with NewLoadBalancer.
 type LoadBalancer struct {
 	// mu guards every field below it.
 	mu        sync.Mutex
 	ingressIP netip.Addr
 	lbs       map[types.NamespacedName]*v1.LoadBalancerStatus
-	errs      map[string]error
-	nextErrs  map[string][]error
+	hooks     []LoadBalancerHooks // newest first
 	calls     []LoadBalancerCall
 }
 
@@ -66,30 +65,81 @@ func NewLoadBalancer(ingressIP netip.Addr) *LoadBalancer {
 	return &LoadBalancer{
 		ingressIP: ingressIP,
 		lbs:       make(map[types.NamespacedName]*v1.LoadBalancerStatus),
-		errs:      make(map[string]error),
-		nextErrs:  make(map[string][]error),
 	}
 }
 
-// SetError makes every later call of method fail with err (nil clears it).
-// A failing call changes no state.
-func (lb *LoadBalancer) SetError(method string, err error) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	if err == nil {
-		delete(lb.errs, method)
-		return
-	}
-	lb.errs[method] = err
+// The next functions a LoadBalancerHooks hook is given: each passes the
+// call on, as it is or changed, to the hooks added before and then to the
+// fake's load balancers, and returns their answer.
+type (
+	GetLoadBalancerFunc           func(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error)
+	EnsureLoadBalancerFunc        func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error)
+	UpdateLoadBalancerFunc        func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error
+	EnsureLoadBalancerDeletedFunc func(ctx context.Context, clusterName string, service *v1.Service) error
+)
+
+// LoadBalancerHooks intercept calls to a LoadBalancer, one field per
+// cloudprovider.LoadBalancer method that can fail, in the idiom of the
+// Router's Hooks: a nil field lets its calls through; a hook gets the
+// call's arguments and next, and may pass the call on (changed or not) or
+// answer it itself. A call a hook fails changes no load balancer. Hooks run
+// outside the LoadBalancer's lock and may block; they should honour ctx.
+// Every call is logged with the error it finally returned.
+type LoadBalancerHooks struct {
+	GetLoadBalancer           func(ctx context.Context, clusterName string, service *v1.Service, next GetLoadBalancerFunc) (*v1.LoadBalancerStatus, bool, error)
+	EnsureLoadBalancer        func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node, next EnsureLoadBalancerFunc) (*v1.LoadBalancerStatus, error)
+	UpdateLoadBalancer        func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node, next UpdateLoadBalancerFunc) error
+	EnsureLoadBalancerDeleted func(ctx context.Context, clusterName string, service *v1.Service, next EnsureLoadBalancerDeletedFunc) error
 }
 
-// FailNext makes the next call of method fail with err, once. Several
-// FailNext errors for one method are returned in the order given, before
-// any SetError error.
-func (lb *LoadBalancer) FailNext(method string, err error) {
+// Intercept puts h in front of every hook added before: h's hooks run
+// first, and their next reaches the earlier ones, then the fake's load
+// balancers. Hooks stay until ClearHooks.
+func (lb *LoadBalancer) Intercept(h LoadBalancerHooks) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	lb.nextErrs[method] = append(lb.nextErrs[method], err)
+	lb.hooks = append([]LoadBalancerHooks{h}, lb.hooks...)
+}
+
+// ClearHooks removes every hook.
+func (lb *LoadBalancer) ClearHooks() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.hooks = nil
+}
+
+// layers returns the hooks, newest first.
+func (lb *LoadBalancer) layers() []LoadBalancerHooks {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return slices.Clone(lb.hooks)
+}
+
+// lbChain wraps base in the hooks of layers that wrap returns, the oldest
+// innermost.
+func lbChain[F any](layers []LoadBalancerHooks, base F, wrap func(h LoadBalancerHooks, next F) (F, bool)) F {
+	for i := len(layers) - 1; i >= 0; i-- {
+		if f, ok := wrap(layers[i], base); ok {
+			base = f
+		}
+	}
+	return base
+}
+
+// record logs a call.
+func (lb *LoadBalancer) record(method, clusterName string, service *v1.Service, nodes []*v1.Node, err error) {
+	call := LoadBalancerCall{Method: method, ClusterName: clusterName, Service: serviceName(service), Err: err}
+	if nodes != nil {
+		call.Nodes = make([]string, 0, len(nodes))
+		for _, n := range nodes {
+			if n != nil {
+				call.Nodes = append(call.Nodes, n.Name)
+			}
+		}
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.calls = append(lb.calls, call)
 }
 
 // SetIngressIP changes the address later EnsureLoadBalancer calls report;
@@ -156,15 +206,25 @@ func (lb *LoadBalancer) Services() []types.NamespacedName {
 
 // GetLoadBalancer reports whether the Service has a load balancer and its
 // status (a copy).
-func (lb *LoadBalancer) GetLoadBalancer(_ context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	next := lbChain[GetLoadBalancerFunc](lb.layers(), lb.get, func(h LoadBalancerHooks, next GetLoadBalancerFunc) (GetLoadBalancerFunc, bool) {
+		f := h.GetLoadBalancer
+		return func(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+			return f(ctx, clusterName, service, next)
+		}, f != nil
+	})
+	st, ok, err := next(ctx, clusterName, service)
+	lb.record(MethodGetLoadBalancer, clusterName, service, nil, err)
+	if err != nil {
+		return nil, false, err
+	}
+	return st, ok, nil
+}
+
+func (lb *LoadBalancer) get(_ context.Context, _ string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	call := lb.beginLocked(MethodGetLoadBalancer, clusterName, service, nil)
-	lb.calls = append(lb.calls, call)
-	if call.Err != nil {
-		return nil, false, call.Err
-	}
-	st, ok := lb.lbs[call.Service]
+	st, ok := lb.lbs[serviceName(service)]
 	if !ok {
 		return nil, false, nil
 	}
@@ -172,12 +232,9 @@ func (lb *LoadBalancer) GetLoadBalancer(_ context.Context, clusterName string, s
 }
 
 // GetLoadBalancerName returns cloudprovider.DefaultLoadBalancerName for the
-// Service. The call is logged; SetError has no effect on it (it returns no
-// error).
+// Service. The call is logged; no hook sees it (it returns no error).
 func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName string, service *v1.Service) string {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.calls = append(lb.calls, LoadBalancerCall{Method: MethodGetLoadBalancerName, ClusterName: clusterName, Service: serviceName(service)})
+	lb.record(MethodGetLoadBalancerName, clusterName, service, nil, nil)
 	if service == nil {
 		return ""
 	}
@@ -186,62 +243,63 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 
 // EnsureLoadBalancer creates or updates the Service's load balancer and
 // returns its status (a copy): one ingress entry with the ingress IP.
-func (lb *LoadBalancer) EnsureLoadBalancer(_ context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	next := lbChain[EnsureLoadBalancerFunc](lb.layers(), lb.ensure, func(h LoadBalancerHooks, next EnsureLoadBalancerFunc) (EnsureLoadBalancerFunc, bool) {
+		f := h.EnsureLoadBalancer
+		return func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+			return f(ctx, clusterName, service, nodes, next)
+		}, f != nil
+	})
+	st, err := next(ctx, clusterName, service, nodes)
+	lb.record(MethodEnsureLoadBalancer, clusterName, service, nodes, err)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (lb *LoadBalancer) ensure(_ context.Context, _ string, service *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	call := lb.beginLocked(MethodEnsureLoadBalancer, clusterName, service, nodes)
-	lb.calls = append(lb.calls, call)
-	if call.Err != nil {
-		return nil, call.Err
-	}
 	st := &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: lb.ingressIP.String()}}}
-	lb.lbs[call.Service] = st
+	lb.lbs[serviceName(service)] = st
 	return st.DeepCopy(), nil
 }
 
 // UpdateLoadBalancer records the call; the load balancer's status does not
 // change.
-func (lb *LoadBalancer) UpdateLoadBalancer(_ context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	call := lb.beginLocked(MethodUpdateLoadBalancer, clusterName, service, nodes)
-	lb.calls = append(lb.calls, call)
-	return call.Err
+func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
+	next := lbChain[UpdateLoadBalancerFunc](lb.layers(), func(context.Context, string, *v1.Service, []*v1.Node) error { return nil },
+		func(h LoadBalancerHooks, next UpdateLoadBalancerFunc) (UpdateLoadBalancerFunc, bool) {
+			f := h.UpdateLoadBalancer
+			return func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
+				return f(ctx, clusterName, service, nodes, next)
+			}, f != nil
+		})
+	err := next(ctx, clusterName, service, nodes)
+	lb.record(MethodUpdateLoadBalancer, clusterName, service, nodes, err)
+	return err
 }
 
 // EnsureLoadBalancerDeleted removes the Service's load balancer; deleting
 // one that does not exist succeeds.
-func (lb *LoadBalancer) EnsureLoadBalancerDeleted(_ context.Context, clusterName string, service *v1.Service) error {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	call := lb.beginLocked(MethodEnsureLoadBalancerDeleted, clusterName, service, nil)
-	lb.calls = append(lb.calls, call)
-	if call.Err != nil {
-		return call.Err
-	}
-	delete(lb.lbs, call.Service)
-	return nil
+func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
+	next := lbChain[EnsureLoadBalancerDeletedFunc](lb.layers(), lb.remove, func(h LoadBalancerHooks, next EnsureLoadBalancerDeletedFunc) (EnsureLoadBalancerDeletedFunc, bool) {
+		f := h.EnsureLoadBalancerDeleted
+		return func(ctx context.Context, clusterName string, service *v1.Service) error {
+			return f(ctx, clusterName, service, next)
+		}, f != nil
+	})
+	err := next(ctx, clusterName, service)
+	lb.record(MethodEnsureLoadBalancerDeleted, clusterName, service, nil, err)
+	return err
 }
 
-// beginLocked builds the log record of a call, with the injected error for
-// method if any (consuming a FailNext error).
-func (lb *LoadBalancer) beginLocked(method, clusterName string, service *v1.Service, nodes []*v1.Node) LoadBalancerCall {
-	call := LoadBalancerCall{Method: method, ClusterName: clusterName, Service: serviceName(service)}
-	if nodes != nil {
-		call.Nodes = make([]string, 0, len(nodes))
-		for _, n := range nodes {
-			if n != nil {
-				call.Nodes = append(call.Nodes, n.Name)
-			}
-		}
-	}
-	if q := lb.nextErrs[method]; len(q) > 0 {
-		call.Err = q[0]
-		lb.nextErrs[method] = q[1:]
-	} else {
-		call.Err = lb.errs[method]
-	}
-	return call
+func (lb *LoadBalancer) remove(_ context.Context, _ string, service *v1.Service) error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	delete(lb.lbs, serviceName(service))
+	return nil
 }
 
 // serviceName returns the namespace and name of service (empty for nil).

@@ -1,6 +1,7 @@
 package fake_test
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/ccmkit/ccmkit/fake"
 )
@@ -114,13 +117,24 @@ func TestLoadBalancerSetIngressIP(t *testing.T) {
 	}
 }
 
-func TestLoadBalancerInjectedErrors(t *testing.T) {
+func TestLoadBalancerHooks(t *testing.T) {
 	lb := fake.NewLoadBalancer(netip.Addr{})
 	web := service("default", "web")
 	first, second, always := errors.New("first"), errors.New("second"), errors.New("always")
-	lb.FailNext(fake.MethodEnsureLoadBalancer, first)
-	lb.FailNext(fake.MethodEnsureLoadBalancer, second)
-	lb.SetError(fake.MethodEnsureLoadBalancer, always)
+	// Older hooks run after newer ones: "always" is reached only once the
+	// two one-off failures have been used.
+	lb.Intercept(fake.LoadBalancerHooks{EnsureLoadBalancer: func(context.Context, string, *v1.Service, []*v1.Node, fake.EnsureLoadBalancerFunc) (*v1.LoadBalancerStatus, error) {
+		return nil, always
+	}})
+	for _, err := range []error{second, first} {
+		once := fake.Nth(1)
+		lb.Intercept(fake.LoadBalancerHooks{EnsureLoadBalancer: func(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node, next fake.EnsureLoadBalancerFunc) (*v1.LoadBalancerStatus, error) {
+			if once() {
+				return nil, err
+			}
+			return next(ctx, cluster, svc, nodes)
+		}})
+	}
 	for _, want := range []error{first, second, always, always} {
 		if _, err := lb.EnsureLoadBalancer(t.Context(), "c", web, nil); !errors.Is(err, want) {
 			t.Errorf("EnsureLoadBalancer error %v, want %v", err, want)
@@ -129,13 +143,15 @@ func TestLoadBalancerInjectedErrors(t *testing.T) {
 	if len(lb.Services()) != 0 {
 		t.Errorf("a failed Ensure created a load balancer: %v", lb.Services())
 	}
-	lb.SetError(fake.MethodEnsureLoadBalancer, nil)
+	lb.ClearHooks()
 	st, err := lb.EnsureLoadBalancer(t.Context(), "c", web, nil)
 	if err != nil || st.Ingress[0].IP != fake.DefaultExternalIP.String() {
-		t.Errorf("after clearing: %v, %v; want ingress %s", st, err, fake.DefaultExternalIP)
+		t.Errorf("after ClearHooks: %v, %v; want ingress %s", st, err, fake.DefaultExternalIP)
 	}
-	// Errors are per method.
-	lb.SetError(fake.MethodEnsureLoadBalancerDeleted, always)
+	// Hooks are per method.
+	lb.Intercept(fake.LoadBalancerHooks{EnsureLoadBalancerDeleted: func(context.Context, string, *v1.Service, fake.EnsureLoadBalancerDeletedFunc) error {
+		return always
+	}})
 	if err := lb.EnsureLoadBalancerDeleted(t.Context(), "c", web); !errors.Is(err, always) {
 		t.Errorf("EnsureLoadBalancerDeleted = %v, want injected", err)
 	}
@@ -151,6 +167,28 @@ func TestLoadBalancerInjectedErrors(t *testing.T) {
 	if c := lb.Calls()[0]; !errors.Is(c.Err, first) {
 		t.Errorf("first call logged error %v, want %v", c.Err, first)
 	}
+}
+
+func TestLoadBalancerHookMayChangeTheAnswer(t *testing.T) {
+	lb := fake.NewLoadBalancer(netip.Addr{})
+	web := service("default", "web")
+	lb.Intercept(fake.LoadBalancerHooks{EnsureLoadBalancer: func(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node, next fake.EnsureLoadBalancerFunc) (*v1.LoadBalancerStatus, error) {
+		st, err := next(ctx, cluster, svc, nodes)
+		if err != nil {
+			return nil, err
+		}
+		st.Ingress[0].Hostname = "lb.example"
+		return st, nil
+	}})
+	st, err := lb.EnsureLoadBalancer(t.Context(), "c", web, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: fake.DefaultExternalIP.String(), Hostname: "lb.example"}}}
+	assert.Equal(t, want, st, "EnsureLoadBalancer through a hook that edits the answer")
+	// The hook changed the answer, not what the fake keeps.
+	kept, _ := lb.Status(types.NamespacedName{Namespace: "default", Name: "web"})
+	assert.Equal(t, "", kept.Ingress[0].Hostname, "stored status")
 }
 
 func TestLoadBalancerConcurrent(t *testing.T) {

@@ -87,7 +87,7 @@ type Router struct {
 	table      map[igd.Key]*entry
 	seq        uint64    // insertion counter; higher is newer
 	booted     time.Time // when the router last (re)started, on its clock
-	hooks      map[string][]Hook
+	hooks      []Hooks   // newest first
 	calls      []Call
 	crashed    bool // see RouterConfig.CrashOnLongList
 }
@@ -125,7 +125,6 @@ func NewRouter(cfg RouterConfig) *Router {
 		cfg:   cfg,
 		clock: cfg.Clock,
 		table: make(map[igd.Key]*entry),
-		hooks: make(map[string][]Hook),
 	}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
@@ -190,7 +189,7 @@ func (r *Router) Put(m igd.Mapping) {
 // Reboot simulates a router reboot: the table is wiped, a crashed router
 // (RouterConfig.CrashOnLongList) answers again, and the uptime
 // (GetStatusInfo through a Server) starts again from 0. The router answers
-// again at once; hooks (Fail, Delay) simulate the outage of a real reboot.
+// again at once; hooks (Intercept) simulate the outage of a real reboot.
 // Hooks, the call log and the external address are kept.
 func (r *Router) Reboot() {
 	r.mu.Lock()

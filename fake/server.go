@@ -62,7 +62,8 @@ const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 // description and the SOAP control endpoint of one connection service,
 // backed by a Router. Responses, faults included, are byte for byte what
 // miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
-// Router's hooks and call log under their SOAP action names.
+// Router's hooks (the operation's field of Hooks, and SOAPAction for every
+// action) and are logged under their SOAP action names.
 type Server struct {
 	// RootDescURL is the URL of the root description, for
 	// igd.Config.RootDescURL.
@@ -224,24 +225,28 @@ func argError(action string) error { return upnpErr(action, igd.CodeInvalidArgs)
 func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) ([]soapArg, error) {
 	a := args{action: sr.Action, m: sr.Args}
 	call := Call{Method: sr.Action, Client: caller}
-	var op func() ([]soapArg, error)
+	layers := h.router.layers()
+	var op func(context.Context) ([]soapArg, error)
 	switch sr.Action {
 	case "GetExternalIPAddress":
-		op = func() ([]soapArg, error) {
-			call.Addr = h.router.ExternalIPAddr()
-			return h.externalIPArgs(call.Addr), nil
+		next := externalIPChain(layers, caller, func(ctx context.Context) (netip.Addr, error) {
+			return h.router.ExternalIPAddr(), ctx.Err()
+		})
+		op = func(ctx context.Context) (_ []soapArg, err error) {
+			call.Addr, err = next(ctx)
+			return h.externalIPArgs(call.Addr), err
 		}
 	case "GetStatusInfo":
-		op = func() ([]soapArg, error) {
+		op = func(context.Context) ([]soapArg, error) {
 			up := int64(h.router.Uptime() / time.Second)
 			return []soapArg{{name: "NewConnectionStatus", value: "Connected"}, {name: "NewLastConnectionError", value: "ERROR_NONE"}, {name: "NewUptime", value: strconv.FormatInt(up, 10)}}, nil
 		}
 	case "GetConnectionTypeInfo":
-		op = func() ([]soapArg, error) {
+		op = func(context.Context) ([]soapArg, error) {
 			return []soapArg{{name: "NewConnectionType", value: "IP_Routed"}, {name: "NewPossibleConnectionTypes", value: "IP_Routed"}}, nil
 		}
 	case "GetNATRSIPStatus":
-		op = func() ([]soapArg, error) {
+		op = func(context.Context) ([]soapArg, error) {
 			return []soapArg{{name: "NewRSIPAvailable", value: "0"}, {name: "NewNATEnabled", value: "1"}}, nil
 		}
 	case "AddPortMapping", "AddAnyPortMapping":
@@ -253,13 +258,18 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			return nil, err
 		}
 		call.Key, call.Mapping = m.Key(), m
-		op = func() ([]soapArg, error) {
-			if sr.Action == "AddPortMapping" {
-				_, err := h.router.add(sr.Action, caller, call.Mapping)
-				return nil, err
+		next := addChain(layers, caller, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+			if err := ctx.Err(); err != nil {
+				return igd.Mapping{}, err
 			}
-			stored, err := h.router.addAny(sr.Action, caller, call.Mapping)
-			if err != nil {
+			if sr.Action == "AddPortMapping" {
+				return h.router.add(sr.Action, caller, m)
+			}
+			return h.router.addAny(sr.Action, caller, m)
+		})
+		op = func(ctx context.Context) ([]soapArg, error) {
+			stored, err := next(ctx, m)
+			if err != nil || sr.Action == "AddPortMapping" {
 				return nil, err
 			}
 			return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(stored.ExternalPort))}}, nil
@@ -270,7 +280,13 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			return nil, err
 		}
 		call.Key = k
-		op = func() ([]soapArg, error) { return nil, h.router.remove(sr.Action, caller, k) }
+		next := deleteChain(layers, caller, func(ctx context.Context, k igd.Key) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return h.router.remove(sr.Action, caller, k)
+		})
+		op = func(ctx context.Context) ([]soapArg, error) { return nil, next(ctx, k) }
 	case "DeletePortMappingRange":
 		if h.service != WANIPConnection2 {
 			return nil, errInvalidAction
@@ -279,7 +295,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if err != nil {
 			return nil, err
 		}
-		op = func() ([]soapArg, error) {
+		op = func(context.Context) ([]soapArg, error) {
 			return nil, h.router.removeRange(sr.Action, caller, proto, start, end, manage)
 		}
 	case "GetSpecificPortMappingEntry":
@@ -288,25 +304,39 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			return nil, err
 		}
 		call.Key = k
-		op = func() ([]soapArg, error) {
-			m, err := h.router.get(sr.Action, k)
+		next := getChain(layers, caller, func(ctx context.Context, k igd.Key) (igd.Mapping, error) {
+			if err := ctx.Err(); err != nil {
+				return igd.Mapping{}, err
+			}
+			return h.router.get(sr.Action, k)
+		})
+		op = func(ctx context.Context) (_ []soapArg, err error) {
+			call.Mapping, err = next(ctx, k)
 			if err != nil {
 				return nil, err
 			}
-			call.Mapping = m
-			return specificArgs(m), nil
+			return specificArgs(call.Mapping), nil
 		}
 	case "GetGenericPortMappingEntry":
 		idx, err := a.uint("NewPortMappingIndex", 16)
 		if err != nil {
 			return nil, err
 		}
-		op = func() ([]soapArg, error) {
-			list := h.router.list()
-			if int(idx) >= len(list) {
-				return nil, upnpErr(sr.Action, igd.CodeInvalidArrayIndex)
+		next := entryChain(layers, caller, func(ctx context.Context, idx int) (igd.Mapping, error) {
+			if err := ctx.Err(); err != nil {
+				return igd.Mapping{}, err
 			}
-			call.Mapping = list[idx]
+			list := h.router.list()
+			if idx < 0 || idx >= len(list) {
+				return igd.Mapping{}, upnpErr(sr.Action, igd.CodeInvalidArrayIndex)
+			}
+			return list[idx], nil
+		})
+		op = func(ctx context.Context) (_ []soapArg, err error) {
+			call.Mapping, err = next(ctx, int(idx))
+			if err != nil {
+				return nil, err
+			}
 			call.Key = call.Mapping.Key()
 			return genericArgs(call.Mapping), nil
 		}
@@ -326,11 +356,14 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			n = 1000 // miniupnpd's limit per call
 		}
 		call.Key, call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
-		op = func() ([]soapArg, error) {
+		next := listChain(layers, caller, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			// One protocol, newest first, as miniupnpd lists it.
 			var out []igd.Mapping
 			for _, m := range h.router.list() {
-				if m.Protocol == proto && m.ExternalPort >= start && m.ExternalPort <= end {
+				if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
 					out = append(out, m)
 				}
 			}
@@ -341,42 +374,33 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			if len(out) > int(n) {
 				out = out[:n]
 			}
-			call.Mappings = out
-			return []soapArg{{name: "NewPortListing", value: portListing(out), raw: true}}, nil
+			return out, nil
+		})
+		op = func(ctx context.Context) (_ []soapArg, err error) {
+			call.Mappings, err = next(ctx, proto, call.Ports)
+			if err != nil {
+				return nil, err
+			}
+			return []soapArg{{name: "NewPortListing", value: portListing(call.Mappings), raw: true}}, nil
 		}
 	default:
 		return nil, errInvalidAction
 	}
 
-	handled, err := h.router.runHooks(ctx, &call)
 	var out []soapArg
-	switch {
-	case handled && err == nil:
-		out = h.hookAnswer(sr.Action, &call)
-	case !handled:
-		out, err = op()
+	err := actionChain(layers, caller, sr.Action, func(ctx context.Context) (err error) {
+		if err = ctx.Err(); err != nil {
+			return err
+		}
+		out, err = op(ctx)
+		return err
+	})(ctx)
+	if err != nil {
+		out = nil
 	}
 	call.Err = err
 	h.router.record(call)
 	return out, err
-}
-
-// hookAnswer is the response to a call a hook handled without error: the
-// values the hook left in call.
-func (h *handler) hookAnswer(action string, call *Call) []soapArg {
-	switch action {
-	case "GetExternalIPAddress":
-		return h.externalIPArgs(call.Addr)
-	case "GetSpecificPortMappingEntry":
-		return specificArgs(call.Mapping)
-	case "GetGenericPortMappingEntry":
-		return genericArgs(call.Mapping)
-	case "GetListOfPortMappings":
-		return []soapArg{{name: "NewPortListing", value: portListing(call.Mappings), raw: true}}
-	case "AddAnyPortMapping":
-		return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(call.Mapping.ExternalPort))}}
-	}
-	return nil
 }
 
 func (h *handler) externalIPArgs(a netip.Addr) []soapArg {

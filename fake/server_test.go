@@ -311,18 +311,34 @@ func TestServerHooks(t *testing.T) {
 	c := serverClient(t, r, fake.WANIPConnection2, hostA)
 
 	// A UPnPError from a hook becomes a fault with its code, seen by the real client.
-	r.FailNth(fake.MethodAddPortMapping, 1, &igd.UPnPError{Code: igd.CodeNoPortMapsAvailable})
+	first := fake.Nth(1)
+	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if first() {
+			return igd.Mapping{}, &igd.UPnPError{Code: igd.CodeNoPortMapsAvailable}
+		}
+		return next(ctx, m)
+	}})
 	_, err := c.AddPortMapping(tctx(t), tcp(40000, hostA))
 	if !errors.Is(err, igd.ErrNoPortMapsAvailable) {
 		t.Errorf("hooked AddPortMapping through the server: %v, want ErrNoPortMapsAvailable", err)
 	}
 	// Any other error is 501.
-	r.Fail("GetStatusInfo", errors.New("internal"))
+	r.Intercept(fake.Hooks{SOAPAction: func(ctx context.Context, _ netip.Addr, action string, next fake.ActionFunc) error {
+		if action == "GetStatusInfo" {
+			return errors.New("internal")
+		}
+		return next(ctx)
+	}})
 	if _, body := soapCall(t, srv, fake.WANIPConnection2, "GetStatusInfo", ""); faultCode(t, body) != 501 {
 		t.Errorf("plain error from a hook: want 501\n%s", body)
 	}
 	// A delay ends with the request.
-	r.Delay("GetExternalIPAddress", time.Hour)
+	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+		if err := fake.Sleep(ctx, time.Hour); err != nil {
+			return netip.Addr{}, err
+		}
+		return next(ctx)
+	}})
 	ctx, cancel := context.WithTimeout(tctx(t), 50*time.Millisecond)
 	defer cancel()
 	if _, err := c.ExternalIP(ctx); err == nil {
@@ -371,11 +387,13 @@ func TestServerCloseEndsHeldRequests(t *testing.T) {
 	srv := fake.NewServer(r, fake.ServerOptions{})
 	never := make(chan struct{})
 	entered := make(chan struct{})
-	r.PrependHook("GetExternalIPAddress", fake.BlockHook(never))
-	r.PrependHook("GetExternalIPAddress", func(context.Context, *fake.Call) (bool, error) {
+	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
 		close(entered)
-		return false, nil
-	})
+		if err := fake.Hold(ctx, never); err != nil {
+			return netip.Addr{}, err
+		}
+		return next(ctx)
+	}})
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, srv.ControlURL(), strings.NewReader(soapBody(string(fake.WANIPConnection2), "GetExternalIPAddress", "")))
 		req.Header.Set("SOAPAction", `"`+string(fake.WANIPConnection2)+`#GetExternalIPAddress"`)

@@ -3,6 +3,7 @@ package igd_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +115,12 @@ func TestMetricsScrape(t *testing.T) {
 	if _, err := c.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Fatalf("GetPortMapping of a free port: err = %v, want ErrNoSuchEntry", err)
 	}
-	r.Delay("GetExternalIPAddress", time.Second)
+	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+		if err := fake.Sleep(ctx, time.Second); err != nil {
+			return netip.Addr{}, err
+		}
+		return next(ctx)
+	}})
 	if _, err := c.ExternalIP(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ExternalIP of a router that does not answer: err = %v, want a timeout", err)
 	}

@@ -252,9 +252,15 @@ func TestWalkSurvivesAnotherHostDeleting(t *testing.T) {
 			r, _, c := newIGD1(t, 30)
 			newest := igd.Key{Protocol: igd.TCP, ExternalPort: 20029}
 			other := r.Client(netip.MustParseAddr("192.0.2.99"))
-			r.PrependHook("GetGenericPortMappingEntry", fake.NthHook(at, func(ctx context.Context, _ *fake.Call) (bool, error) {
-				return false, other.DeletePortMapping(ctx, newest.Protocol, newest.ExternalPort)
-			}))
+			nth := fake.Nth(at)
+			r.Intercept(fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+				if nth() {
+					if err := other.DeletePortMapping(ctx, newest.Protocol, newest.ExternalPort); err != nil {
+						return igd.Mapping{}, err
+					}
+				}
+				return next(ctx, i)
+			}})
 			got, err := igd.ReadTable(testContext(t), c)
 			if err != nil {
 				t.Fatal(err)
@@ -275,7 +281,7 @@ func TestWalkSurvivesOwnConcurrentDeletes(t *testing.T) {
 	for round := range 5 {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
 			r, _, c := newIGD1(t, 40)
-			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
+			r.Intercept(slowWalk)
 			ctx := testContext(t)
 			before := r.Mappings()
 			gone := map[igd.Key]bool{}
@@ -310,7 +316,7 @@ func TestWalkSurvivesOwnConcurrentDeletes(t *testing.T) {
 // table.
 func TestWalkNeverReturnsAPartialTable(t *testing.T) {
 	r, srv, c := newIGD1(t, 40)
-	r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
+	r.Intercept(slowWalk)
 	ctx := testContext(t)
 	before := r.Mappings()
 	other, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
@@ -386,3 +392,12 @@ func TestInternalPortZeroIsReadAsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// slowWalk delays every step of a walk of the table, so that other calls
+// interleave with it as on a real router.
+var slowWalk = fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+	if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
+		return igd.Mapping{}, err
+	}
+	return next(ctx, i)
+}}

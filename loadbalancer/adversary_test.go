@@ -41,20 +41,20 @@ func TestPassNeverDeletesFromAStaleListing(t *testing.T) {
 	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 81, InternalClient: addrStranger, InternalPort: 81, Description: "game console", Enabled: true}
 
 	var fired atomic.Bool
-	e.router.PrependHook(fake.MethodListPortMappings, func(ctx context.Context, call *fake.Call) (bool, error) {
+	e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 		if fired.Swap(true) {
-			return false, nil
+			return next(ctx, proto, ports)
 		}
 		// The pass's listing answers with the table as it is now; then,
 		// before the pass reaches web, the service controller withdraws
 		// port 81 and a game console maps it.
-		call.Mappings = e.router.Mappings()
+		listed := e.router.Mappings()
 		if _, err := e.lb.EnsureLoadBalancer(ctx, testCluster, webNow, nodes); err != nil {
 			t.Errorf("Ensure without port 81: %v", err)
 		}
 		e.router.Put(console)
-		return true, nil
-	})
+		return listed, nil
+	}})
 	e.lb.pass(ctx, staticWatch(t, nodes, []*v1.Service{webNow}))
 	if !fired.Load() {
 		t.Fatal("the pass did not list the table")
@@ -73,8 +73,20 @@ func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			r := fake.NewRouter(fake.RouterConfig{})
 			// Let the workers' calls interleave, as on a real router.
-			r.Delay("GetGenericPortMappingEntry", 200*time.Microsecond)
-			r.Delay(fake.MethodDeletePortMapping, 200*time.Microsecond)
+			r.Intercept(fake.Hooks{
+				GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+					if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
+						return igd.Mapping{}, err
+					}
+					return next(ctx, i)
+				},
+				DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
+					if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
+						return err
+					}
+					return next(ctx, k)
+				},
+			})
 			lb := overSOAP(t, r, fake.WANIPConnection1)
 			ensureThenDeleteConcurrently(t, lb, threeNodes(), "s", 1000)
 			if ms := r.Mappings(); len(ms) != 0 {
@@ -212,7 +224,7 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 			// Both adds wait until both Ensures have read the port free.
 			var adds sync.WaitGroup
 			adds.Add(2)
-			r.PrependHook(fake.MethodAddPortMapping, func(ctx context.Context, call *fake.Call) (bool, error) {
+			r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 				adds.Done()
 				done := make(chan struct{})
 				go func() { adds.Wait(); close(done) }()
@@ -220,8 +232,8 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 				case <-done:
 				case <-time.After(200 * time.Millisecond): // the other never writes
 				}
-				return false, nil
-			})
+				return next(ctx, m)
+			}})
 			svcs := []*v1.Service{older, younger}
 			errs := make([]error, 2)
 			order := []int{0, 1}
@@ -565,7 +577,9 @@ func TestUnusableExternalIPWarnedOnce(t *testing.T) {
 	web := lbService("default", "web")
 	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
 	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
-	e.router.PrependHook(fake.MethodExternalIP, fake.ErrorHook(&igd.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}))
+	e.router.Intercept(fake.Hooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		return netip.Addr{}, &igd.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}
+	}})
 	for range 3 {
 		r.tick(t)
 		if _, err := e.ensure(t, r.service(t, "default", "web"), nodes); !errors.Is(err, ErrExternalIPNotUsable) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,12 @@ func TestConcurrentServicesRaceForOnePort(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{})
 			// Widen the window between the table read and the add.
-			e.router.Delay(fake.MethodAddPortMapping, 200*time.Microsecond)
+			e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+				if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
+					return igd.Mapping{}, err
+				}
+				return next(ctx, m)
+			}})
 			nodes := threeNodes()
 			const workers = 24
 			errs := make([]error, workers)

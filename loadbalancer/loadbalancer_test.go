@@ -347,10 +347,10 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	const keep = 28 // "ck1 kubernetes/default/web h"
-	e.router.PrependHook(fake.MethodAddPortMapping, func(_ context.Context, c *fake.Call) (bool, error) {
-		c.Mapping.Description = c.Mapping.Description[:min(keep, len(c.Mapping.Description))]
-		return false, nil
-	})
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		m.Description = m.Description[:min(keep, len(m.Description))]
+		return next(ctx, m)
+	}})
 	nodes := threeNodes()
 	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 	e.mustEnsure(t, svc, nodes)
@@ -386,10 +386,10 @@ func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 func TestRouterCuttingDescriptionsAfterTheOwner(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	const keep = 28
-	e.router.PrependHook(fake.MethodAddPortMapping, func(_ context.Context, c *fake.Call) (bool, error) {
-		c.Mapping.Description = c.Mapping.Description[:min(keep, len(c.Mapping.Description))]
-		return false, nil
-	})
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		m.Description = m.Description[:min(keep, len(m.Description))]
+		return next(ctx, m)
+	}})
 	nodes := threeNodes()
 	svc := newService("default", "webx", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 	e.mustEnsure(t, svc, nodes)
@@ -569,12 +569,12 @@ func TestServiceSelection(t *testing.T) {
 func TestRouterRefusedPortNamesReason(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	// miniupnpd answers 606 for ports outside its allow rules (below 1024 in the lab).
-	e.router.PrependHook(fake.MethodAddPortMapping, func(_ context.Context, c *fake.Call) (bool, error) {
-		if c.Key.ExternalPort < 1024 {
-			return true, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if m.ExternalPort < 1024 {
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
 		}
-		return false, nil
-	})
+		return next(ctx, m)
+	}})
 	svc := newService("default", "web", withPorts(port("low", v1.ProtocolTCP, 80, 30080), port("high", v1.ProtocolTCP, 8080, 30081)))
 	_, err := e.ensure(t, svc, threeNodes())
 	if !errors.Is(err, igd.ErrNotAuthorized) {
@@ -598,7 +598,13 @@ func TestRouterRefusedPortNamesReason(t *testing.T) {
 
 func TestFailurePartWayConverges(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
-	e.router.FailNth(fake.MethodAddPortMapping, 2, errors.New("connection reset"))
+	second := fake.Nth(2)
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if second() {
+			return igd.Mapping{}, errors.New("connection reset")
+		}
+		return next(ctx, m)
+	}})
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081), port("c", v1.ProtocolTCP, 82, 30082)))
 	if _, err := e.ensure(t, svc, threeNodes()); err == nil || !strings.Contains(err.Error(), "TCP/81") {
 		t.Fatalf("Ensure error = %v, want a failure naming TCP/81", err)
@@ -620,12 +626,15 @@ func TestConflictFromRouterNamesHolder(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	// Another host takes the port between our table read and our add.
 	stranger := e.router.Client(addrStranger)
-	e.router.PrependHook(fake.MethodAddPortMapping, fake.NthHook(1, func(ctx context.Context, c *fake.Call) (bool, error) {
-		if _, err := stranger.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 80, Description: "sneaky"}); err != nil {
-			return true, err
+	first := fake.Nth(1)
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if first() {
+			if _, err := stranger.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 80, Description: "sneaky"}); err != nil {
+				return igd.Mapping{}, err
+			}
 		}
-		return false, nil
-	}))
+		return next(ctx, m)
+	}})
 	_, err := e.ensure(t, newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080))), threeNodes())
 	var pe *PortError
 	if !errors.As(err, &pe) || !errors.Is(err, ErrPortInUse) || !errors.Is(err, igd.ErrConflict) || pe.Holder == nil || pe.Holder.Description != "sneaky" {
@@ -797,13 +806,13 @@ func TestLeases(t *testing.T) {
 	})
 	t.Run("router that reports the lease as granted", func(t *testing.T) {
 		e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 10 * time.Minute}, fake.RouterConfig{})
-		e.router.PrependHook(fake.MethodListPortMappings, func(_ context.Context, c *fake.Call) (bool, error) {
-			c.Mappings = e.router.Mappings()
-			for i := range c.Mappings {
-				c.Mappings[i].Lease = time.Hour
+		e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+			ms, err := next(ctx, proto, ports)
+			for i := range ms {
+				ms[i].Lease = time.Hour
 			}
-			return true, nil
-		})
+			return ms, err
+		}})
 		svc := newService("default", "web")
 		e.mustEnsure(t, svc, threeNodes())
 		e.calls()
@@ -871,7 +880,12 @@ func TestLeases(t *testing.T) {
 func TestOperationsOnOneServiceAreSerialised(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	release := make(chan struct{})
-	e.router.PrependHook(fake.MethodAddPortMapping, fake.BlockHook(release))
+	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if err := fake.Hold(ctx, release); err != nil {
+			return igd.Mapping{}, err
+		}
+		return next(ctx, m)
+	}})
 	svc := newService("default", "web")
 	done := make(chan error, 1)
 	go func() { _, err := e.ensure(t, svc, threeNodes()); done <- err }()

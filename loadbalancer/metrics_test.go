@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +100,9 @@ func TestMetricsScrape(t *testing.T) {
 	check("after the repair pass", passes, ok, okBefore, 2)
 	check("after the repair pass", held, nil, heldBefore, 3)
 
-	e.router.Fail(fake.MethodExternalIP, errors.New("router busy"))
+	e.router.Intercept(fake.Hooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		return netip.Addr{}, errors.New("router busy")
+	}})
 	r.tick(t)
 	e.router.ClearHooks()
 	check("after a pass that could not read the external IP", passes, failed, failedBefore, 1)

@@ -87,7 +87,9 @@ func TestInvalidServiceWithdrawFailure(t *testing.T) {
 	web := newService("default", "web")
 	e.mustEnsure(t, web, threeNodes())
 	boom := &igd.UPnPError{Action: "DeletePortMapping", Code: 501, Description: "ActionFailed"}
-	e.router.Fail(fake.MethodDeletePortMapping, boom)
+	e.router.Intercept(fake.Hooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+		return boom
+	}})
 	web.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"}
 	_, err := e.ensure(t, web, threeNodes())
 	if !errors.Is(err, ErrInvalidService) || !errors.Is(err, boom) || !strings.Contains(err.Error(), "default/web") {

@@ -187,16 +187,17 @@ func TestDemoWaitsForAPublicExternalIP(t *testing.T) {
 func TestDemoCleansUpAfterFailure(t *testing.T) {
 	router := fake.NewRouter(fake.RouterConfig{})
 	var looking atomic.Bool
-	router.PrependHook("GetSpecificPortMappingEntry", func(context.Context, *fake.Call) (bool, error) {
-		looking.Store(true)
-		return false, nil
-	})
-	router.PrependHook("GetExternalIPAddress", func(_ context.Context, call *fake.Call) (bool, error) {
-		if looking.Load() {
-			return false, nil
-		}
-		call.Addr = netip.MustParseAddr("203.0.113.250")
-		return true, nil
+	router.Intercept(fake.Hooks{
+		GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
+			looking.Store(true)
+			return next(ctx, k)
+		},
+		ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+			if looking.Load() {
+				return next(ctx)
+			}
+			return netip.MustParseAddr("203.0.113.250"), nil
+		},
 	})
 	srv := fake.NewServer(router, fake.ServerOptions{})
 	t.Cleanup(srv.Close)
