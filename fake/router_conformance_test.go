@@ -51,9 +51,9 @@ func suiteRouter(r *fake.Router, clk *clocktesting.FakeClock, a, b igd.Client) i
 	}
 }
 
-// TestConformanceInMemory runs the router behaviour suite against the
+// TestRouterConformanceInMemory runs the router behaviour suite against the
 // in-memory fake (backend 1).
-func TestConformanceInMemory(t *testing.T) {
+func TestRouterConformanceInMemory(t *testing.T) {
 	igdconformance.Run(t, igdconformance.Backend{
 		Start: func(t *testing.T, cfg igdconformance.Config) igdconformance.Router {
 			r, clk := newRouter(cfg)
@@ -90,10 +90,10 @@ func serverClient(t *testing.T, r *fake.Router, svc fake.ServiceType, host netip
 	return c
 }
 
-// TestConformanceServer runs the router behaviour suite against the real
+// TestRouterConformanceServer runs the router behaviour suite against the real
 // goupnp-based client talking SOAP over HTTP to the fake Server (backend 2),
 // for each connection service the Server offers.
-func TestConformanceServer(t *testing.T) {
+func TestRouterConformanceServer(t *testing.T) {
 	for _, svc := range []fake.ServiceType{fake.WANIPConnection2, fake.WANIPConnection1, fake.WANPPPConnection1} {
 		t.Run(string(svc[strings.LastIndex(string(svc), ":service:")+len(":service:"):]), func(t *testing.T) {
 			igdconformance.Run(t, igdconformance.Backend{
