@@ -1,4 +1,4 @@
-package conformance_test
+package loadbalancer_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -17,8 +16,10 @@ import (
 	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/fake/conformance"
 	"github.com/ccmkit/ccmkit/loadbalancer"
-	"github.com/ccmkit/ccmkit/provider"
 )
+
+// This file runs the kit's conformance suite for CCM authors
+// (fake/conformance) against this package's LoadBalancer.
 
 // routerBackend sees a Service's load balancer as the router's mappings of
 // its ports (the suite's Services use distinct ports).
@@ -112,17 +113,17 @@ func ccmkitSetup(t testing.TB, lazyRun bool) (conformance.LoadBalancerSetup, *fa
 // listDelay is how long the lazy setup's clientset takes to list nodes.
 const listDelay = 200 * time.Millisecond
 
-func TestCcmkitLoadBalancer(t *testing.T) {
+func TestConformance(t *testing.T) {
 	conformance.RunLoadBalancer(t, func(t testing.TB) conformance.LoadBalancerSetup {
 		s, _ := ccmkitSetup(t, false)
 		return s
 	})
 }
 
-// TestCcmkitLoadBalancerRetry checks that the load balancer's "node cache
+// TestConformanceRetry checks that the load balancer's "node cache
 // not synced yet" answer is an *api.RetryError the service controller sees,
 // and that the retried call succeeds.
-func TestCcmkitLoadBalancerRetry(t *testing.T) {
+func TestConformanceRetry(t *testing.T) {
 	for _, c := range conformance.LoadBalancerChecks() {
 		if c.Promise != "A RetryError is an *api.RetryError reachable with errors.As" {
 			continue
@@ -134,36 +135,4 @@ func TestCcmkitLoadBalancerRetry(t *testing.T) {
 		return
 	}
 	t.Fatal("no RetryError check")
-}
-
-func TestCcmkitInstancesV2(t *testing.T) {
-	conformance.RunInstancesV2(t, func(t testing.TB) conformance.InstancesV2Setup {
-		inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conformance.InstancesV2Setup{
-			Instances: inst,
-			Existing: []*v1.Node{
-				cluster.Node("new-node", cluster.InternalIP("192.168.1.10")),
-				cluster.Node("initialized", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID("kit://initialized")),
-			},
-			// Gone: none; ccmkit's InstancesV2 has no inventory and never
-			// reports an instance gone.
-		}
-	})
-}
-
-func TestFakeLoadBalancer(t *testing.T) {
-	conformance.RunLoadBalancer(t, func(testing.TB) conformance.LoadBalancerSetup {
-		lb := fake.NewLoadBalancer(fake.DefaultExternalIP)
-		return conformance.LoadBalancerSetup{LoadBalancer: lb, Backend: fakeBackend{lb}}
-	})
-}
-
-type fakeBackend struct{ lb *fake.LoadBalancer }
-
-func (b fakeBackend) Exists(_ context.Context, svc *v1.Service) (bool, error) {
-	_, ok := b.lb.Status(types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
-	return ok, nil
 }
