@@ -14,7 +14,9 @@
 // What the fake cluster does not model:
 //   - Finalizer-gated deletion: the fake clientset deletes at once. Use
 //     Harness.DeleteService, which plays the API server's part.
-//   - Admission, defaulting and validation: objects are stored as given.
+//   - Admission, defaulting and validation: objects are stored as given,
+//     except that one without a UID gets a new one, as the API server
+//     gives.
 //   - The route controller: it is not started.
 //   - Parallel harnesses: the wait for the service controller's first node
 //     sync reads a process-wide metric, so harnesses in one process must

@@ -8,10 +8,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	cloudprovider "k8s.io/cloud-provider"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
 	nodelifecyclecontroller "k8s.io/cloud-provider/controllers/nodelifecycle"
@@ -28,7 +31,9 @@ type Config struct {
 	Cloud cloudprovider.Interface
 	// Objects are in the cluster from the start: Nodes, Services,
 	// EndpointSlices, ...; nil = none. Services are created last, once the
-	// service controller has synced every node (see Start).
+	// service controller has synced every node (see Start). An object
+	// without a UID is stored with a new one, as the API server gives
+	// one; the caller's objects are not changed.
 	Objects []runtime.Object
 	// ClusterName is the name the service controller passes to the cloud;
 	// "" = "kubernetes", as the cloud-controller-manager's default.
@@ -71,8 +76,9 @@ func (c *Config) setDefaults() {
 // against a cloud. Its methods are safe for concurrent use.
 type Harness struct {
 	// Client is the cluster's API: create, change and read objects
-	// through it. Deleting a Service the service controller has given a
-	// finalizer should go through DeleteService.
+	// through it. As the API server does, it gives an object created
+	// without a UID a new one. Deleting a Service the service controller
+	// has given a finalizer should go through DeleteService.
 	Client *k8sfake.Clientset
 
 	cfg       Config
@@ -110,10 +116,11 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		}
 	}
 	h := &Harness{
-		Client:    k8sfake.NewClientset(objs...),
+		Client:    k8sfake.NewClientset(withUIDs(objs)...),
 		cfg:       cfg,
 		stopCloud: make(chan struct{}),
 	}
+	h.Client.PrependReactor("create", "*", assignUID)
 	h.factory = informers.NewSharedInformerFactory(h.Client, 0)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
@@ -193,6 +200,34 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		return err
 	}
 	return h.createServices(ctx)
+}
+
+// withUIDs returns objs with a new UID in a copy of each object that has
+// none.
+func withUIDs(objs []runtime.Object) []runtime.Object {
+	out := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		if m, err := meta.Accessor(o); err == nil && m.GetUID() == "" {
+			o = o.DeepCopyObject()
+			m, _ = meta.Accessor(o) // the same type: no error
+			m.SetUID(uuid.NewUUID())
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// assignUID is a reactor that gives an object created without a UID a new
+// one, as the API server does, and lets the clientset store it.
+func assignUID(action k8stesting.Action) (bool, runtime.Object, error) {
+	if c, ok := action.(k8stesting.CreateAction); ok {
+		// The action is the clientset's own copy: the caller's object
+		// keeps its empty UID, as with a real client.
+		if m, err := meta.Accessor(c.GetObject()); err == nil && m.GetUID() == "" {
+			m.SetUID(uuid.NewUUID())
+		}
+	}
+	return false, nil, nil
 }
 
 // waitForCaches waits for the informers started so far to sync.

@@ -172,3 +172,51 @@ func TestStartRejectsNilCloud(t *testing.T) {
 		t.Fatal("Start without a cloud succeeded")
 	}
 }
+
+// Like the API server, the harness gives objects created without a UID a
+// new one, in Objects and through Client, and leaves the caller's objects
+// and given UIDs alone.
+func TestObjectsGetUIDs(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.10"))
+	node.UID = ""
+	initial := cluster.Service("default", "initial")
+	initial.UID = ""
+	kept := cluster.Service("default", "kept")
+	h := start(t, cluster.Config{Cloud: cloud, Objects: []k8sruntime.Object{node, initial, kept}})
+	ctx := t.Context()
+
+	created := cluster.Service("default", "created")
+	created.UID = ""
+	if _, err := h.Client.CoreV1().Services("default").Create(ctx, created, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if node.UID != "" || initial.UID != "" || created.UID != "" {
+		t.Errorf("the caller's objects were given UIDs: %q, %q, %q", node.UID, initial.UID, created.UID)
+	}
+	n, err := h.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]bool{string(n.UID): true}
+	for _, name := range []string{"initial", "created"} {
+		s, err := h.Client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[string(s.UID)] = true
+	}
+	if len(uids) != 3 || uids[""] {
+		t.Errorf("UIDs of node n1 and Services initial, created: %v, want three distinct non-empty ones", uids)
+	}
+	s, err := h.Client.CoreV1().Services("default").Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UID != kept.UID {
+		t.Errorf("Service kept has UID %q, want the given %q", s.UID, kept.UID)
+	}
+}

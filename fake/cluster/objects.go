@@ -83,8 +83,8 @@ type ServiceOption func(*v1.Service)
 
 // Service returns a Service of type LoadBalancer, IPv4 single-stack, with
 // a cluster IP, external traffic policy Cluster and no ports, then changed by
-// opts in order. Its UID is derived from its name, as the fake clientset
-// sets none.
+// opts in order. Its UID is derived from its name, so that it has one in a
+// bare fake clientset too, which sets none (a Harness does).
 func Service(namespace, name string, opts ...ServiceOption) *v1.Service {
 	s := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-svc-" + namespace + "-" + name), CreationTimestamp: metav1.Now()},
