@@ -14,9 +14,10 @@ import (
 type NodeOption func(*v1.Node)
 
 // Node returns a Node as kubelet --cloud-provider=external registers it:
-// Ready, tainted with node.cloudprovider.kubernetes.io/uninitialized, with
-// its name as its hostname address, no ProviderID, then changed by opts in
-// order.
+// Ready, tainted with node.cloudprovider.kubernetes.io/uninitialized, no
+// ProviderID, changed by opts in order, and then given its name as its
+// Hostname address after the addresses opts added (kubelet lists its
+// InternalIP first).
 func Node(name string, opts ...NodeOption) *v1.Node {
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-node-" + name), CreationTimestamp: metav1.Now()},
@@ -24,13 +25,13 @@ func Node(name string, opts ...NodeOption) *v1.Node {
 			Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule,
 		}}},
 		Status: v1.NodeStatus{
-			Addresses:  []v1.NodeAddress{{Type: v1.NodeHostName, Address: name}},
 			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
 		},
 	}
 	for _, o := range opts {
 		o(n)
 	}
+	n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: name})
 	return n
 }
 
