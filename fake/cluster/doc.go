@@ -7,9 +7,10 @@
 // Start builds the clientset, initializes the cloud with a
 // ControllerClientBuilder over it, starts the controllers the cloud
 // supports and returns once they have synced the initial objects; Stop ends
-// every goroutine they started. The Wait methods poll the clientset and, on
-// timeout, return an error showing the object as last seen. Node and Service
-// build the objects kubelet and users create.
+// every goroutine they started. The WaitFor methods poll the clientset and,
+// on timeout, return an error showing the object as last seen; Wait polls
+// any condition, such as the state of the cloud. Node and Service build the
+// objects kubelet and users create.
 //
 // What the fake cluster does not model:
 //   - Finalizer-gated deletion: the fake clientset deletes at once. Use

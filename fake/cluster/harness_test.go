@@ -220,3 +220,31 @@ func TestObjectsGetUIDs(t *testing.T) {
 		t.Errorf("Service kept has UID %q, want the given %q", s.UID, kept.UID)
 	}
 }
+
+// Wait polls until its condition holds, outlives the condition's errors,
+// and on timeout names what it waited for and the last error.
+func TestWait(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cluster.Config{Cloud: cloud, Timeout: time.Second})
+	calls := 0
+	err = h.Wait(t.Context(), "the third call", func(context.Context) (bool, error) {
+		calls++
+		if calls == 1 {
+			return false, errors.New("first call fails")
+		}
+		return calls == 3, nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("Wait = %v after %d calls, want nil after 3", err, calls)
+	}
+
+	err = h.Wait(t.Context(), "the router to answer", func(context.Context) (bool, error) {
+		return false, errors.New("connection refused")
+	})
+	if err == nil || !strings.Contains(err.Error(), "waiting for the router to answer") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Wait = %v, want a timeout naming what it waited for and the last error", err)
+	}
+}

@@ -54,6 +54,19 @@ func poll[T any](ctx context.Context, timeout time.Duration, what string, check 
 	}
 }
 
+// Wait calls cond every few milliseconds until it reports true, for what
+// the cluster's objects do not show, such as the state of the cloud
+// behind the provider. It waits at most Config.Timeout (a shorter ctx
+// deadline wins). An error from cond does not end the wait; on timeout the
+// error says "waiting for <what>" and gives the last error cond returned.
+func (h *Harness) Wait(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	_, err := poll(ctx, h.cfg.Timeout, what, func(ctx context.Context) (struct{}, bool, string, error) {
+		done, err := cond(ctx)
+		return struct{}{}, done, "", err
+	})
+	return err
+}
+
 // WaitForIngress waits until the Service has an ingress in its
 // status.loadBalancer and returns it as last read.
 func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*v1.Service, error) {
