@@ -1,6 +1,6 @@
 // Package cluster runs the real upstream cloud controllers
-// (k8s.io/cloud-provider's service, cloud node and cloud node lifecycle
-// controllers) against any cloudprovider.Interface on a client-go fake
+// (k8s.io/cloud-provider's service, cloud node, cloud node lifecycle and
+// route controllers) against any cloudprovider.Interface on a client-go fake
 // clientset, so a cloud provider can be tested in a unit test the way
 // Kubernetes drives it.
 //
@@ -18,7 +18,6 @@
 //   - Admission, defaulting and validation: objects are stored as given,
 //     except that one without a UID gets a new one, as the API server
 //     gives.
-//   - The route controller: it is not started.
 //   - Parallel harnesses: the wait for the service controller's first node
 //     sync reads a process-wide metric, so harnesses in one process must
 //     not run at the same time (no t.Parallel across them).

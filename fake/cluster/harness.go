@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +20,13 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
 	nodelifecyclecontroller "k8s.io/cloud-provider/controllers/nodelifecycle"
+	routecontroller "k8s.io/cloud-provider/controllers/route"
 	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	"k8s.io/component-base/featuregate"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	// The route controller asks the process's feature gate about a
+	// controller-manager feature, which must be registered there.
+	_ "k8s.io/controller-manager/pkg/features/register"
 )
 
 // Config configures Start.
@@ -47,6 +53,14 @@ type Config struct {
 	// NodeStatusUpdateFrequency is how often the cloud node controller
 	// refreshes initialized nodes' addresses; 0 = 10 s.
 	NodeStatusUpdateFrequency time.Duration
+	// ClusterCIDR is the pod network, as the cloud-controller-manager's
+	// --cluster-cidr (comma-separated for dual-stack): the route
+	// controller manages the cloud's routes into it and leaves others
+	// alone; "" = "10.244.0.0/16".
+	ClusterCIDR string
+	// RouteReconciliationPeriod is how often the route controller matches
+	// the cloud's routes with the nodes' pod CIDRs; 0 = 1 s.
+	RouteReconciliationPeriod time.Duration
 }
 
 const (
@@ -70,6 +84,25 @@ func (c *Config) setDefaults() {
 	if c.NodeStatusUpdateFrequency == 0 {
 		c.NodeStatusUpdateFrequency = 10 * time.Second
 	}
+	if c.ClusterCIDR == "" {
+		c.ClusterCIDR = "10.244.0.0/16"
+	}
+	if c.RouteReconciliationPeriod == 0 {
+		c.RouteReconciliationPeriod = time.Second
+	}
+}
+
+// clusterCIDRs parses ClusterCIDR.
+func (c *Config) clusterCIDRs() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for cidr := range strings.SplitSeq(c.ClusterCIDR, ",") {
+		_, n, err := net.ParseCIDR(strings.TrimSpace(cidr))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: Config.ClusterCIDR %q: %w", c.ClusterCIDR, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // Harness is a fake cluster with the upstream cloud controllers running
@@ -94,8 +127,10 @@ type Harness struct {
 
 // Start starts a fake cluster holding cfg.Objects and the controllers cfg.Cloud
 // supports: the cloud node and cloud node lifecycle controllers when it has
-// Instances or InstancesV2, the service controller when it has a
-// LoadBalancer. It returns once the nodes of cfg.Objects tainted as
+// Instances or InstancesV2, the route controller when it has Routes (a
+// cloud-controller-manager runs it only with --allocate-node-cidrs; nodes
+// get pod CIDRs from the PodCIDRs option here), the service controller when
+// it has a LoadBalancer. It returns once the nodes of cfg.Objects tainted as
 // uninitialized have been initialized and the service controller has synced
 // every node, and then creates the Services of cfg.Objects: a Service is
 // never synced during a node sync (upstream's service controller v0.37 has
@@ -109,6 +144,10 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		return nil, errors.New("cluster: Config.Cloud is nil")
 	}
 	cfg.setDefaults()
+	cidrs, err := cfg.clusterCIDRs()
+	if err != nil {
+		return nil, err
+	}
 	var objs []runtime.Object
 	for _, o := range cfg.Objects {
 		if _, ok := o.(*v1.Service); !ok {
@@ -128,14 +167,14 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	if u, ok := cfg.Cloud.(cloudprovider.InformerUser); ok {
 		u.SetInformers(h.factory)
 	}
-	if err := h.start(ctx, runCtx); err != nil {
+	if err := h.start(ctx, runCtx, cidrs); err != nil {
 		h.Stop()
 		return nil, err
 	}
 	return h, nil
 }
 
-func (h *Harness) start(ctx, runCtx context.Context) error {
+func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) error {
 	metrics := controllersmetrics.NewControllerManagerMetrics("ccmkit-fake-cluster")
 	nodes := h.factory.Core().V1().Nodes()
 	_, v1ok := h.cfg.Cloud.InstancesV2()
@@ -152,6 +191,13 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		}
 		h.wg.Go(func() { cnc.RunWithContext(runCtx, metrics) })
 		h.wg.Go(func() { lc.Run(runCtx, metrics) })
+	}
+	if routes, ok := h.cfg.Cloud.Routes(); ok && routes != nil {
+		rc, err := routecontroller.New(routes, h.Client, nodes, h.cfg.ClusterName, clusterCIDRs)
+		if err != nil {
+			return fmt.Errorf("cluster: starting the route controller: %w", err)
+		}
+		h.wg.Go(func() { rc.Run(runCtx, h.cfg.RouteReconciliationPeriod, metrics) })
 	}
 	h.factory.Start(runCtx.Done())
 	if err := h.waitForCaches(ctx); err != nil {

@@ -148,11 +148,26 @@ func TestWaitSaysWhatItSaw(t *testing.T) {
 
 func TestStopLeaksNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
+	// Every controller runs: node, node lifecycle, route and service.
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := provider.New("kit", provider.Config{
+		LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), InstancesV2: inst,
+		Routes: &memRoutes{routes: map[string]cloudprovider.Route{}}, ClusterID: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := start(t, cluster.Config{
-		Cloud:   newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP)),
-		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"))},
+		Cloud:   cloud,
+		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
 	})
 	if _, err := h.WaitForNodeInitialized(t.Context(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitForRouteCreated(t.Context(), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	h.Stop()

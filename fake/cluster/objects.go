@@ -66,6 +66,19 @@ func Address(typ v1.NodeAddressType, address string) NodeOption {
 	}
 }
 
+// PodCIDRs sets spec.podCIDRs, and spec.podCIDR to the first, as the node
+// IPAM controller assigns them: the route controller routes each to the
+// node.
+func PodCIDRs(cidrs ...string) NodeOption {
+	return func(n *v1.Node) {
+		n.Spec.PodCIDRs = cidrs
+		n.Spec.PodCIDR = ""
+		if len(cidrs) > 0 {
+			n.Spec.PodCIDR = cidrs[0]
+		}
+	}
+}
+
 // ProviderID sets spec.providerID.
 func ProviderID(id string) NodeOption { return func(n *v1.Node) { n.Spec.ProviderID = id } }
 

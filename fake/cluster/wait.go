@@ -119,6 +119,22 @@ func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.
 	})
 }
 
+// WaitForRouteCreated waits until the route controller has created the
+// routes to every pod CIDR of the node (its NetworkUnavailable condition is
+// False, reason RouteCreated) and returns the node as last read.
+func (h *Harness) WaitForRouteCreated(ctx context.Context, name string) (*v1.Node, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("the routes to node %s's pod CIDRs (condition %s False, reason RouteCreated)", name, v1.NodeNetworkUnavailable), func(ctx context.Context) (*v1.Node, bool, string, error) {
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, false, "", err
+		}
+		done := slices.ContainsFunc(n.Status.Conditions, func(c v1.NodeCondition) bool {
+			return c.Type == v1.NodeNetworkUnavailable && c.Status == v1.ConditionFalse && c.Reason == "RouteCreated"
+		})
+		return n, done, describeNode(n) + h.warnings(ctx, "", n.UID), nil
+	})
+}
+
 // WaitForNodeDeleted waits until the node is gone, as the cloud node
 // lifecycle controller deletes a node whose instance no longer exists.
 func (h *Harness) WaitForNodeDeleted(ctx context.Context, name string) error {
