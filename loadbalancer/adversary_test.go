@@ -18,6 +18,7 @@ import (
 	"k8s.io/cloud-provider/api"
 
 	"github.com/ccmkit/ccmkit/fake"
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -247,7 +248,7 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := lb.Initialize(context.Background(), builder{cluster}); err != nil {
+				if err := lb.Initialize(context.Background(), fakecluster.ClientBuilder(cluster)); err != nil {
 					t.Fatal(err)
 				}
 				wg.Go(func() {
@@ -494,7 +495,7 @@ func TestArbitrationIgnoresServicesThatCannotBeServed(t *testing.T) {
 	older.Spec.LoadBalancerIP = "203.0.113.7" // not the router's
 	younger := newService("default", "younger", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
 	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
-	if err := e.lb.Initialize(context.Background(), builder{k8sfake.NewClientset(node, older, younger)}); err != nil {
+	if err := e.lb.Initialize(context.Background(), fakecluster.ClientBuilder(k8sfake.NewClientset(node, older, younger))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.ensure(t, older, []*v1.Node{node}); !errors.Is(err, ErrInvalidService) {

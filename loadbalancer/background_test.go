@@ -13,13 +13,12 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
-	restclient "k8s.io/client-go/rest"
 	"k8s.io/cloud-provider/api"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/provider"
 )
 
@@ -61,7 +60,7 @@ func startBackground(t testing.TB, e *env, objs ...k8sruntime.Object) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{env: e, client: client, cancel: cancel, done: make(chan struct{})}
 	before := e.lb.passes.Load()
-	if err := e.lb.Initialize(ctx, builder{client}); err != nil {
+	if err := e.lb.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
 		t.Fatalf("Initialize: %v", err)
 	}
 	go func() {
@@ -326,14 +325,6 @@ func TestBackgroundStopsEveryGoroutine(t *testing.T) {
 	}
 }
 
-// builder is a cloudprovider.ControllerClientBuilder over one clientset.
-type builder struct{ client kubernetes.Interface }
-
-func (b builder) Config(string) (*restclient.Config, error)   { return &restclient.Config{}, nil }
-func (b builder) ConfigOrDie(string) *restclient.Config       { return &restclient.Config{} }
-func (b builder) Client(string) (kubernetes.Interface, error) { return b.client, nil }
-func (b builder) ClientOrDie(string) kubernetes.Interface     { return b.client }
-
 // Through provider.Cloud, as a cloud-controller-manager runs it: Initialize
 // with a client builder and a stop channel; closing stop ends every goroutine.
 func TestProviderStartsAndStopsBackgroundWork(t *testing.T) {
@@ -347,7 +338,7 @@ func TestProviderStartsAndStopsBackgroundWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
-	cloud.Initialize(builder{client}, stop)
+	cloud.Initialize(cluster.ClientBuilder(client), stop)
 	// With ClusterName configured, the first pass maps the Service before
 	// any controller call.
 	eventually(t, "the first pass", func() bool { return len(e.router.Mappings()) == 1 })

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 )
@@ -56,7 +57,7 @@ func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lb.Initialize(ctx, builder{cluster}); err != nil {
+		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() { _, errs[i] = lb.EnsureLoadBalancer(ctx, testCluster, svcs[i], []*v1.Node{node}) })

@@ -10,6 +10,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 )
@@ -41,7 +42,7 @@ func BenchmarkLabRepairInSeconds(b *testing.B) {
 		svc.Status.LoadBalancer = *st
 		objs = append(objs, svc)
 	}
-	if err := lb.Initialize(ctx, builder{k8sfake.NewClientset(objs...)}); err != nil {
+	if err := lb.Initialize(ctx, cluster.ClientBuilder(k8sfake.NewClientset(objs...))); err != nil {
 		b.Fatal(err)
 	}
 	done := make(chan struct{})

@@ -14,6 +14,7 @@ import (
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -194,7 +195,7 @@ func TestSharedInformers(t *testing.T) {
 				e.lb.SetInformers(factory)
 				factory.Start(ctx.Done())
 			}
-			if err := e.lb.Initialize(ctx, builder{own}); err != nil {
+			if err := e.lb.Initialize(ctx, cluster.ClientBuilder(own)); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan struct{})

@@ -38,14 +38,15 @@ func TestServiceControllerRestartDeletesPreviousMappings(t *testing.T) {
 	}
 
 	// The new process.
-	ctx, client, _ := startServiceController(t, r.Client(addrA), nodes, "e2e-restart")
+	h := startServiceController(t, r.Client(addrA), nodes)
+	ctx := t.Context()
 
 	deleted := web.DeepCopy()
 	deleted.UID = ""
 	deleted.Finalizers = []string{servicehelper.LoadBalancerCleanupFinalizer}
 	now := metav1.Now()
 	deleted.DeletionTimestamp = &now
-	services := client.CoreV1().Services("default")
+	services := h.Client.CoreV1().Services("default")
 	if _, err := services.Create(ctx, deleted, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

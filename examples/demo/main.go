@@ -1,9 +1,9 @@
 // Command demo runs the whole edge story on this machine, with no cluster
 // and no router: a fake UPnP router (an in-process IGD server that answers
 // like miniupnpd), the real upstream cloud node controller and service
-// controller on a client-go fake clientset, and the edge provider built from
-// a cloud-config through ccmkit's registry, exactly as the edge-ccm command
-// builds it.
+// controller on a client-go fake clientset (run by ccmkit's test kit,
+// fake/cluster), and the edge provider built from a cloud-config through
+// ccmkit's registry, exactly as the edge-ccm command builds it.
 //
 //	go run ./examples/demo
 //

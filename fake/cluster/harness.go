@@ -4,20 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	cloudprovider "k8s.io/cloud-provider"
 	nodecontroller "k8s.io/cloud-provider/controllers/node"
 	nodelifecyclecontroller "k8s.io/cloud-provider/controllers/nodelifecycle"
+	routecontroller "k8s.io/cloud-provider/controllers/route"
 	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	"k8s.io/component-base/featuregate"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	// The route controller asks the process's feature gate about a
+	// controller-manager feature, which must be registered there.
+	_ "k8s.io/controller-manager/pkg/features/register"
 )
 
 // Config configures Start.
@@ -28,7 +37,9 @@ type Config struct {
 	Cloud cloudprovider.Interface
 	// Objects are in the cluster from the start: Nodes, Services,
 	// EndpointSlices, ...; nil = none. Services are created last, once the
-	// service controller has synced every node (see Start).
+	// service controller has synced every node (see Start). An object
+	// without a UID is stored with a new one, as the API server gives
+	// one; the caller's objects are not changed.
 	Objects []runtime.Object
 	// ClusterName is the name the service controller passes to the cloud;
 	// "" = "kubernetes", as the cloud-controller-manager's default.
@@ -42,6 +53,14 @@ type Config struct {
 	// NodeStatusUpdateFrequency is how often the cloud node controller
 	// refreshes initialized nodes' addresses; 0 = 10 s.
 	NodeStatusUpdateFrequency time.Duration
+	// ClusterCIDR is the pod network, as the cloud-controller-manager's
+	// --cluster-cidr (comma-separated for dual-stack): the route
+	// controller manages the cloud's routes into it and leaves others
+	// alone; "" = "10.244.0.0/16".
+	ClusterCIDR string
+	// RouteReconciliationPeriod is how often the route controller matches
+	// the cloud's routes with the nodes' pod CIDRs; 0 = 1 s.
+	RouteReconciliationPeriod time.Duration
 }
 
 const (
@@ -65,14 +84,34 @@ func (c *Config) setDefaults() {
 	if c.NodeStatusUpdateFrequency == 0 {
 		c.NodeStatusUpdateFrequency = 10 * time.Second
 	}
+	if c.ClusterCIDR == "" {
+		c.ClusterCIDR = "10.244.0.0/16"
+	}
+	if c.RouteReconciliationPeriod == 0 {
+		c.RouteReconciliationPeriod = time.Second
+	}
+}
+
+// clusterCIDRs parses ClusterCIDR.
+func (c *Config) clusterCIDRs() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for cidr := range strings.SplitSeq(c.ClusterCIDR, ",") {
+		_, n, err := net.ParseCIDR(strings.TrimSpace(cidr))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: Config.ClusterCIDR %q: %w", c.ClusterCIDR, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // Harness is a fake cluster with the upstream cloud controllers running
 // against a cloud. Its methods are safe for concurrent use.
 type Harness struct {
 	// Client is the cluster's API: create, change and read objects
-	// through it. Deleting a Service the service controller has given a
-	// finalizer should go through DeleteService.
+	// through it. As the API server does, it gives an object created
+	// without a UID a new one. Deleting a Service the service controller
+	// has given a finalizer should go through DeleteService.
 	Client *k8sfake.Clientset
 
 	cfg       Config
@@ -88,8 +127,10 @@ type Harness struct {
 
 // Start starts a fake cluster holding cfg.Objects and the controllers cfg.Cloud
 // supports: the cloud node and cloud node lifecycle controllers when it has
-// Instances or InstancesV2, the service controller when it has a
-// LoadBalancer. It returns once the nodes of cfg.Objects tainted as
+// Instances or InstancesV2, the route controller when it has Routes (a
+// cloud-controller-manager runs it only with --allocate-node-cidrs; nodes
+// get pod CIDRs from the PodCIDRs option here), the service controller when
+// it has a LoadBalancer. It returns once the nodes of cfg.Objects tainted as
 // uninitialized have been initialized and the service controller has synced
 // every node, and then creates the Services of cfg.Objects: a Service is
 // never synced during a node sync (upstream's service controller v0.37 has
@@ -103,6 +144,10 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		return nil, errors.New("cluster: Config.Cloud is nil")
 	}
 	cfg.setDefaults()
+	cidrs, err := cfg.clusterCIDRs()
+	if err != nil {
+		return nil, err
+	}
 	var objs []runtime.Object
 	for _, o := range cfg.Objects {
 		if _, ok := o.(*v1.Service); !ok {
@@ -110,10 +155,11 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		}
 	}
 	h := &Harness{
-		Client:    k8sfake.NewClientset(objs...),
+		Client:    k8sfake.NewClientset(withUIDs(objs)...),
 		cfg:       cfg,
 		stopCloud: make(chan struct{}),
 	}
+	h.Client.PrependReactor("create", "*", assignUID)
 	h.factory = informers.NewSharedInformerFactory(h.Client, 0)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
@@ -121,14 +167,14 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	if u, ok := cfg.Cloud.(cloudprovider.InformerUser); ok {
 		u.SetInformers(h.factory)
 	}
-	if err := h.start(ctx, runCtx); err != nil {
+	if err := h.start(ctx, runCtx, cidrs); err != nil {
 		h.Stop()
 		return nil, err
 	}
 	return h, nil
 }
 
-func (h *Harness) start(ctx, runCtx context.Context) error {
+func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) error {
 	metrics := controllersmetrics.NewControllerManagerMetrics("ccmkit-fake-cluster")
 	nodes := h.factory.Core().V1().Nodes()
 	_, v1ok := h.cfg.Cloud.InstancesV2()
@@ -145,6 +191,13 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		}
 		h.wg.Go(func() { cnc.RunWithContext(runCtx, metrics) })
 		h.wg.Go(func() { lc.Run(runCtx, metrics) })
+	}
+	if routes, ok := h.cfg.Cloud.Routes(); ok && routes != nil {
+		rc, err := routecontroller.New(routes, h.Client, nodes, h.cfg.ClusterName, clusterCIDRs)
+		if err != nil {
+			return fmt.Errorf("cluster: starting the route controller: %w", err)
+		}
+		h.wg.Go(func() { rc.Run(runCtx, h.cfg.RouteReconciliationPeriod, metrics) })
 	}
 	h.factory.Start(runCtx.Done())
 	if err := h.waitForCaches(ctx); err != nil {
@@ -193,6 +246,34 @@ func (h *Harness) start(ctx, runCtx context.Context) error {
 		return err
 	}
 	return h.createServices(ctx)
+}
+
+// withUIDs returns objs with a new UID in a copy of each object that has
+// none.
+func withUIDs(objs []runtime.Object) []runtime.Object {
+	out := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		if m, err := meta.Accessor(o); err == nil && m.GetUID() == "" {
+			o = o.DeepCopyObject()
+			m, _ = meta.Accessor(o) // the same type: no error
+			m.SetUID(uuid.NewUUID())
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// assignUID is a reactor that gives an object created without a UID a new
+// one, as the API server does, and lets the clientset store it.
+func assignUID(action k8stesting.Action) (bool, runtime.Object, error) {
+	if c, ok := action.(k8stesting.CreateAction); ok {
+		// The action is the clientset's own copy: the caller's object
+		// keeps its empty UID, as with a real client.
+		if m, err := meta.Accessor(c.GetObject()); err == nil && m.GetUID() == "" {
+			m.SetUID(uuid.NewUUID())
+		}
+	}
+	return false, nil, nil
 }
 
 // waitForCaches waits for the informers started so far to sync.

@@ -148,11 +148,26 @@ func TestWaitSaysWhatItSaw(t *testing.T) {
 
 func TestStopLeaksNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
+	// Every controller runs: node, node lifecycle, route and service.
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := provider.New("kit", provider.Config{
+		LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), InstancesV2: inst,
+		Routes: &memRoutes{routes: map[string]cloudprovider.Route{}}, ClusterID: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := start(t, cluster.Config{
-		Cloud:   newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP)),
-		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"))},
+		Cloud:   cloud,
+		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
 	})
 	if _, err := h.WaitForNodeInitialized(t.Context(), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitForRouteCreated(t.Context(), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	h.Stop()
@@ -170,5 +185,81 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 func TestStartRejectsNilCloud(t *testing.T) {
 	if _, err := cluster.Start(t.Context(), cluster.Config{}); err == nil {
 		t.Fatal("Start without a cloud succeeded")
+	}
+}
+
+// Like the API server, the harness gives objects created without a UID a
+// new one, in Objects and through Client, and leaves the caller's objects
+// and given UIDs alone.
+func TestObjectsGetUIDs(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.10"))
+	node.UID = ""
+	initial := cluster.Service("default", "initial")
+	initial.UID = ""
+	kept := cluster.Service("default", "kept")
+	h := start(t, cluster.Config{Cloud: cloud, Objects: []k8sruntime.Object{node, initial, kept}})
+	ctx := t.Context()
+
+	created := cluster.Service("default", "created")
+	created.UID = ""
+	if _, err := h.Client.CoreV1().Services("default").Create(ctx, created, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if node.UID != "" || initial.UID != "" || created.UID != "" {
+		t.Errorf("the caller's objects were given UIDs: %q, %q, %q", node.UID, initial.UID, created.UID)
+	}
+	n, err := h.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]bool{string(n.UID): true}
+	for _, name := range []string{"initial", "created"} {
+		s, err := h.Client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[string(s.UID)] = true
+	}
+	if len(uids) != 3 || uids[""] {
+		t.Errorf("UIDs of node n1 and Services initial, created: %v, want three distinct non-empty ones", uids)
+	}
+	s, err := h.Client.CoreV1().Services("default").Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UID != kept.UID {
+		t.Errorf("Service kept has UID %q, want the given %q", s.UID, kept.UID)
+	}
+}
+
+// Wait polls until its condition holds, outlives the condition's errors,
+// and on timeout names what it waited for and the last error.
+func TestWait(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cluster.Config{Cloud: cloud, Timeout: time.Second})
+	calls := 0
+	err = h.Wait(t.Context(), "the third call", func(context.Context) (bool, error) {
+		calls++
+		if calls == 1 {
+			return false, errors.New("first call fails")
+		}
+		return calls == 3, nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("Wait = %v after %d calls, want nil after 3", err, calls)
+	}
+
+	err = h.Wait(t.Context(), "the router to answer", func(context.Context) (bool, error) {
+		return false, errors.New("connection refused")
+	})
+	if err == nil || !strings.Contains(err.Error(), "waiting for the router to answer") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Wait = %v, want a timeout naming what it waited for and the last error", err)
 	}
 }

@@ -14,9 +14,10 @@ import (
 type NodeOption func(*v1.Node)
 
 // Node returns a Node as kubelet --cloud-provider=external registers it:
-// Ready, tainted with node.cloudprovider.kubernetes.io/uninitialized, with
-// its name as its hostname address, no ProviderID, then changed by opts in
-// order.
+// Ready, tainted with node.cloudprovider.kubernetes.io/uninitialized, no
+// ProviderID, changed by opts in order, and then given its name as its
+// Hostname address after the addresses opts added (kubelet lists its
+// InternalIP first).
 func Node(name string, opts ...NodeOption) *v1.Node {
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-node-" + name), CreationTimestamp: metav1.Now()},
@@ -24,13 +25,13 @@ func Node(name string, opts ...NodeOption) *v1.Node {
 			Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule,
 		}}},
 		Status: v1.NodeStatus{
-			Addresses:  []v1.NodeAddress{{Type: v1.NodeHostName, Address: name}},
 			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
 		},
 	}
 	for _, o := range opts {
 		o(n)
 	}
+	n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeHostName, Address: name})
 	return n
 }
 
@@ -65,6 +66,19 @@ func Address(typ v1.NodeAddressType, address string) NodeOption {
 	}
 }
 
+// PodCIDRs sets spec.podCIDRs, and spec.podCIDR to the first, as the node
+// IPAM controller assigns them: the route controller routes each to the
+// node.
+func PodCIDRs(cidrs ...string) NodeOption {
+	return func(n *v1.Node) {
+		n.Spec.PodCIDRs = cidrs
+		n.Spec.PodCIDR = ""
+		if len(cidrs) > 0 {
+			n.Spec.PodCIDR = cidrs[0]
+		}
+	}
+}
+
 // ProviderID sets spec.providerID.
 func ProviderID(id string) NodeOption { return func(n *v1.Node) { n.Spec.ProviderID = id } }
 
@@ -83,8 +97,8 @@ type ServiceOption func(*v1.Service)
 
 // Service returns a Service of type LoadBalancer, IPv4 single-stack, with
 // a cluster IP, external traffic policy Cluster and no ports, then changed by
-// opts in order. Its UID is derived from its name, as the fake clientset
-// sets none.
+// opts in order. Its UID is derived from its name, so that it has one in a
+// bare fake clientset too, which sets none (a Harness does).
 func Service(namespace, name string, opts ...ServiceOption) *v1.Service {
 	s := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-svc-" + namespace + "-" + name), CreationTimestamp: metav1.Now()},

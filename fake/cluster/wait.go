@@ -54,6 +54,19 @@ func poll[T any](ctx context.Context, timeout time.Duration, what string, check 
 	}
 }
 
+// Wait calls cond every few milliseconds until it reports true, for what
+// the cluster's objects do not show, such as the state of the cloud
+// behind the provider. It waits at most Config.Timeout (a shorter ctx
+// deadline wins). An error from cond does not end the wait; on timeout the
+// error says "waiting for <what>" and gives the last error cond returned.
+func (h *Harness) Wait(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	_, err := poll(ctx, h.cfg.Timeout, what, func(ctx context.Context) (struct{}, bool, string, error) {
+		done, err := cond(ctx)
+		return struct{}{}, done, "", err
+	})
+	return err
+}
+
 // WaitForIngress waits until the Service has an ingress in its
 // status.loadBalancer and returns it as last read.
 func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*v1.Service, error) {
@@ -103,6 +116,22 @@ func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.
 			return nil, false, "", err
 		}
 		return n, !uninitialized(n) && n.Spec.ProviderID != "", describeNode(n) + h.warnings(ctx, "", n.UID), nil
+	})
+}
+
+// WaitForRouteCreated waits until the route controller has created the
+// routes to every pod CIDR of the node (its NetworkUnavailable condition is
+// False, reason RouteCreated) and returns the node as last read.
+func (h *Harness) WaitForRouteCreated(ctx context.Context, name string) (*v1.Node, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("the routes to node %s's pod CIDRs (condition %s False, reason RouteCreated)", name, v1.NodeNetworkUnavailable), func(ctx context.Context) (*v1.Node, bool, string, error) {
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, false, "", err
+		}
+		done := slices.ContainsFunc(n.Status.Conditions, func(c v1.NodeCondition) bool {
+			return c.Type == v1.NodeNetworkUnavailable && c.Status == v1.ConditionFalse && c.Reason == "RouteCreated"
+		})
+		return n, done, describeNode(n) + h.warnings(ctx, "", n.UID), nil
 	})
 }
 

@@ -15,12 +15,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
-	restclient "k8s.io/client-go/rest"
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/registry"
 )
@@ -219,7 +218,7 @@ func TestInitializeAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
-	cloud.Initialize(clientBuilder{k8sfake.NewClientset()}, stop)
+	cloud.Initialize(cluster.ClientBuilder(k8sfake.NewClientset()), stop)
 	if err := cloud.Err(); err != nil {
 		t.Fatalf("Initialize: %v", err)
 	}
@@ -236,34 +235,13 @@ func TestInitializeAndStop(t *testing.T) {
 	}
 }
 
-type clientBuilder struct{ client kubernetes.Interface }
-
-func (b clientBuilder) Config(string) (*restclient.Config, error)   { return &restclient.Config{}, nil }
-func (b clientBuilder) ConfigOrDie(string) *restclient.Config       { return &restclient.Config{} }
-func (b clientBuilder) Client(string) (kubernetes.Interface, error) { return b.client, nil }
-func (b clientBuilder) ClientOrDie(string) kubernetes.Interface     { return b.client }
-
 // The default cloud-config exposes only Services that opt in; services: all
 // exposes every one.
 func TestServicesOptIn(t *testing.T) {
-	node := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Status: v1.NodeStatus{
-			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}},
-			Addresses:  []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.1.2"}},
-		},
-	}
-	plain := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-web"},
-		Spec: v1.ServiceSpec{
-			Type:  v1.ServiceTypeLoadBalancer,
-			Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 8080, NodePort: 30080}},
-		},
-	}
-	annotated := plain.DeepCopy()
-	annotated.Name, annotated.UID = "annotated", "uid-annotated"
-	annotated.Spec.Ports[0].Port = 8081
-	annotated.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+	node := cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.2"))
+	plain := cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 8080, 30080))
+	annotated := cluster.Service("default", "annotated", cluster.Port("http", v1.ProtocolTCP, 8081, 30080),
+		cluster.Annotation(loadbalancer.AnnotationLoadBalancerType, loadbalancer.AnnotationValue))
 	for _, tt := range []struct {
 		config    string
 		plainWant error

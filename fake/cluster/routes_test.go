@@ -1,0 +1,107 @@
+package cluster_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/provider"
+)
+
+// memRoutes is a cloud's route table in memory.
+type memRoutes struct {
+	mu     sync.Mutex
+	routes map[string]cloudprovider.Route // by name
+}
+
+func (r *memRoutes) ListRoutes(context.Context, string) ([]*cloudprovider.Route, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*cloudprovider.Route
+	for _, rt := range r.routes {
+		out = append(out, &rt)
+	}
+	return out, nil
+}
+
+func (r *memRoutes) CreateRoute(_ context.Context, _ string, nameHint string, rt *cloudprovider.Route) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := *rt
+	c.Name = nameHint + "-" + rt.DestinationCIDR
+	r.routes[c.Name] = c
+	return nil
+}
+
+func (r *memRoutes) DeleteRoute(_ context.Context, _ string, rt *cloudprovider.Route) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.routes, rt.Name)
+	return nil
+}
+
+// table returns "node cidr" of every route, sorted.
+func (r *memRoutes) table() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for rt := range maps.Values(r.routes) {
+		out = append(out, string(rt.TargetNode)+" "+rt.DestinationCIDR)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A cloud with Routes gets the route controller: a route to each node's pod
+// CIDR, for nodes there from the start and added later; a route into the
+// cluster CIDR to no node is removed, one outside it is left alone.
+func TestRoutes(t *testing.T) {
+	routes := &memRoutes{routes: map[string]cloudprovider.Route{
+		"stale":   {Name: "stale", TargetNode: types.NodeName("gone"), DestinationCIDR: "10.244.9.0/24"},
+		"foreign": {Name: "foreign", TargetNode: types.NodeName("elsewhere"), DestinationCIDR: "172.16.0.0/24"},
+	}}
+	cloud, err := provider.New("kit", provider.Config{Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cluster.Config{
+		Cloud:                     cloud,
+		RouteReconciliationPeriod: 50 * time.Millisecond,
+		Objects:                   []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
+	})
+	ctx := t.Context()
+	if _, err := h.WaitForRouteCreated(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddNode(ctx, cluster.Node("n2", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.PodCIDRs("10.244.2.0/24"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitForRouteCreated(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"elsewhere 172.16.0.0/24", "n1 10.244.1.0/24", "n2 10.244.2.0/24"}
+	if err := h.Wait(ctx, "the cloud's routes to be each node's and the foreign one", func(context.Context) (bool, error) {
+		return slices.Equal(routes.table(), want), nil
+	}); err != nil {
+		t.Errorf("%v; routes: %q", err, routes.table())
+	}
+}
+
+func TestBadClusterCIDR(t *testing.T) {
+	cloud, err := provider.New("kit", provider.Config{Routes: &memRoutes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := cluster.Start(t.Context(), cluster.Config{Cloud: cloud, ClusterCIDR: "10.244.0.0"}); err == nil {
+		h.Stop()
+		t.Fatal("Start with ClusterCIDR 10.244.0.0 succeeded")
+	}
+}
