@@ -200,3 +200,31 @@ func TestServiceControllerEndToEndMiniupnpd(t *testing.T) {
 		nodes:    labNodes(lab),
 	})
 }
+
+// TestDeleteWhileExternalIPUnusable: a router behind carrier-grade NAT
+// reports a non-public external IP, so the Service is never given an
+// ingress, but its mappings are written (ready for when the address is
+// usable) and the service controller has put its finalizer on it. Deleting
+// the Service must remove both: upstream's controller asks GetLoadBalancer
+// before it cleans up, and an error there keeps the finalizer and the
+// mappings forever.
+func TestDeleteWhileExternalIPUnusable(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{ExternalIP: netip.MustParseAddr("100.64.0.7")})
+	h := startServiceController(t, r.Client(addrA), threeNodes())
+	ctx := t.Context()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 45080, 30080)))
+	svc.UID = ""
+	if _, err := h.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitForFinalizer(ctx, "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service's mapping on the router", func() bool { return len(r.Mappings()) == 1 })
+	if err := h.DeleteService(ctx, "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if ms := r.Mappings(); len(ms) != 0 {
+		t.Errorf("mappings left after the Service was deleted: %v", ms)
+	}
+}

@@ -70,6 +70,9 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // at any key its spec, its status or this process knows of (it reads those
 // only), and the status built from them. For a Service not selected, with no
 // mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
+// While the router's external IP is not usable (ErrExternalIPNotUsable), a
+// Service with mappings exists with an empty status: the address is never
+// reported, and nothing stops the service controller's clean-up.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	o, err := lb.owner(clusterName, service)
 	if err != nil {
@@ -101,6 +104,12 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
 	ext, err := lb.externalIP(ctx)
+	if errors.Is(err, ErrExternalIPNotUsable) {
+		// The address is never reported, but the mappings exist: the
+		// service controller asks this before it cleans up, and must
+		// be able to.
+		return &v1.LoadBalancerStatus{}, true, nil
+	}
 	if err != nil {
 		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
