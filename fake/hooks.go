@@ -144,9 +144,10 @@ func (r *Router) layers() []Hooks {
 	return slices.Clone(r.hooks)
 }
 
-// chain wraps base in the hooks of layers that wrap returns, the oldest
-// innermost.
-func chain[F any](layers []Hooks, base F, wrap func(h Hooks, next F) (F, bool)) F {
+// chain wraps base, the call's own work, in the hook that wrap picks from
+// each layer (newest first) that has one, the oldest innermost. The
+// Router's and the LoadBalancer's hooks both chain this way.
+func chain[H, F any](layers []H, base F, wrap func(h H, next F) (F, bool)) F {
 	for i := len(layers) - 1; i >= 0; i-- {
 		if f, ok := wrap(layers[i], base); ok {
 			base = f

@@ -115,17 +115,6 @@ func (lb *LoadBalancer) layers() []LoadBalancerHooks {
 	return slices.Clone(lb.hooks)
 }
 
-// lbChain wraps base in the hooks of layers that wrap returns, the oldest
-// innermost.
-func lbChain[F any](layers []LoadBalancerHooks, base F, wrap func(h LoadBalancerHooks, next F) (F, bool)) F {
-	for i := len(layers) - 1; i >= 0; i-- {
-		if f, ok := wrap(layers[i], base); ok {
-			base = f
-		}
-	}
-	return base
-}
-
 // record logs a call.
 func (lb *LoadBalancer) record(method, clusterName string, service *v1.Service, nodes []*v1.Node, err error) {
 	call := LoadBalancerCall{Method: method, ClusterName: clusterName, Service: serviceName(service), Err: err}
@@ -207,7 +196,7 @@ func (lb *LoadBalancer) Services() []types.NamespacedName {
 // GetLoadBalancer reports whether the Service has a load balancer and its
 // status (a copy).
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
-	next := lbChain[GetLoadBalancerFunc](lb.layers(), lb.get, func(h LoadBalancerHooks, next GetLoadBalancerFunc) (GetLoadBalancerFunc, bool) {
+	next := chain[LoadBalancerHooks, GetLoadBalancerFunc](lb.layers(), lb.get, func(h LoadBalancerHooks, next GetLoadBalancerFunc) (GetLoadBalancerFunc, bool) {
 		f := h.GetLoadBalancer
 		return func(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 			return f(ctx, clusterName, service, next)
@@ -244,7 +233,7 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // EnsureLoadBalancer creates or updates the Service's load balancer and
 // returns its status (a copy): one ingress entry with the ingress IP.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
-	next := lbChain[EnsureLoadBalancerFunc](lb.layers(), lb.ensure, func(h LoadBalancerHooks, next EnsureLoadBalancerFunc) (EnsureLoadBalancerFunc, bool) {
+	next := chain[LoadBalancerHooks, EnsureLoadBalancerFunc](lb.layers(), lb.ensure, func(h LoadBalancerHooks, next EnsureLoadBalancerFunc) (EnsureLoadBalancerFunc, bool) {
 		f := h.EnsureLoadBalancer
 		return func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 			return f(ctx, clusterName, service, nodes, next)
@@ -269,7 +258,7 @@ func (lb *LoadBalancer) ensure(_ context.Context, _ string, service *v1.Service,
 // UpdateLoadBalancer records the call; the load balancer's status does not
 // change.
 func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
-	next := lbChain[UpdateLoadBalancerFunc](lb.layers(), func(context.Context, string, *v1.Service, []*v1.Node) error { return nil },
+	next := chain[LoadBalancerHooks, UpdateLoadBalancerFunc](lb.layers(), func(context.Context, string, *v1.Service, []*v1.Node) error { return nil },
 		func(h LoadBalancerHooks, next UpdateLoadBalancerFunc) (UpdateLoadBalancerFunc, bool) {
 			f := h.UpdateLoadBalancer
 			return func(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
@@ -284,7 +273,7 @@ func (lb *LoadBalancer) UpdateLoadBalancer(ctx context.Context, clusterName stri
 // EnsureLoadBalancerDeleted removes the Service's load balancer; deleting
 // one that does not exist succeeds.
 func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
-	next := lbChain[EnsureLoadBalancerDeletedFunc](lb.layers(), lb.remove, func(h LoadBalancerHooks, next EnsureLoadBalancerDeletedFunc) (EnsureLoadBalancerDeletedFunc, bool) {
+	next := chain[LoadBalancerHooks, EnsureLoadBalancerDeletedFunc](lb.layers(), lb.remove, func(h LoadBalancerHooks, next EnsureLoadBalancerDeletedFunc) (EnsureLoadBalancerDeletedFunc, bool) {
 		f := h.EnsureLoadBalancerDeleted
 		return func(ctx context.Context, clusterName string, service *v1.Service) error {
 			return f(ctx, clusterName, service, next)
