@@ -61,40 +61,44 @@ func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
 // (a lease of 0 or over igd.MaxLease is stored as igd.MaxLease, as on
 // miniupnpd) or keep an earlier description, which GetPortMapping reads
 // back. When the router answers 725 (it only takes permanent leases) the
-// mapping is added again with lease 0, as the real client does, and Lease
-// is 0 in the result. Invalid input gives a *igd.FieldError (matching
+// mapping is added again with lease 0, as the real client does (a second
+// call, through the hooks and in the log like the first), and Lease is 0
+// in the result. Invalid input gives a *igd.FieldError (matching
 // igd.ErrInvalidMapping), runs no hook and leaves the table alone; the call
 // is still logged.
 func (c *Client) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
-	call := Call{Method: MethodAddPortMapping, Client: c.local, Key: m.Key(), Mapping: m}
 	if err := m.Validate(); err != nil {
+		call := Call{Method: MethodAddPortMapping, Client: c.local, Key: m.Key(), Mapping: m}
 		call.Err = fmt.Errorf("add port mapping %s: %w", m.Key(), err)
 		c.router.record(call)
 		return igd.Mapping{}, call.Err
 	}
-	sent := m
+	err := c.add(ctx, m)
+	if m.Lease != 0 && errors.Is(err, igd.ErrOnlyPermanentLeases) {
+		m.Lease = 0
+		err = c.add(ctx, m)
+	}
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	m.InternalClient = m.InternalClient.Unmap()
+	m.Enabled = true
+	return m, nil
+}
+
+// add sends one AddPortMapping of m through the hooks to the table.
+func (c *Client) add(ctx context.Context, m igd.Mapping) error {
+	call := Call{Method: MethodAddPortMapping, Client: c.local, Key: m.Key(), Mapping: m}
 	next := addChain(c.router.layers(), c.local, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
 		if err := ctx.Err(); err != nil {
 			return igd.Mapping{}, err
 		}
-		stored, err := c.router.add(MethodAddPortMapping, c.local, m)
-		if m.Lease != 0 && errors.Is(err, igd.ErrOnlyPermanentLeases) {
-			m.Lease = 0
-			stored, err = c.router.add(MethodAddPortMapping, c.local, m)
-		}
-		sent = m // what reached the table: a hook may have changed it
-		return stored, err
+		return c.router.add(MethodAddPortMapping, c.local, m)
 	})
-	err := c.do(ctx, &call, func(ctx context.Context) error {
+	return c.do(ctx, &call, func(ctx context.Context) error {
 		_, err := next(ctx, m)
 		return err
 	})
-	if err != nil {
-		return igd.Mapping{}, err
-	}
-	sent.InternalClient = sent.InternalClient.Unmap()
-	sent.Enabled = true
-	return sent, nil
 }
 
 // DeletePortMapping removes the mapping at (proto, externalPort). Deleting a
@@ -150,15 +154,18 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 // error matching igd.ErrNotSupported, as an IGD:1 router would.
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
+	if !proto.Valid() || ports.First > ports.Last {
+		err := &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
+		call.Err = fmt.Errorf("%s %s: %w", call.Method, describe(&call), err)
+		c.router.record(call)
+		return nil, call.Err
+	}
 	next := listChain(c.router.layers(), c.local, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		if c.router.cfg.NoList {
 			return nil, igd.ErrNotSupported
-		}
-		if !proto.Valid() || ports.First > ports.Last {
-			return nil, &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
 		}
 		var out []igd.Mapping
 		for _, m := range c.router.list() {

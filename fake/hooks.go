@@ -96,9 +96,10 @@ type Hooks struct {
 	// AddPortMapping intercepts Client.AddPortMapping, AddPortMapping and
 	// AddAnyPortMapping. The mapping next stores is what the router keeps;
 	// through AddAnyPortMapping next may store it at another external port,
-	// and returns it with that port. Through a Client, next includes the
-	// client's retry with a permanent lease when the router answers 725,
-	// and the client returns the mapping as sent, not next's answer.
+	// and returns it with that port. A client's retry with a permanent
+	// lease after a 725 answer is a second call, on both paths; a Client
+	// returns the mapping it was given, as the real client does, whatever
+	// a hook changed or answered.
 	AddPortMapping func(ctx context.Context, from netip.Addr, m igd.Mapping, next AddFunc) (igd.Mapping, error)
 	// DeletePortMapping intercepts Client.DeletePortMapping and
 	// DeletePortMapping.

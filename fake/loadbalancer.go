@@ -82,7 +82,8 @@ type (
 // cloudprovider.LoadBalancer method that can fail, in the idiom of the
 // Router's Hooks: a nil field lets its calls through; a hook gets the
 // call's arguments and next, and may pass the call on (changed or not) or
-// answer it itself. A call a hook fails changes no load balancer. Hooks run
+// answer it itself. A call a hook fails before passing it on changes no load
+// balancer (one that fails after next returned keeps what next did). Hooks run
 // outside the LoadBalancer's lock and may block; they should honour ctx.
 // Every call is logged with the error it finally returned.
 type LoadBalancerHooks struct {

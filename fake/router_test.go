@@ -303,3 +303,125 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("table holds %d mappings, want %d (or %d if the failed add was a deleted one)", got, want, want+1)
 	}
 }
+
+// bothPaths runs f once with an in-memory Client and once with the real
+// client over a Server, each on a fresh router built from cfg that test
+// hooks are added to.
+func bothPaths(t *testing.T, cfg fake.RouterConfig, f func(t *testing.T, r *fake.Router, c igd.Client)) {
+	for _, path := range []string{"client", "server"} {
+		t.Run(path, func(t *testing.T) {
+			r := fake.NewRouter(cfg)
+			var c igd.Client = r.Client(hostA)
+			if path == "server" {
+				c = serverClient(t, r, fake.WANIPConnection2, hostA)
+			}
+			f(t, r, c)
+		})
+	}
+}
+
+// An igd sentinel error from a hook reaches the caller as that sentinel
+// whichever way the call travels (through a Server, as its UPnP code).
+func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		hooks fake.Hooks
+		call  func(context.Context, igd.Client) error
+		want  error
+	}{
+		{
+			name: "add conflict",
+			hooks: fake.Hooks{AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
+				return igd.Mapping{}, igd.ErrConflict
+			}},
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.AddPortMapping(ctx, tcp(40000, hostA))
+				return err
+			},
+			want: igd.ErrConflict,
+		},
+		{
+			name: "delete not authorized",
+			hooks: fake.Hooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+				return igd.ErrNotAuthorized
+			}},
+			call: func(ctx context.Context, c igd.Client) error { return c.DeletePortMapping(ctx, igd.TCP, 40000) },
+			want: igd.ErrNotAuthorized,
+		},
+		{
+			name: "list not supported",
+			hooks: fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+				return nil, igd.ErrNotSupported
+			}},
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.AllPorts)
+				return err
+			},
+			want: igd.ErrNotSupported,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
+				r.Intercept(tt.hooks)
+				if err := tt.call(t.Context(), c); !errors.Is(err, tt.want) {
+					t.Errorf("error %v, want one matching %v", err, tt.want)
+				}
+			})
+		})
+	}
+}
+
+// The client's retry with a permanent lease after 725 is a second call on
+// both paths: hooks see it and the log holds it.
+func TestPermanentLeaseRetryIsASecondCall(t *testing.T) {
+	bothPaths(t, fake.RouterConfig{OnlyPermanentLeases: true}, func(t *testing.T, r *fake.Router, c igd.Client) {
+		var leases []time.Duration
+		r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			leases = append(leases, m.Lease)
+			return next(ctx, m)
+		}})
+		got, err := c.AddPortMapping(t.Context(), tcp(40000, hostA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assert.Equal(t, []time.Duration{time.Hour, 0}, leases, "leases the hook saw")
+		assert.Equal(t, 2, r.CallCount(fake.MethodAddPortMapping), "AddPortMapping calls logged")
+		assert.Equal(t, time.Duration(0), got.Lease, "lease returned")
+	})
+}
+
+// A client returns the mapping it was given, whatever a hook changed on the
+// way to the table, as the real client does.
+func TestAddReturnsTheMappingAsGiven(t *testing.T) {
+	bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
+		r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			m.InternalPort, m.Lease = 9999, 5*time.Minute
+			return next(ctx, m)
+		}})
+		want := tcp(40000, hostA)
+		got, err := c.AddPortMapping(t.Context(), want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Enabled = true
+		assert.Equal(t, want, got, "AddPortMapping's result")
+		assert.Equal(t, uint16(9999), r.Mappings()[0].InternalPort, "stored internal port (the hook's)")
+	})
+}
+
+// Invalid arguments are refused before any hook runs.
+func TestInvalidListReachesNoHook(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	ran := false
+	r.Intercept(fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+		ran = true
+		return nil, nil
+	}})
+	_, err := r.Client(hostA).ListPortMappings(t.Context(), "SCTP", igd.PortRange{First: 10, Last: 1})
+	if !errors.Is(err, igd.ErrInvalidMapping) {
+		t.Errorf("ListPortMappings(SCTP, 10-1) = %v, want an igd.ErrInvalidMapping", err)
+	}
+	if ran {
+		t.Error("a hook ran for invalid arguments")
+	}
+}

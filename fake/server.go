@@ -388,13 +388,16 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 	}
 
 	var out []soapArg
-	err := actionChain(layers, caller, sr.Action, func(ctx context.Context) (err error) {
-		if err = ctx.Err(); err != nil {
+	err := ctx.Err() // a request already given up reaches no hook
+	if err == nil {
+		err = actionChain(layers, caller, sr.Action, func(ctx context.Context) (err error) {
+			if err = ctx.Err(); err != nil {
+				return err
+			}
+			out, err = op(ctx)
 			return err
-		}
-		out, err = op(ctx)
-		return err
-	})(ctx)
+		})(ctx)
+	}
 	if err != nil {
 		out = nil
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -415,5 +416,29 @@ func TestServerCloseEndsHeldRequests(t *testing.T) {
 	calls := r.Calls()
 	if len(calls) != 1 || !errors.Is(calls[0].Err, context.Canceled) {
 		t.Errorf("held call logged as %+v, want one call ending with context.Canceled", calls)
+	}
+}
+
+// A request its client has already given up on reaches no hook (and so
+// uses up no Nth counter), as on the Client path.
+func TestGivenUpRequestReachesNoHook(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	defer srv.Close()
+	ran := false
+	r.Intercept(fake.Hooks{SOAPAction: func(ctx context.Context, _ netip.Addr, _ string, next fake.ActionFunc) error {
+		ran = true
+		return next(ctx)
+	}})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, srv.ControlURL(), strings.NewReader(soapBody(string(fake.WANIPConnection2), "GetStatusInfo", "")))
+	req.Header.Set("SOAPAction", `"`+string(fake.WANIPConnection2)+`#GetStatusInfo"`)
+	fake.NewHandler(r, fake.ServerOptions{}).ServeHTTP(httptest.NewRecorder(), req)
+	if ran {
+		t.Error("a SOAPAction hook ran for a request whose context had ended")
+	}
+	if calls := r.Calls(); len(calls) != 1 || !errors.Is(calls[0].Err, context.Canceled) {
+		t.Errorf("calls = %+v, want the request logged with context.Canceled", calls)
 	}
 }

@@ -233,8 +233,27 @@ func escapeText(s string) string {
 	return r.Replace(s)
 }
 
+// sentinelCodes are the codes a Server answers igd's sentinel errors with,
+// so that a hook returning one gets the same answer through the real client
+// as through a Client. igd.ErrNotSupported is 401, as a router answers an
+// action it does not have.
+var sentinelCodes = []struct {
+	err  error
+	code int
+}{
+	{igd.ErrNotAuthorized, igd.CodeNotAuthorized},
+	{igd.ErrInvalidArrayIndex, igd.CodeInvalidArrayIndex},
+	{igd.ErrNoSuchEntry, igd.CodeNoSuchEntry},
+	{igd.ErrConflict, igd.CodeConflict},
+	{igd.ErrSamePortValuesRequired, igd.CodeSamePortValuesRequired},
+	{igd.ErrOnlyPermanentLeases, igd.CodeOnlyPermanentLeases},
+	{igd.ErrNoPortMapsAvailable, igd.CodeNoPortMapsAvailable},
+	{igd.ErrNotSupported, igd.CodeInvalidAction},
+}
+
 // faultFor returns the UPnP code and description to answer err with: the
-// code of a *igd.UPnPError, 401/402 for parse errors, 501 otherwise.
+// code of a *igd.UPnPError or of an igd sentinel error, 401/402 for parse
+// errors, 501 otherwise.
 func faultFor(err error) (int, string) {
 	var ue *igd.UPnPError
 	switch {
@@ -248,6 +267,11 @@ func faultFor(err error) (int, string) {
 		return igd.CodeInvalidAction, errorDescription(igd.CodeInvalidAction)
 	case errors.Is(err, errInvalidArgs):
 		return igd.CodeInvalidArgs, errorDescription(igd.CodeInvalidArgs)
+	}
+	for _, s := range sentinelCodes {
+		if errors.Is(err, s.err) {
+			return s.code, errorDescription(s.code)
+		}
 	}
 	return igd.CodeActionFailed, errorDescription(igd.CodeActionFailed)
 }
