@@ -53,6 +53,11 @@ type Config struct {
 	// NodeStatusUpdateFrequency is how often the cloud node controller
 	// refreshes initialized nodes' addresses; 0 = 10 s.
 	NodeStatusUpdateFrequency time.Duration
+	// ConfigureCloudRoutes starts upstream's route controller when the cloud
+	// has Routes, as a cloud-controller-manager does with
+	// --allocate-node-cidrs and --configure-cloud-routes; false (the
+	// manager's default, allocate-node-cidrs off) leaves routes alone.
+	ConfigureCloudRoutes bool
 	// ClusterCIDR is the pod network, as the cloud-controller-manager's
 	// --cluster-cidr (comma-separated for dual-stack): the route
 	// controller manages the cloud's routes into it and leaves others
@@ -120,6 +125,7 @@ type Harness struct {
 	stopCloud chan struct{}
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
+	gate      gate // between the controllers and the cloud
 
 	// Which controllers run, fixed by Start.
 	nodes, services bool
@@ -127,9 +133,9 @@ type Harness struct {
 
 // Start starts a fake cluster holding cfg.Objects and the controllers cfg.Cloud
 // supports: the cloud node and cloud node lifecycle controllers when it has
-// Instances or InstancesV2, the route controller when it has Routes (a
-// cloud-controller-manager runs it only with --allocate-node-cidrs; nodes
-// get pod CIDRs from the PodCIDRs option here), the service controller when
+// Instances or InstancesV2, the route controller when it has Routes and
+// cfg.ConfigureCloudRoutes is set (nodes get pod CIDRs from the PodCIDRs
+// option), the service controller when
 // it has a LoadBalancer. It returns once the nodes of cfg.Objects tainted as
 // uninitialized have been initialized and the service controller has synced
 // every node, and then creates the Services of cfg.Objects: a Service is
@@ -177,22 +183,23 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) error {
 	metrics := controllersmetrics.NewControllerManagerMetrics("ccmkit-fake-cluster")
 	nodes := h.factory.Core().V1().Nodes()
+	cloud := gatedCloud{h.cfg.Cloud, &h.gate}
 	_, v1ok := h.cfg.Cloud.InstancesV2()
 	_, v0ok := h.cfg.Cloud.Instances()
 	if v1ok || v0ok {
 		h.nodes = true
-		cnc, err := nodecontroller.NewCloudNodeController(nodes, h.Client, h.cfg.Cloud, h.cfg.NodeStatusUpdateFrequency, 1, 1)
+		cnc, err := nodecontroller.NewCloudNodeController(nodes, h.Client, cloud, h.cfg.NodeStatusUpdateFrequency, 1, 1)
 		if err != nil {
 			return fmt.Errorf("cluster: starting the cloud node controller: %w", err)
 		}
-		lc, err := nodelifecyclecontroller.NewCloudNodeLifecycleController(nodes, h.Client, h.cfg.Cloud, h.cfg.NodeMonitorPeriod, 1)
+		lc, err := nodelifecyclecontroller.NewCloudNodeLifecycleController(nodes, h.Client, cloud, h.cfg.NodeMonitorPeriod, 1)
 		if err != nil {
 			return fmt.Errorf("cluster: starting the cloud node lifecycle controller: %w", err)
 		}
 		h.wg.Go(func() { cnc.RunWithContext(runCtx, metrics) })
 		h.wg.Go(func() { lc.Run(runCtx, metrics) })
 	}
-	if routes, ok := h.cfg.Cloud.Routes(); ok && routes != nil {
+	if routes, ok := cloud.Routes(); ok && routes != nil && h.cfg.ConfigureCloudRoutes {
 		rc, err := routecontroller.New(routes, h.Client, nodes, h.cfg.ClusterName, clusterCIDRs)
 		if err != nil {
 			return fmt.Errorf("cluster: starting the route controller: %w", err)
@@ -227,7 +234,7 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 	if err != nil {
 		return err
 	}
-	sc, err := servicecontroller.New(h.cfg.Cloud, h.Client, h.factory.Core().V1().Services(), nodes, h.cfg.ClusterName, featuregate.NewFeatureGate())
+	sc, err := servicecontroller.New(cloud, h.Client, h.factory.Core().V1().Services(), nodes, h.cfg.ClusterName, featuregate.NewFeatureGate())
 	if err != nil {
 		return fmt.Errorf("cluster: starting the service controller: %w", err)
 	}
@@ -302,15 +309,19 @@ func (h *Harness) createServices(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the controllers, shuts the informers down, closes the cloud's
-// stop channel and, when the cloud has a Done() <-chan struct{} method (as
-// provider.Cloud does), waits for it. It returns once every goroutine the
-// controllers started directly has returned; the workers they start
-// themselves exit moments later. Stop is idempotent.
+// Stop stops the controllers, waits for their calls to the cloud in flight
+// (LoadBalancer, InstancesV2 and Routes methods; a call that ignores its
+// cancelled context holds Stop up), shuts the informers down, closes the
+// cloud's stop channel and, when the cloud has a Done() <-chan struct{}
+// method (as provider.Cloud does), waits for it. Once Stop has returned,
+// the controllers call none of those methods again: the workers upstream
+// controllers start themselves, which exit moments later, get an error
+// instead. Stop is idempotent.
 func (h *Harness) Stop() {
 	h.stopOnce.Do(func() {
 		h.cancel()
 		h.wg.Wait()
+		h.gate.close()
 		h.factory.Shutdown()
 		close(h.stopCloud)
 		if d, ok := h.cfg.Cloud.(interface{ Done() <-chan struct{} }); ok {

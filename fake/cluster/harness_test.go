@@ -161,8 +161,9 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := start(t, cluster.Config{
-		Cloud:   cloud,
-		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
+		Cloud:                cloud,
+		ConfigureCloudRoutes: true,
+		Objects:              []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
 	})
 	if _, err := h.WaitForNodeInitialized(t.Context(), "n1"); err != nil {
 		t.Fatal(err)
@@ -256,10 +257,14 @@ func TestWait(t *testing.T) {
 		t.Errorf("Wait = %v after %d calls, want nil after 3", err, calls)
 	}
 
+	refused := errors.New("connection refused")
 	err = h.Wait(t.Context(), "the router to answer", func(context.Context) (bool, error) {
-		return false, errors.New("connection refused")
+		return false, refused
 	})
 	if err == nil || !strings.Contains(err.Error(), "waiting for the router to answer") || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("Wait = %v, want a timeout naming what it waited for and the last error", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) {
+		t.Errorf("Wait = %v, want it to wrap context.DeadlineExceeded and the last error", err)
 	}
 }

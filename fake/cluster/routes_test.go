@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +75,7 @@ func TestRoutes(t *testing.T) {
 	}
 	h := start(t, cluster.Config{
 		Cloud:                     cloud,
+		ConfigureCloudRoutes:      true,
 		RouteReconciliationPeriod: 50 * time.Millisecond,
 		Objects:                   []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
 	})
@@ -100,8 +102,74 @@ func TestBadClusterCIDR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, err := cluster.Start(t.Context(), cluster.Config{Cloud: cloud, ClusterCIDR: "10.244.0.0"}); err == nil {
+	if h, err := cluster.Start(t.Context(), cluster.Config{Cloud: cloud, ConfigureCloudRoutes: true, ClusterCIDR: "10.244.0.0"}); err == nil {
 		h.Stop()
 		t.Fatal("Start with ClusterCIDR 10.244.0.0 succeeded")
+	}
+}
+
+// Without ConfigureCloudRoutes, as a cloud-controller-manager by default,
+// the cloud's routes are left alone.
+func TestRoutesLeftAloneByDefault(t *testing.T) {
+	routes := &memRoutes{routes: map[string]cloudprovider.Route{
+		"stale": {Name: "stale", TargetNode: types.NodeName("gone"), DestinationCIDR: "10.244.9.0/24"},
+	}}
+	cloud, err := provider.New("kit", provider.Config{Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, cluster.Config{
+		Cloud:                     cloud,
+		RouteReconciliationPeriod: 20 * time.Millisecond,
+		Objects:                   []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.PodCIDRs("10.244.1.0/24"))},
+	})
+	time.Sleep(200 * time.Millisecond) // ten reconciliation periods
+	if got, want := routes.table(), []string{"gone 10.244.9.0/24"}; !slices.Equal(got, want) {
+		t.Errorf("routes = %q, want %q untouched", got, want)
+	}
+}
+
+// slowRoutes is a route table whose every call takes a while, and which
+// records calls that start after stopped is set.
+type slowRoutes struct {
+	memRoutes
+	inflight, afterStop atomic.Int32
+	stopped             atomic.Bool
+}
+
+func (r *slowRoutes) ListRoutes(ctx context.Context, cluster string) ([]*cloudprovider.Route, error) {
+	if r.stopped.Load() {
+		r.afterStop.Add(1)
+	}
+	r.inflight.Add(1)
+	defer r.inflight.Add(-1)
+	time.Sleep(100 * time.Millisecond) // ignores ctx, as a slow cloud API may
+	return r.memRoutes.ListRoutes(ctx, cluster)
+}
+
+// Once Stop has returned, no controller calls the cloud: upstream's route
+// controller reconciles in a goroutine that outlives its Run.
+func TestStopEndsCloudCalls(t *testing.T) {
+	routes := &slowRoutes{memRoutes: memRoutes{routes: map[string]cloudprovider.Route{}}}
+	cloud, err := provider.New("kit", provider.Config{Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cluster.Config{
+		Cloud:                     cloud,
+		ConfigureCloudRoutes:      true,
+		RouteReconciliationPeriod: 10 * time.Millisecond,
+	})
+	for routes.inflight.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.Stop()
+	routes.stopped.Store(true)
+	if n := routes.inflight.Load(); n != 0 {
+		t.Errorf("%d ListRoutes calls in flight after Stop returned", n)
+	}
+	time.Sleep(300 * time.Millisecond) // thirty reconciliation periods
+	if n := routes.afterStop.Load(); n != 0 {
+		t.Errorf("%d ListRoutes calls started after Stop returned", n)
 	}
 }

@@ -19,7 +19,8 @@ import (
 
 // poll calls check every pollInterval until it reports done, for at most
 // timeout (or until ctx ends), and returns its last value. On timeout the
-// error names what it waited for and what check last saw.
+// error names what it waited for and what check last saw, and wraps ctx's
+// error and check's last error.
 func poll[T any](ctx context.Context, timeout time.Duration, what string, check func(context.Context) (T, bool, string, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -41,14 +42,14 @@ func poll[T any](ctx context.Context, timeout time.Duration, what string, check 
 		select {
 		case <-ctx.Done():
 			var zero T
-			msg := fmt.Sprintf("cluster: waiting for %s: %v", what, ctx.Err())
+			err := fmt.Errorf("cluster: waiting for %s: %w", what, ctx.Err())
 			if lastErr != nil {
-				msg += fmt.Sprintf("; last error: %v", lastErr)
+				err = fmt.Errorf("%w; last error: %w", err, lastErr)
 			}
 			if seen != "" {
-				msg += "; last seen: " + seen
+				err = fmt.Errorf("%w; last seen: %s", err, seen)
 			}
-			return zero, fmt.Errorf("%s", msg)
+			return zero, err
 		case <-ticker.C:
 		}
 	}
