@@ -69,12 +69,7 @@ func TestRoutes(t *testing.T) {
 		"stale":   {Name: "stale", TargetNode: types.NodeName("gone"), DestinationCIDR: "10.244.9.0/24"},
 		"foreign": {Name: "foreign", TargetNode: types.NodeName("elsewhere"), DestinationCIDR: "172.16.0.0/24"},
 	}}
-	cloud, err := provider.New("kit", provider.Config{Routes: routes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := start(t, cluster.Config{
-		Cloud:                     cloud,
+	h := startWithRoutes(t, routes, cluster.Config{
 		ConfigureCloudRoutes:      true,
 		RouteReconciliationPeriod: 50 * time.Millisecond,
 		Objects:                   []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.PodCIDRs("10.244.1.0/24"))},
@@ -108,18 +103,24 @@ func TestBadClusterCIDR(t *testing.T) {
 	}
 }
 
+// startWithRoutes starts a harness whose cloud has only routes.
+func startWithRoutes(t *testing.T, routes cloudprovider.Routes, cfg cluster.Config) *cluster.Harness {
+	t.Helper()
+	cloud, err := provider.New("kit", provider.Config{Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Cloud = cloud
+	return start(t, cfg)
+}
+
 // Without ConfigureCloudRoutes, as a cloud-controller-manager by default,
 // the cloud's routes are left alone.
 func TestRoutesLeftAloneByDefault(t *testing.T) {
 	routes := &memRoutes{routes: map[string]cloudprovider.Route{
 		"stale": {Name: "stale", TargetNode: types.NodeName("gone"), DestinationCIDR: "10.244.9.0/24"},
 	}}
-	cloud, err := provider.New("kit", provider.Config{Routes: routes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, cluster.Config{
-		Cloud:                     cloud,
+	startWithRoutes(t, routes, cluster.Config{
 		RouteReconciliationPeriod: 20 * time.Millisecond,
 		Objects:                   []k8sruntime.Object{cluster.Node("n1", cluster.Initialized(), cluster.PodCIDRs("10.244.1.0/24"))},
 	})
@@ -151,12 +152,7 @@ func (r *slowRoutes) ListRoutes(ctx context.Context, cluster string) ([]*cloudpr
 // controller reconciles in a goroutine that outlives its Run.
 func TestStopEndsCloudCalls(t *testing.T) {
 	routes := &slowRoutes{memRoutes: memRoutes{routes: map[string]cloudprovider.Route{}}}
-	cloud, err := provider.New("kit", provider.Config{Routes: routes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := start(t, cluster.Config{
-		Cloud:                     cloud,
+	h := startWithRoutes(t, routes, cluster.Config{
 		ConfigureCloudRoutes:      true,
 		RouteReconciliationPeriod: 10 * time.Millisecond,
 	})
