@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -28,11 +29,7 @@ func scrape(t *testing.T, name string, labels map[string]string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			if !matches(have, labels) {
+			if !testutil.LabelsMatch(m, labels) {
 				continue
 			}
 			switch {
@@ -46,16 +43,6 @@ func scrape(t *testing.T, name string, labels map[string]string) float64 {
 		}
 	}
 	return 0
-}
-
-// matches reports whether have includes every label of want.
-func matches(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestMetricsRegisterIsIdempotent calls RegisterMetrics concurrently and

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/ccmkit/ccmkit/fake"
 )
@@ -27,16 +28,9 @@ func scrape(t *testing.T, name string, labels map[string]string) float64 {
 		if mf.GetName() != name {
 			continue
 		}
-	metric:
 		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue metric
-				}
+			if !testutil.LabelsMatch(m, labels) {
+				continue
 			}
 			if m.Gauge != nil {
 				return m.Gauge.GetValue()
