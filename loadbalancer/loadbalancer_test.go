@@ -341,16 +341,22 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 	}
 }
 
+// cutDescriptions makes a router store every description cut to keep
+// bytes, as some routers do.
+func cutDescriptions(keep int) fake.Hooks {
+	return fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		m.Description = m.Description[:min(keep, len(m.Description))]
+		return next(ctx, m)
+	}}
+}
+
 // TestRouterAlteringDescriptionsDoesNotChurn uses a router that stores
 // descriptions cut short: what it reports never equals what was written, and
 // the mapping must not be deleted and re-added on every pass for that.
 func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	const keep = 28 // "ck1 kubernetes/default/web h"
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
-		m.Description = m.Description[:min(keep, len(m.Description))]
-		return next(ctx, m)
-	}})
+	e.router.Intercept(cutDescriptions(keep))
 	nodes := threeNodes()
 	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 	e.mustEnsure(t, svc, nodes)
@@ -386,10 +392,7 @@ func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 func TestRouterCuttingDescriptionsAfterTheOwner(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	const keep = 28
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
-		m.Description = m.Description[:min(keep, len(m.Description))]
-		return next(ctx, m)
-	}})
+	e.router.Intercept(cutDescriptions(keep))
 	nodes := threeNodes()
 	svc := newService("default", "webx", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 	e.mustEnsure(t, svc, nodes)
