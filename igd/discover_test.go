@@ -569,6 +569,18 @@ func TestSSDPDiscoveryResistsRogueAnswers(t *testing.T) {
 	}
 }
 
+// discoverOnly runs one discovery, bounded by timeout, on a network where d
+// is the only device, for tests that expect it to find no usable router.
+func discoverOnly(t *testing.T, d *ssdpDevice, timeout time.Duration) (Gateway, error) {
+	t.Helper()
+	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
+	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: timeout, Host: fakeHost{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Discover(testCtx(t))
+}
+
 func TestSSDPDiscoveryLocationMustBeTheAnsweringIP(t *testing.T) {
 	tests := []struct {
 		name string
@@ -582,12 +594,7 @@ func TestSSDPDiscoveryLocationMustBeTheAnsweringIP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newSSDPDevice(t, igd2Device, "127.0.0.1", 0)
 			d.SetAnswers([]string{tt.loc(d)}, 0)
-			n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
-			c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 500 * time.Millisecond, Host: fakeHost{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gw, err := c.Discover(testCtx(t))
+			gw, err := discoverOnly(t, d, 500*time.Millisecond)
 			if err == nil {
 				t.Fatalf("Discover() chose %s, whose LOCATION does not name the answering IP", gw.Location)
 			}
@@ -604,12 +611,7 @@ func TestSSDPDiscoveryLocationMustBeTheAnsweringIP(t *testing.T) {
 func TestSSDPDiscoveryIgnoresAnswersOverTheCap(t *testing.T) {
 	d := newSSDPDevice(t, igd2Device, "127.0.0.1", 0)
 	d.SetAnswers(nil, maxSSDPAnswerSize) // header plus this much is over the cap
-	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
-	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 300 * time.Millisecond, Host: fakeHost{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Discover(testCtx(t)); !errors.Is(err, ErrNoGateway) || !strings.Contains(err.Error(), "no device answered") {
+	if _, err := discoverOnly(t, d, 300*time.Millisecond); !errors.Is(err, ErrNoGateway) || !strings.Contains(err.Error(), "no device answered") {
 		t.Errorf("Discover() = %v, want no device answered", err)
 	}
 	if f := d.DescFetches(); f != 0 {
@@ -633,12 +635,7 @@ func TestSSDPDiscoveryControlURLMustBeTheAnsweringIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newSSDPDevice(t, device{path, igd2Device.serviceType, igd2Device.controlPath}, "127.0.0.1", 0)
-	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
-	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: 500 * time.Millisecond, Host: fakeHost{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := c.Discover(testCtx(t))
+	gw, err := discoverOnly(t, d, 500*time.Millisecond)
 	if err == nil {
 		t.Fatalf("Discover() chose %s, whose control URL %s is on another host", gw.Location, gw.ControlURL)
 	}
