@@ -349,15 +349,21 @@ func (lb *LoadBalancer) clusterName() (c string) {
 
 // seeNodes records the addresses of nodes.
 func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
+	latest := make(map[string]*v1.Node, len(nodes)) // by name; the last copy wins
+	for _, n := range nodes {
+		if n != nil {
+			latest[n.Name] = n
+		}
+	}
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	for _, n := range nodes {
-		if n == nil {
-			continue
-		}
-		lb.forgetNodeLocked(n.Name) // addresses it no longer reports
-		for _, a := range nodeAddrs(n) {
-			lb.nodeAddrs[a] = n.Name
+	// Addresses the nodes no longer report go, in one pass over the map.
+	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, name string) bool { return latest[name] != nil })
+	for _, n := range nodes { // in order: an address two nodes report is the later one's
+		if n != nil && latest[n.Name] == n {
+			for _, a := range nodeAddrs(n) {
+				lb.nodeAddrs[a] = n.Name
+			}
 		}
 	}
 }

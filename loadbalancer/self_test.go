@@ -147,3 +147,26 @@ func TestBackgroundFindsOwnNode(t *testing.T) {
 		return len(ms) == 1 && ms[0].InternalClient == addrC
 	})
 }
+
+// The addresses a node no longer reports stop being trusted as a node's;
+// other nodes' stay, and an address two nodes report is the later one's.
+func TestSeeNodesForgetsOldAddresses(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	a, b, c := netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("192.168.1.11"), netip.MustParseAddr("192.168.1.12")
+	e.lb.seeNodes([]*v1.Node{newNode("n1", a), newNode("n2", c)})
+	e.lb.seeNodes([]*v1.Node{newNode("n1", b)}) // n1 moved from a to b
+	for _, tt := range []struct {
+		addr netip.Addr
+		want bool
+	}{{a, false}, {b, true}, {c, true}} {
+		if got := e.lb.isNodeAddr(tt.addr); got != tt.want {
+			t.Errorf("isNodeAddr(%s) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+	e.lb.seeNodes([]*v1.Node{newNode("n2", b), newNode("n3", b)})
+	var owner string
+	e.lb.locked(func() { owner = e.lb.nodeAddrs[b] })
+	if owner != "n3" {
+		t.Errorf("%s is recorded as %q's, want n3's (the later node that reports it)", b, owner)
+	}
+}
