@@ -155,10 +155,7 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
 	if !proto.Valid() || ports.First > ports.Last {
-		err := &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"}
-		call.Err = fmt.Errorf("%s %s: %w", call.Method, describe(&call), err)
-		c.router.record(call)
-		return nil, call.Err
+		return nil, c.finish(&call, &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"})
 	}
 	next := listChain(c.router.layers(), c.local, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 		if err := ctx.Err(); err != nil {
@@ -167,13 +164,7 @@ func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports
 		if c.router.cfg.NoList {
 			return nil, igd.ErrNotSupported
 		}
-		var out []igd.Mapping
-		for _, m := range c.router.list() {
-			if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
-				out = append(out, m)
-			}
-		}
-		return out, nil
+		return c.router.listRange(proto, ports), nil
 	})
 	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
 		call.Mappings, err = next(ctx, proto, ports)
@@ -192,6 +183,12 @@ func (c *Client) do(ctx context.Context, call *Call, op func(context.Context) er
 	if err == nil {
 		err = op(ctx)
 	}
+	return c.finish(call, err)
+}
+
+// finish logs call with its result, err (if any) wrapped with the call's
+// method and object, and returns that.
+func (c *Client) finish(call *Call, err error) error {
 	if err != nil {
 		err = fmt.Errorf("%s %s: %w", call.Method, describe(call), err)
 	}
@@ -202,7 +199,7 @@ func (c *Client) do(ctx context.Context, call *Call, op func(context.Context) er
 
 // describe names the object of call for error messages.
 func describe(call *Call) string {
-	if call.Method == MethodListPortMappings || call.Method == "GetListOfPortMappings" {
+	if call.Method == MethodListPortMappings {
 		return fmt.Sprintf("%s ports %d-%d", call.Key.Protocol, call.Ports.First, call.Ports.Last)
 	}
 	if call.Key != (igd.Key{}) {

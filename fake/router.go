@@ -457,6 +457,18 @@ func (r *Router) reportLocked(e *entry, now time.Time) igd.Mapping {
 	return m
 }
 
+// listRange returns the mappings of proto in ports, newest first, as
+// miniupnpd lists them.
+func (r *Router) listRange(proto igd.Protocol, ports igd.PortRange) []igd.Mapping {
+	var out []igd.Mapping
+	for _, m := range r.list() {
+		if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // list returns the table newest first, as miniupnpd lists it.
 func (r *Router) list() []igd.Mapping {
 	r.mu.Lock()

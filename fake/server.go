@@ -360,13 +360,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			// One protocol, newest first, as miniupnpd lists it.
-			var out []igd.Mapping
-			for _, m := range h.router.list() {
-				if m.Protocol == proto && m.ExternalPort >= ports.First && m.ExternalPort <= ports.Last {
-					out = append(out, m)
-				}
-			}
+			out := h.router.listRange(proto, ports)
 			if h.router.cfg.CrashOnLongList && len(out) > ListCrashLimit {
 				h.router.crash()
 				return nil, upnpErr(sr.Action, igd.CodeActionFailed) // never sent: the server hangs up
