@@ -245,9 +245,9 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 	}
 	// Each node the informer replays to the service controller is one
 	// node sync.
-	_, err = poll(ctx, h.cfg.Timeout, "the service controller's first sync of every node", func(context.Context) (uint64, bool, string, error) {
+	_, err = poll(ctx, h.cfg.Timeout, "the service controller's first sync of every node", func(context.Context) (uint64, bool, func() string, error) {
 		n, err := nodeSyncs()
-		return n, n-before >= uint64(len(initial)), fmt.Sprintf("%d of %d node syncs", n-before, len(initial)), err
+		return n, n-before >= uint64(len(initial)), func() string { return fmt.Sprintf("%d of %d node syncs", n-before, len(initial)) }, err
 	})
 	if err != nil {
 		return err
@@ -358,14 +358,14 @@ func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) 
 		return n, nil
 	}
 	last, still := before, 0
-	_, err = poll(ctx, h.cfg.Timeout, "the service controller to sync node "+node.Name, func(context.Context) (uint64, bool, string, error) {
+	_, err = poll(ctx, h.cfg.Timeout, "the service controller to sync node "+node.Name, func(context.Context) (uint64, bool, func() string, error) {
 		c, err := nodeSyncs()
 		if c == last {
 			still++
 		} else {
 			last, still = c, 0
 		}
-		return c, c > before && still >= quietPolls, fmt.Sprintf("%d node syncs since the node was created", c-before), err
+		return c, c > before && still >= quietPolls, func() string { return fmt.Sprintf("%d node syncs since the node was created", c-before) }, err
 	})
 	return n, err
 }

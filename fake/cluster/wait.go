@@ -19,21 +19,22 @@ import (
 
 // poll calls check every pollInterval until it reports done, for at most
 // timeout (or until ctx ends), and returns its last value. On timeout the
-// error names what it waited for and what check last saw, and wraps ctx's
-// error and check's last error.
-func poll[T any](ctx context.Context, timeout time.Duration, what string, check func(context.Context) (T, bool, string, error)) (T, error) {
+// error names what it waited for and what check last saw (its last
+// non-nil seen, called then and only then: describing can cost reads), and
+// wraps ctx's error and check's last error.
+func poll[T any](ctx context.Context, timeout time.Duration, what string, check func(context.Context) (v T, done bool, seen func() string, err error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
-	var seen string
+	var seen func() string
 	var lastErr error
 	for {
 		v, done, s, err := check(ctx)
 		if err == nil && done {
 			return v, nil
 		}
-		if s != "" {
+		if s != nil {
 			seen = s
 		}
 		if err != nil && ctx.Err() == nil {
@@ -46,13 +47,21 @@ func poll[T any](ctx context.Context, timeout time.Duration, what string, check 
 			if lastErr != nil {
 				err = fmt.Errorf("%w; last error: %w", err, lastErr)
 			}
-			if seen != "" {
-				err = fmt.Errorf("%w; last seen: %s", err, seen)
+			if s := describe(seen); s != "" {
+				err = fmt.Errorf("%w; last seen: %s", err, s)
 			}
 			return zero, err
 		case <-ticker.C:
 		}
 	}
+}
+
+// describe returns seen(), or "" for nil.
+func describe(seen func() string) string {
+	if seen == nil {
+		return ""
+	}
+	return seen()
 }
 
 // Wait calls cond every few milliseconds until it reports true, for what
@@ -61,9 +70,9 @@ func poll[T any](ctx context.Context, timeout time.Duration, what string, check 
 // deadline wins). An error from cond does not end the wait; on timeout the
 // error says "waiting for <what>" and gives the last error cond returned.
 func (h *Harness) Wait(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
-	_, err := poll(ctx, h.cfg.Timeout, what, func(ctx context.Context) (struct{}, bool, string, error) {
+	_, err := poll(ctx, h.cfg.Timeout, what, func(ctx context.Context) (struct{}, bool, func() string, error) {
 		done, err := cond(ctx)
-		return struct{}{}, done, "", err
+		return struct{}{}, done, nil, err
 	})
 	return err
 }
@@ -98,12 +107,12 @@ func (h *Harness) WaitForService(ctx context.Context, namespace, name, what stri
 }
 
 func (h *Harness) waitService(ctx context.Context, namespace, name, what string, done func(*v1.Service) bool) (*v1.Service, error) {
-	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("Service %s/%s to have %s", namespace, name, what), func(ctx context.Context) (*v1.Service, bool, string, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("Service %s/%s to have %s", namespace, name, what), func(ctx context.Context) (*v1.Service, bool, func() string, error) {
 		s, err := h.Client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return nil, false, "", err
+			return nil, false, nil, err
 		}
-		return s, done(s), describeService(s) + h.warnings(ctx, s.Namespace, s.UID), nil
+		return s, done(s), func() string { return describeService(s) + h.warnings(context.WithoutCancel(ctx), s.Namespace, s.UID) }, nil
 	})
 }
 
@@ -111,12 +120,12 @@ func (h *Harness) waitService(ctx context.Context, namespace, name, what string,
 // initialized the node (the uninitialized taint is gone and it has a
 // ProviderID) and returns it as last read.
 func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.Node, error) {
-	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be initialized (taint %s gone, spec.providerID set)", name, cloudproviderapi.TaintExternalCloudProvider), func(ctx context.Context) (*v1.Node, bool, string, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be initialized (taint %s gone, spec.providerID set)", name, cloudproviderapi.TaintExternalCloudProvider), func(ctx context.Context) (*v1.Node, bool, func() string, error) {
 		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return nil, false, "", err
+			return nil, false, nil, err
 		}
-		return n, !uninitialized(n) && n.Spec.ProviderID != "", describeNode(n) + h.warnings(ctx, "", n.UID), nil
+		return n, !uninitialized(n) && n.Spec.ProviderID != "", h.seenNode(ctx, n), nil
 	})
 }
 
@@ -124,30 +133,30 @@ func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.
 // routes to every pod CIDR of the node (its NetworkUnavailable condition is
 // False, reason RouteCreated) and returns the node as last read.
 func (h *Harness) WaitForRouteCreated(ctx context.Context, name string) (*v1.Node, error) {
-	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("the routes to node %s's pod CIDRs (condition %s False, reason RouteCreated)", name, v1.NodeNetworkUnavailable), func(ctx context.Context) (*v1.Node, bool, string, error) {
+	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("the routes to node %s's pod CIDRs (condition %s False, reason RouteCreated)", name, v1.NodeNetworkUnavailable), func(ctx context.Context) (*v1.Node, bool, func() string, error) {
 		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return nil, false, "", err
+			return nil, false, nil, err
 		}
 		done := slices.ContainsFunc(n.Status.Conditions, func(c v1.NodeCondition) bool {
 			return c.Type == v1.NodeNetworkUnavailable && c.Status == v1.ConditionFalse && c.Reason == "RouteCreated"
 		})
-		return n, done, describeNode(n) + h.warnings(ctx, "", n.UID), nil
+		return n, done, h.seenNode(ctx, n), nil
 	})
 }
 
 // WaitForNodeDeleted waits until the node is gone, as the cloud node
 // lifecycle controller deletes a node whose instance no longer exists.
 func (h *Harness) WaitForNodeDeleted(ctx context.Context, name string) error {
-	_, err := poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be deleted", name), func(ctx context.Context) (struct{}, bool, string, error) {
+	_, err := poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be deleted", name), func(ctx context.Context) (struct{}, bool, func() string, error) {
 		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return struct{}{}, true, "", nil
+			return struct{}{}, true, nil, nil
 		}
 		if err != nil {
-			return struct{}{}, false, "", err
+			return struct{}{}, false, nil, err
 		}
-		return struct{}{}, false, describeNode(n) + h.warnings(ctx, "", n.UID), nil
+		return struct{}{}, false, h.seenNode(ctx, n), nil
 	})
 	return err
 }
@@ -218,6 +227,12 @@ func describeService(s *v1.Service) string {
 	}
 	return fmt.Sprintf("Service %s/%s type %s, status.loadBalancer.ingress %q, finalizers %q, being deleted: %s",
 		s.Namespace, s.Name, s.Spec.Type, ing, s.Finalizers, del)
+}
+
+// seenNode describes n and its Warning events, for a wait's "last seen"
+// (read when the wait has timed out: ctx has ended by then).
+func (h *Harness) seenNode(ctx context.Context, n *v1.Node) func() string {
+	return func() string { return describeNode(n) + h.warnings(context.WithoutCancel(ctx), "", n.UID) }
 }
 
 func describeNode(n *v1.Node) string {
