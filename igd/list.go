@@ -110,61 +110,59 @@ func (r portRange) halves() (portRange, portRange) {
 func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
 	seen := map[Key]bool{}
 	var out []Mapping
-	{
-		// Depth first, lower half first: a stack of the ranges still to read.
-		todo := []portRange{whole}
-		logged := false
-		for len(todo) > 0 {
-			r := todo[len(todo)-1]
-			todo = todo[:len(todo)-1]
-			var listing string
-			// One call returns up to 1000 entries and the router builds the
-			// whole answer before sending it, so it gets five call bounds.
-			err := c.call(ctx, gw, "GetListOfPortMappings", 5*c.cfg.CallTimeout, func(ctx context.Context) (err error) {
-				listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, uint16(c.listPage))
-				return err
-			})
-			if Code(err) == CodePortMappingNotFound {
-				continue // nothing in range
-			}
-			if err != nil {
-				return nil, err
-			}
-			page, err := parsePortListing(listing)
-			if err != nil {
-				return nil, fmt.Errorf("GetListOfPortMappings %s ports %d-%d: %w", proto, r.lo, r.hi, err)
-			}
-			// honest: every entry is of this protocol and range, each once.
-			honest := true
-			inPage := make(map[Key]bool, len(page))
-			for _, m := range page {
-				k := m.Key()
-				if k.Protocol != proto || !r.contains(k.ExternalPort) || inPage[k] {
-					honest = false
-				}
-				inPage[k] = true
-				if !seen[k] {
-					seen[k] = true
-					out = append(out, m)
-				}
-			}
-			if len(out) > c.cfg.MaxListEntries {
-				return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.lo, r.hi, c.cfg.MaxListEntries)
-			}
-			if len(page) < c.listPage || r.width() <= len(page) {
-				continue // the whole range
-			}
-			if !honest {
-				if !logged {
-					logged = true
-					klog.FromContext(ctx).V(2).Info("Router answered GetListOfPortMappings with entries outside the requested range; the listing may be incomplete",
-						"location", gw.info.Location, "protocol", proto, "startPort", r.lo, "endPort", r.hi)
-				}
-				continue
-			}
-			low, high := r.halves()
-			todo = append(todo, high, low)
+	// Depth first, lower half first: a stack of the ranges still to read.
+	todo := []portRange{whole}
+	logged := false
+	for len(todo) > 0 {
+		r := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		var listing string
+		// One call returns up to 1000 entries and the router builds the
+		// whole answer before sending it, so it gets five call bounds.
+		err := c.call(ctx, gw, "GetListOfPortMappings", 5*c.cfg.CallTimeout, func(ctx context.Context) (err error) {
+			listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, uint16(c.listPage))
+			return err
+		})
+		if Code(err) == CodePortMappingNotFound {
+			continue // nothing in range
 		}
+		if err != nil {
+			return nil, err
+		}
+		page, err := parsePortListing(listing)
+		if err != nil {
+			return nil, fmt.Errorf("GetListOfPortMappings %s ports %d-%d: %w", proto, r.lo, r.hi, err)
+		}
+		// honest: every entry is of this protocol and range, each once.
+		honest := true
+		inPage := make(map[Key]bool, len(page))
+		for _, m := range page {
+			k := m.Key()
+			if k.Protocol != proto || !r.contains(k.ExternalPort) || inPage[k] {
+				honest = false
+			}
+			inPage[k] = true
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, m)
+			}
+		}
+		if len(out) > c.cfg.MaxListEntries {
+			return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.lo, r.hi, c.cfg.MaxListEntries)
+		}
+		if len(page) < c.listPage || r.width() <= len(page) {
+			continue // the whole range
+		}
+		if !honest {
+			if !logged {
+				logged = true
+				klog.FromContext(ctx).V(2).Info("Router answered GetListOfPortMappings with entries outside the requested range; the listing may be incomplete",
+					"location", gw.info.Location, "protocol", proto, "startPort", r.lo, "endPort", r.hi)
+			}
+			continue
+		}
+		low, high := r.halves()
+		todo = append(todo, high, low)
 	}
 	return out, nil
 }

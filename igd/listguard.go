@@ -96,12 +96,7 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 	if whole.width() <= listCrashLimit {
 		// No more than listCrashLimit mappings of a protocol fit in a range
 		// this narrow: it is safe whatever the table holds.
-		out, err := c.listByRange(ctx, gw, lister, proto, whole)
-		if err != nil {
-			return nil, err
-		}
-		gw.learnRange(proto, whole, out)
-		return out, nil
+		return c.listLearn(ctx, gw, lister, proto, whole)
 	}
 	if known, ok := gw.knownPorts(proto); ok {
 		out, surprised, err := c.listPlanned(ctx, gw, lister, proto, whole, known)
@@ -114,19 +109,10 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 		}
 		klog.FromContext(ctx).V(2).Info("Port-mapping table grew since it was last read; walking it before listing again",
 			"location", gw.info.Location, "protocol", proto, "server", gw.info.Server)
-	} else {
-		small, err := c.tableAtMost(ctx, gw, listPlanned)
-		if err != nil {
-			return nil, err
-		}
-		if small {
-			out, err := c.listByRange(ctx, gw, lister, proto, whole)
-			if err != nil {
-				return nil, err
-			}
-			gw.learnRange(proto, whole, out)
-			return out, nil
-		}
+	} else if small, err := c.tableAtMost(ctx, gw, listPlanned); err != nil {
+		return nil, err
+	} else if small {
+		return c.listLearn(ctx, gw, lister, proto, whole)
 	}
 	table, err := c.walk(ctx, gw)
 	if err != nil {
@@ -261,4 +247,14 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 		return Mapping{}, false, err
 	}
 	return m, true, nil
+}
+
+// listLearn lists whole at once and records what it found.
+func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+	out, err := c.listByRange(ctx, gw, lister, proto, whole)
+	if err != nil {
+		return nil, err
+	}
+	gw.learnRange(proto, whole, out)
+	return out, nil
 }
