@@ -372,7 +372,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	if err != nil {
 		return err
 	}
-	lb.warn(svc, ext, nil)
+	lb.warn(o, svc, ext, nil)
 	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
 		return nil
 	}
@@ -474,11 +474,10 @@ func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) 
 // warn records on svc, once per address and only with background work, a
 // Warning event that the external IP ext is not usable (err) or, when err is
 // nil, not public.
-func (lb *LoadBalancer) warn(svc *v1.Service, ext netip.Addr, err error) {
+func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error) {
 	if err == nil && igd.IsPublic(ext) {
 		return
 	}
-	o := newOwner(lb.clusterName(), svc.Namespace, svc.Name)
 	lb.mu.Lock()
 	w := lb.watch
 	s := lb.stateLocked(o)

@@ -229,7 +229,7 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 		return nil, err
 	}
 	if extErr != nil {
-		lb.warn(svc, ext, extErr)
+		lb.warn(o, svc, ext, extErr)
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans), nil

@@ -135,8 +135,9 @@ func (lb *LoadBalancer) pruneDeleted() {
 	})
 }
 
-// knownKeys returns, sorted, every key where o may hold a mapping: the ports
-// of svc's spec (or plans) and status, the keys o holds here, and extra.
+// knownKeys returns every key where o may hold a mapping (unsorted, maybe
+// repeated: read sorts and compacts them): the ports of svc's spec (or
+// plans) and status, the keys o holds here, and extra.
 func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, extra ...igd.Key) []igd.Key {
 	keys := slices.Clone(extra)
 	if plans == nil {
@@ -159,8 +160,7 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 		}
 	}
 	lb.mu.Unlock()
-	slices.SortFunc(keys, compareKeys)
-	return slices.Compact(keys)
+	return keys // read sorts and compacts them
 }
 
 // reserve makes o the holder of k in this process before the router call,
