@@ -101,11 +101,11 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			i, known := fields[key]
 			if !known {
-				errs = append(errs, field.Forbidden(child(path, key),
+				errs = append(errs, field.Forbidden(path.Child(key),
 					"unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
 				continue
 			}
-			errs = append(errs, decodeStrict(child(path, key), obj[key], out.Field(i))...)
+			errs = append(errs, decodeStrict(path.Child(key), obj[key], out.Field(i))...)
 		}
 		if len(errs) > 0 {
 			return errs
@@ -144,13 +144,6 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 		path = documentPath
 	}
 	return field.ErrorList{field.TypeInvalid(path, json.RawMessage(data), reason(err))}
-}
-
-func child(path *field.Path, key string) *field.Path {
-	if path == nil {
-		return field.NewPath(key)
-	}
-	return path.Child(key)
 }
 
 // jsonFields maps the JSON names of t's exported fields to their indexes
