@@ -105,6 +105,12 @@ func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{
 func (lb *LoadBalancer) update(o owner, f func(s *serviceState)) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
+	lb.updateLocked(o, f)
+}
+
+// updateLocked runs f on o's state, keeping the held-keys metric in step
+// with what f holds. lb.mu must be held.
+func (lb *LoadBalancer) updateLocked(o owner, f func(s *serviceState)) {
 	s := lb.stateLocked(o)
 	n := len(s.held)
 	f(s)
@@ -173,10 +179,7 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
 	}
-	s := lb.stateLocked(o)
-	n := len(s.held)
-	s.hold(k)
-	heldKeys.Add(int64(len(s.held) - n))
+	lb.updateLocked(o, func(s *serviceState) { s.hold(k) })
 	return nil
 }
 
