@@ -16,9 +16,7 @@ import (
 // informer lag), at most once; without Initialize's client, none.
 func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() ([]*v1.Service, error) {
 	return sync.OnceValues(func() ([]*v1.Service, error) {
-		lb.mu.Lock()
-		client := lb.client
-		lb.mu.Unlock()
+		client := lb.bg.apiClient()
 		if client == nil || req.svc == nil {
 			return nil, nil
 		}
@@ -55,16 +53,20 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 		if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
 			continue // nor is one asking for another address than the router's
 		}
+		why := "an older Service of the cluster wants it"
+		if s.CreationTimestamp.Equal(&me.CreationTimestamp) {
+			why = "a Service of the cluster created in the same second wants it, and neither gets it: delete one, or change its port"
+		}
 		return &PortError{Service: req.owner.key(), Key: k, Claimant: s.Namespace + "/" + s.Name,
-			Err: fmt.Errorf("%w: an older Service of the cluster wants it", ErrPortInUse)}
+			Err: fmt.Errorf("%w: %s", ErrPortInUse, why)}
 	}
 	return nil
 }
 
-// prior reports whether a was created before b (ties: lower namespace/name).
+// prior reports whether a was created before b or in the same second
+// (creationTimestamp's precision). A tie refuses both: a process that listed
+// the Services before the other of the same second existed cannot know it,
+// so no tie-break could be decided alike by every process.
 func prior(a, b *v1.Service) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
-	}
-	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	return !a.CreationTimestamp.After(b.CreationTimestamp.Time)
 }

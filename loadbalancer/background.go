@@ -1,11 +1,9 @@
 package loadbalancer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -24,8 +21,6 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	cloudprovider "k8s.io/cloud-provider"
-	"k8s.io/cloud-provider/api"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/klog/v2"
 
@@ -52,43 +47,8 @@ type watch struct {
 	recorder record.EventRecorder
 }
 
-var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
-
-// SetInformers (cloudprovider.InformerUser) registers the node, Service and
-// EndpointSlice informers with the CCM's factory, whose owner starts (call it
-// before factory.Start) and stops them; Run adds handlers and waits for the
-// caches. Without it, Run has its own (a running Run moves onto these). The
-// last call wins.
-func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
-	factory.Core().V1().Nodes().Informer()
-	factory.Core().V1().Services().Informer()
-	factory.Discovery().V1().EndpointSlices().Informer()
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.factory = factory
-	if lb.stopOwn != nil { // Run started already: move it onto factory
-		lb.stopOwn(errSharedInformers)
-		lb.stopOwn = nil
-	}
-}
-
 // errSharedInformers ends a run on Run's own informers: SetInformers gave some.
 var errSharedInformers = errors.New("loadbalancer: shared informers given")
-
-// Initialize builds the background work's API client (provider.Initializer).
-// It makes no network call; a second call does nothing.
-func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovider.ControllerClientBuilder) error {
-	var done bool
-	if lb.locked(func() { done = lb.client != nil }); done {
-		return nil
-	}
-	client, err := clientBuilder.Client(clientName)
-	if err != nil {
-		return fmt.Errorf("loadbalancer: build Kubernetes client %q: %w", clientName, err)
-	}
-	lb.locked(func() { lb.client = cmp.Or(lb.client, client) })
-	return nil
-}
 
 // Run (provider.Runner) runs the background work until ctx is cancelled and
 // its goroutines have returned: every Config.RenewInterval, after a node or
@@ -97,32 +57,35 @@ func (lb *LoadBalancer) Initialize(ctx context.Context, clientBuilder cloudprovi
 // Without a successful Initialize, or run twice, it logs an error and returns.
 func (lb *LoadBalancer) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	lb.mu.Lock()
-	client, running := lb.client, lb.running
-	if client != nil {
-		lb.running = true
+	b := &lb.bg
+	b.mu.Lock()
+	ph, client := b.phase, b.client
+	if ph == phaseInitialized {
+		b.phase = phaseSyncing
 	}
-	lb.mu.Unlock()
-	if client == nil || running {
+	b.mu.Unlock()
+	if ph != phaseInitialized {
 		why := "twice"
-		if client == nil {
+		if ph == phaseNotStarted {
 			why = "before Initialize"
 		}
 		logger.Error(errors.New("loadbalancer: Run called "+why), "Load balancer background work not started")
 		return
 	}
 	// Calls no longer wait for caches that will not sync.
-	defer lb.locked(func() { lb.client = nil })
+	defer b.setPhase(phaseStopped, nil)
 	for {
-		lb.mu.Lock()
-		factory := lb.factory
+		b.mu.Lock()
+		factory := b.factory
 		runCtx, cancel := context.WithCancelCause(ctx)
 		if factory == nil {
-			lb.stopOwn = cancel
+			b.stopOwn = cancel
 		}
-		lb.mu.Unlock()
+		b.mu.Unlock()
 		err := lb.run(runCtx, client, factory)
-		lb.locked(func() { lb.stopOwn = nil })
+		b.mu.Lock()
+		b.stopOwn = nil
+		b.mu.Unlock()
 		cancel(nil)
 		if ctx.Err() == nil && errors.Is(context.Cause(runCtx), errSharedInformers) {
 			logger.Info("Load balancer background work moves to the shared informers")
@@ -215,8 +178,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	if nodes, err := w.nodes.List(labels.Everything()); err == nil {
 		lb.seeNodes(nodes)
 	}
-	lb.locked(func() { lb.watch = w })
-	defer lb.locked(func() { lb.watch = nil })
+	lb.bg.setPhase(phaseRunning, w)
+	defer lb.bg.setPhase(phaseSyncing, nil) // Run ends stopped, or syncs again
 	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
 
 	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
@@ -286,12 +249,18 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		logger.Error(extErr, "Load balancer pass failed")
 		return
 	}
-	hints, err := lb.hints(ctx)
 	nodes, nodesErr := w.nodes.List(labels.Everything())
 	svcs, svcsErr := w.services.List(labels.Everything())
-	if err = errors.Join(err, nodesErr, svcsErr); err != nil {
+	if err := errors.Join(nodesErr, svcsErr); err != nil {
 		logger.Error(err, "Load balancer pass failed")
 		return
+	}
+	// The listing is only a hint of where Services may hold mappings that
+	// nothing records: without it every Service is still served (renewed,
+	// repaired) at the keys its spec, status and this process know.
+	hints, err := lb.hints(ctx)
+	if err != nil {
+		logger.Info("Listing the router's table failed; serving every Service at its known keys", "err", err)
 	}
 	slices.SortFunc(svcs, func(a, b *v1.Service) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
 	failed := false
@@ -324,7 +293,7 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 // mappings nothing else records.
 func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
-	if !ok || lb.noList.Load() {
+	if !ok {
 		return nil, nil
 	}
 	out := make(map[string][]igd.Key)
@@ -332,7 +301,6 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
 		switch {
 		case errors.Is(err, igd.ErrNotSupported):
-			lb.noList.Store(true)
 			return nil, nil
 		case err != nil:
 			return nil, fmt.Errorf("loadbalancer: list router table: %w", err)
@@ -348,11 +316,11 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 
 // passService serves one Service during a pass and patches its status.
 func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
-	release, ok := lb.tryAcquire(o, svc)
-	if !ok {
+	t := lb.tryAcquire(o, svc)
+	if t == nil {
 		return nil // busy with the service controller, or deleted since listed
 	}
-	defer release()
+	defer t.release()
 	// The service controller may have acted on a newer Service than the
 	// pass's list (a spec change, a delete that found no mapping): serve it
 	// as the API server has it now, under its gate, or leave it alone when
@@ -368,7 +336,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 		return nil
 	}
 	svc = live
-	st, err := lb.serveLocked(ctx, o, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
+	st, err := lb.serve(ctx, t, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
 	if err != nil {
 		return err
 	}
@@ -425,101 +393,4 @@ func (lb *LoadBalancer) nextProbe() (igd.Mapping, bool) {
 	slices.SortFunc(written, func(a, b igd.Mapping) int { return compareKeys(a.Key(), b.Key()) })
 	lb.probeSeq++
 	return written[lb.probeSeq%len(written)], true
-}
-
-// waitNodes returns an api.RetryError while this process cannot recognise
-// o's mappings, not knowing the cluster's nodes: "no mappings" would let the
-// service controller drop its finalizer over a previous process's mappings.
-func (lb *LoadBalancer) waitNodes(o owner) error {
-	lb.mu.Lock()
-	w, started, seen := lb.watch, lb.client != nil, len(lb.nodeAddrs) > 0
-	lb.mu.Unlock()
-	switch {
-	case started && w == nil:
-		return api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: waiting for the node cache to sync, to recognise the service's mappings", o.key()), lb.cfg.RetryAfter)
-	case !started && !seen:
-		return api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: no node seen yet, so the service's mappings cannot be recognised; without background work (Initialize and Run), nodes are learnt from EnsureLoadBalancer and UpdateLoadBalancer", o.key()), lb.cfg.RetryAfter)
-	}
-	return nil
-}
-
-// endpointNodes returns the nodes with a ready endpoint of svc.
-func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
-	lb.mu.Lock()
-	w, started := lb.watch, lb.client != nil
-	lb.mu.Unlock()
-	switch {
-	case w == nil && started:
-		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s/%s: waiting for the EndpointSlice cache to sync", svc.Namespace, svc.Name), lb.cfg.RetryAfter)
-	case w == nil:
-		return nil, &ServiceError{Service: svc.Namespace + "/" + svc.Name, Field: "spec.externalTrafficPolicy", Value: string(svc.Spec.ExternalTrafficPolicy),
-			Reason: "Local needs the load balancer's background work (Initialize or Run) to watch EndpointSlices"}
-	}
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
-	list, err := w.slices.EndpointSlices(svc.Namespace).List(sel)
-	if err != nil {
-		return nil, fmt.Errorf("loadbalancer: list endpoint slices of service %s/%s: %w", svc.Namespace, svc.Name, err)
-	}
-	out := make(map[string]bool)
-	for _, es := range list {
-		for _, ep := range es.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				out[*ep.NodeName] = true
-			}
-		}
-	}
-	return out, nil
-}
-
-// warn records on svc, once per address and only with background work, a
-// Warning event that the external IP ext is not usable (err) or, when err is
-// nil, not public.
-func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error) {
-	if err == nil && igd.IsPublic(ext) {
-		return
-	}
-	lb.mu.Lock()
-	w := lb.watch
-	s := lb.stateLocked(o)
-	key := cmp.Or(ext, netip.IPv4Unspecified()) // no address: warned as 0.0.0.0
-	already := s.warned == key
-	if w != nil {
-		s.warned = key
-	}
-	lb.mu.Unlock()
-	switch {
-	case w == nil || already:
-	case err != nil:
-		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
-	default:
-		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
-	}
-}
-
-// hintOptIn records on svc, not selected, a Normal event saying how to opt
-// in: once per UID per process, with background work (until then, not yet).
-func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
-	lb.mu.Lock()
-	w, already := lb.watch, lb.hinted[svc.UID]
-	if w != nil {
-		lb.hinted[svc.UID] = true
-	}
-	lb.mu.Unlock()
-	if w == nil || already {
-		return
-	}
-	w.recorder.Eventf(svc, v1.EventTypeNormal, EventReasonOptInRequired,
-		"Not exposed on the router: only Services annotated %s=%s (or %s=%s) are; annotate the Service to expose it, or serve every Service (cloud-config services: all)",
-		AnnotationLoadBalancerType, AnnotationValue, LegacyAnnotationLoadBalancerType, AnnotationValue)
-}
-
-// pruneHinted forgets the Services told how to opt in that are gone from svcs.
-func (lb *LoadBalancer) pruneHinted(svcs []*v1.Service) {
-	live := make(map[types.UID]bool, len(svcs))
-	for _, s := range svcs {
-		live[s.UID] = true
-	}
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	maps.DeleteFunc(lb.hinted, func(uid types.UID, _ bool) bool { return !live[uid] })
 }

@@ -361,9 +361,7 @@ var (
 
 func TestDeleteWaitsForNodeCache(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
-	e.lb.mu.Lock()
-	e.lb.client = k8sfake.NewClientset() // initialized, caches not yet synced
-	e.lb.mu.Unlock()
+	e.lb.bg.client, e.lb.bg.phase = k8sfake.NewClientset(), phaseInitialized // caches not yet synced
 	err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, newService("default", "web"))
 	var re *api.RetryError
 	if !errors.As(err, &re) {

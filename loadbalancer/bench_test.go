@@ -130,7 +130,7 @@ func benchLB(b *testing.B, be backend) (*LoadBalancer, *countingClient, *fake.Ro
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := lb.externalIP(context.Background()); err != nil {
+	if _, err := lb.refreshExternalIP(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	cc.take()

@@ -27,11 +27,11 @@ type request struct {
 	self       string      // this process's node on a secure-mode router
 }
 
-// converge brings the Service's own mappings from got, a fresh read of its
-// keys, to req; a failing port does not stop the others, the errors are
-// joined, with an api.RetryError for a fixed delay. The caller holds the gate.
-func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.Key]igd.Mapping) error {
-	o := req.owner
+// converge brings the Service's own mappings from r, a read of its keys made
+// in turn t, to req; a failing port does not stop the others, the errors are
+// joined, with an api.RetryError for a fixed delay.
+func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r reading) error {
+	o, got := t.owner, r.mappings
 	ours := make(map[igd.Key]igd.Mapping)
 	var current []netip.Addr
 	for k, m := range got {
@@ -59,7 +59,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		i := slices.IndexFunc(req.ports, func(p portPlan) bool { return p.key == k })
 		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort) {
-			wait(lb.remove(ctx, o, ours[k]))
+			wait(lb.remove(ctx, o, ours[k], r.at))
 		}
 	}
 	if len(req.ports) > 0 && !haveTarget {
@@ -76,7 +76,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, req request, got map[igd.K
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
-			wait(lb.apply(ctx, req, p, tgt, cur, mine, contenders))
+			wait(lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders))
 		}
 	}
 	if retry > 0 {
@@ -112,9 +112,9 @@ func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
 }
 
 // apply makes p's mapping point at tgt with p's description, from old, what
-// the read found at p's key (mine: the Service's own). A delay returned asks
-// the caller to retry then.
-func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
+// the read sent at readAt found at p's key (mine: the Service's own). A delay
+// returned asks the caller to retry then.
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, readAt time.Time, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if !mine {
@@ -127,10 +127,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
 	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description
-	if (moved || relabel) && expiring(old) {
-		return old.Lease + time.Second, nil
-	}
 	if moved || relabel {
+		if after, ok := lb.expiring(o, old, readAt); ok {
+			return after, nil
+		}
 		// A router keeps a key for its internal client (another gets 718),
 		// and miniupnpd keeps the description of a mapping re-added with the
 		// same client and port: moving or relabelling is a delete and an
@@ -145,7 +145,12 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
-		lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
+		// The key stays held (read again by the next operation of the
+		// Service) unless the router's answer proves nothing was stored:
+		// a reply lost after the router stored the add must not leak it.
+		if refused(err) {
+			lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
+		}
 		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
 	h := held{written: want}
@@ -204,10 +209,10 @@ func (lb *LoadBalancer) deleteFailed(o owner, old igd.Mapping, err error) (time.
 // (the service controller's own back-off cap).
 const maxSecureWait = 5 * time.Minute
 
-// remove deletes m, which a read of this operation proved ours.
-func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (time.Duration, error) {
-	if expiring(m) {
-		return m.Lease + time.Second, nil
+// remove deletes m, which a read of this operation, sent at readAt, proved ours.
+func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, readAt time.Time) (time.Duration, error) {
+	if after, ok := lb.expiring(o, m, readAt); ok {
+		return after, nil
 	}
 	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 		return lb.deleteFailed(o, m, err)
@@ -217,10 +222,26 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping) (tim
 	return 0, nil
 }
 
-// expiringLease is the lease left under which a mapping is not deleted but
-// left to expire and the operation retried: another host could take the key
-// before the delete lands, which would then delete that host's mapping.
+// expiringLease is the lease left under which a mapping is not deleted (or
+// rewritten) but left to expire and the operation retried: another host
+// could take the key before the delete lands, which would then delete that
+// host's mapping.
 const expiringLease = 5 * time.Second
 
-// expiring reports whether m's reported lease is about to run out.
-func expiring(m igd.Mapping) bool { return m.Lease > 0 && m.Lease < expiringLease }
+// expiring reports whether our mapping m, read at readAt, has less than
+// expiringLease left now, as a delete is about to be sent, and if so when to
+// come back: once it has expired.
+func (lb *LoadBalancer) expiring(o owner, m igd.Mapping, readAt time.Time) (time.Duration, bool) {
+	left, ok := lb.leaseLeft(o, m, readAt)
+	if !ok || left >= expiringLease {
+		return 0, false
+	}
+	return max(left, 0) + time.Second, true
+}
+
+// refused reports whether err is the router's answer refusing a write (a UPnP
+// error, or input the client refused to send), which proves it stored nothing;
+// any other failure (a timeout, a lost reply) leaves the outcome unknown.
+func refused(err error) bool {
+	return igd.Code(err) != 0 || errors.Is(err, igd.ErrInvalidMapping)
+}

@@ -60,7 +60,7 @@ func BenchmarkLabResync(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if _, err := lb.externalIP(ctx); err != nil { // discovery, once per process
+					if _, err := lb.refreshExternalIP(ctx); err != nil { // discovery, once per process
 						b.Fatal(err)
 					}
 					cc.take()
@@ -88,7 +88,7 @@ func BenchmarkLabResync(b *testing.B) {
 			b.ReportMetric(whole.Seconds(), "s/resync@200")
 			// The router is still alive and holds every mapping.
 			ms, err := setup.read(ctx, specKeys(svcs[len(svcs)-1]))
-			if err != nil || len(ms) != 2 {
+			if err != nil || len(ms.mappings) != 2 {
 				b.Fatalf("after the resync the router answers %v, %v", ms, err)
 			}
 		})

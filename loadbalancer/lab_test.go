@@ -372,7 +372,7 @@ func benchEnsureVsBare(b *testing.B, opts igdtest.Options) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := lb.externalIP(ctx); err != nil { // cached, as after the first operation
+	if _, err := lb.refreshExternalIP(ctx); err != nil { // discovery, as after the first operation
 		b.Fatal(err)
 	}
 	// Discovery (the root description fetch) happened once, above; no
@@ -572,8 +572,8 @@ func TestLabRenamedPortRelabels(t *testing.T) {
 		t.Errorf("rename: router calls = %v, want 1 delete, 1 add", c)
 	}
 	ensure(t, "web")
-	if c := client.take(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+	if c := client.take(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 1 {
+		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list and the external IP", c)
 	}
 	if tab := peerTable(t, ctx, lab, 0); !strings.Contains(tab, desc("default", "web", "web")) {
 		t.Errorf("upnpc -l does not show the new description:\n%s", tab)

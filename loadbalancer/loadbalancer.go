@@ -14,8 +14,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
@@ -30,24 +28,18 @@ var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 type LoadBalancer struct {
 	cfg            Config // read-only after New, defaults filled in
 	permanentOnce  sync.Once
-	noList         atomic.Bool  // the client cannot list: keys are read one by one
 	passes, probes atomic.Int64 // finished background passes and probes
+	bg             background   // the background work's lifecycle (lifecycle.go)
 
 	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
-	cluster   string                          // from Config or the first call
-	external  netip.Addr                      // last usable external IP (zero: none)
-	nodeAddrs map[netip.Addr]string           // every node address seen, to its node
-	services  map[string]*serviceState        // by owner token
-	hinted    map[types.UID]bool              // Services not selected told how to opt in
-	watch     *watch                          // background work's view; nil until synced
-	client    kubernetes.Interface            // set by Initialize
-	factory   informers.SharedInformerFactory // set by SetInformers
-	stopOwn   context.CancelCauseFunc         // ends a run on Run's own informers
-	running   bool
-	self      string     // this process's node when Config.NodeName is empty ("" until found)
-	selfAddr  netip.Addr // self's address toward the router, by which it was found
-	probeSeq  int        // picks the mapping the next probe reads
+	cluster   string                   // from Config or the first call
+	external  netip.Addr               // last usable external IP, for arbitration only (zero: none)
+	nodeAddrs map[netip.Addr]string    // every node address seen, to its node
+	services  map[string]*serviceState // by owner token
+	self      string                   // this process's node when Config.NodeName is empty ("" until found)
+	selfAddr  netip.Addr               // self's address toward the router, by which it was found
+	probeSeq  int                      // picks the mapping the next probe reads
 }
 
 // New returns a LoadBalancer configured by cfg. It makes no router call.
@@ -57,7 +49,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		return nil, err
 	}
 	return &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
-		services: make(map[string]*serviceState), hinted: make(map[types.UID]bool)}, nil
+		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool)}}, nil
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the
@@ -84,17 +76,17 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if err := lb.waitNodes(o); err != nil {
 		return nil, false, err
 	}
-	release, err := lb.acquire(ctx, o)
+	t, err := lb.acquire(ctx, o)
 	if err != nil {
 		return nil, false, err
 	}
 	got, err := lb.read(ctx, lb.knownKeys(o, service, nil))
-	release()
+	t.release()
 	if err != nil {
 		return nil, false, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
 	var plans []portPlan
-	for k, m := range got {
+	for k, m := range got.mappings {
 		if lb.owns(o, m) {
 			plans = append(plans, portPlan{key: k, nodePort: m.InternalPort, description: m.Description})
 		}
@@ -103,7 +95,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		return nil, false, nil
 	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
-	ext, err := lb.externalIP(ctx)
+	ext, err := lb.refreshExternalIP(ctx)
 	if errors.Is(err, ErrExternalIPNotUsable) {
 		// The address is never reported, but the mappings exist: the
 		// service controller asks this before it cleans up, and must
@@ -136,13 +128,15 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		}
 		return nil, cloudprovider.ImplementedElsewhere
 	}
-	ext, extErr := lb.externalIP(ctx)
-	release, err := lb.acquire(ctx, o)
+	// Asked on every Ensure: an address the router no longer reports (its
+	// WAN link went down) is never served from a cache.
+	ext, extErr := lb.refreshExternalIP(ctx)
+	t, err := lb.acquire(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	return lb.serveLocked(ctx, o, service, nodes, operation{ext: ext, extErr: extErr})
+	defer t.release()
+	return lb.serve(ctx, t, service, nodes, operation{ext: ext, extErr: extErr})
 }
 
 // UpdateLoadBalancer is EnsureLoadBalancer without the status.
@@ -187,7 +181,7 @@ func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	return s == nil || len(s.held) == 0
 }
 
-// operation says how serveLocked runs.
+// operation says how serve runs.
 type operation struct {
 	pass   bool       // a background pass: leaves the deleted mark alone
 	ext    netip.Addr // the router's external IP
@@ -195,9 +189,10 @@ type operation struct {
 	extra  []igd.Key  // more keys where the Service may hold mappings
 }
 
-// serveLocked is EnsureLoadBalancer for a selected Service, and a pass's work
-// on one, for a caller that holds o's gate.
-func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+// serve is EnsureLoadBalancer for a selected Service, and a pass's work on
+// one, in turn t.
+func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	o := t.owner
 	plans, invalid := planPorts(o, svc)
 	ext, extErr := op.ext, op.extErr
 	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
@@ -216,7 +211,7 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	}
 	if invalid != nil {
 		// Ports the user asked to restrict must not stay open.
-		return nil, errors.Join(invalid, lb.withdrawLocked(ctx, o, svc))
+		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
 	}
 	if !op.pass {
 		lb.update(o, func(s *serviceState) { s.deleted = false })
@@ -225,7 +220,7 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
 	}
-	if err := lb.converge(ctx, req, got); err != nil {
+	if err := lb.converge(ctx, t, req, got); err != nil {
 		return nil, err
 	}
 	if extErr != nil {
@@ -237,25 +232,25 @@ func (lb *LoadBalancer) serveLocked(ctx context.Context, o owner, svc *v1.Servic
 
 // withdraw removes o's mappings and keeps passes off the Service until an Ensure.
 func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) error {
-	release, err := lb.acquire(ctx, o)
+	t, err := lb.acquire(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer t.release()
 	now := lb.cfg.Clock.Now()
 	lb.update(o, func(s *serviceState) {
 		s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
 	})
-	return lb.withdrawLocked(ctx, o, svc)
+	return lb.withdrawIn(ctx, t, svc)
 }
 
-// withdrawLocked is withdraw for a caller that holds o's gate.
-func (lb *LoadBalancer) withdrawLocked(ctx context.Context, o owner, svc *v1.Service) error {
-	got, err := lb.read(ctx, lb.knownKeys(o, svc, nil))
+// withdrawIn removes every mapping of svc, in turn t.
+func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
+	got, err := lb.read(ctx, lb.knownKeys(t.owner, svc, nil))
 	if err != nil {
-		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", o.key(), err)
+		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)
 	}
-	return lb.converge(ctx, request{owner: o}, got)
+	return lb.converge(ctx, t, request{owner: t.owner}, got)
 }
 
 // request builds the desired state of svc: its ports and which of nodes may
@@ -385,22 +380,15 @@ func (lb *LoadBalancer) isNodeAddr(a netip.Addr) (ok bool) {
 	return ok
 }
 
-// externalIP returns the router's external IP, from the cache when known.
-func (lb *LoadBalancer) externalIP(ctx context.Context) (netip.Addr, error) {
-	if ext := lb.cachedExternalIP(); ext.IsValid() {
-		return ext, nil
-	}
-	return lb.refreshExternalIP(ctx)
-}
-
-// cachedExternalIP returns the cached external IP (invalid when unknown).
+// cachedExternalIP returns the last usable external IP (invalid when none),
+// for arbitration only: what is reported is always asked of the router.
 func (lb *LoadBalancer) cachedExternalIP() (ext netip.Addr) {
 	lb.locked(func() { ext = lb.external })
 	return ext
 }
 
-// refreshExternalIP asks the router for its external IP and caches it when
-// usable, else clears the cache and returns it with an ErrExternalIPNotUsable.
+// refreshExternalIP asks the router for its external IP and remembers it when
+// usable, else forgets it and returns it with an ErrExternalIPNotUsable.
 func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
 	ext, err := lb.cfg.Client.ExternalIP(ctx)
 	if errors.Is(err, igd.ErrInvalidExternalIP) {

@@ -118,8 +118,8 @@ func TestEnsureCreatesMappingsAndStatus(t *testing.T) {
 
 	// The same Ensure again changes nothing and costs a read of its keys.
 	st2 := e.mustEnsure(t, svc, nodes)
-	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
-		t.Errorf("no-op Ensure router calls = %v, want exactly 2 lists (TCP, UDP)", c)
+	if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 2 {
+		t.Errorf("no-op Ensure router calls = %v, want exactly 2 lists (TCP, UDP) and the external IP", c)
 	}
 	if st2.Ingress[0].IP != st.Ingress[0].IP {
 		t.Errorf("status changed on no-op: %+v", st2)
@@ -327,8 +327,8 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 
 			// Converged: the next Ensure only reads its keys.
 			e.mustEnsure(t, renamed, nodes)
-			if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
-				t.Errorf("Ensure after rename: router calls = %v, want exactly 2 lists", c)
+			if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 2 {
+				t.Errorf("Ensure after rename: router calls = %v, want exactly 2 lists and the external IP", c)
 			}
 
 			// Renamed back: the old name is written again.
@@ -366,8 +366,8 @@ func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 	e.calls()
 	for i := range 3 {
 		e.mustEnsure(t, svc, nodes)
-		if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-			t.Errorf("Ensure %d: router calls = %v, want exactly 1 list", i+2, c)
+		if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 1 {
+			t.Errorf("Ensure %d: router calls = %v, want exactly 1 list and the external IP", i+2, c)
 		}
 	}
 
@@ -381,8 +381,8 @@ func TestRouterAlteringDescriptionsDoesNotChurn(t *testing.T) {
 		t.Errorf("table after rename = %v, want the new description cut to %d bytes", e.table(), keep)
 	}
 	e.mustEnsure(t, renamed, nodes)
-	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 1 {
-		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list", c)
+	if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 1 {
+		t.Errorf("Ensure after rename: router calls = %v, want exactly 1 list and the external IP", c)
 	}
 }
 
@@ -662,8 +662,8 @@ func TestGetLoadBalancer(t *testing.T) {
 	if st.Ingress[0].IP != want.Ingress[0].IP || len(st.Ingress[0].Ports) != 2 {
 		t.Errorf("status = %+v, want %+v", st, want)
 	}
-	if c := e.calls(); len(c) != 1 || c[fake.MethodListPortMappings] != 2 {
-		t.Errorf("Get calls = %v, want 2 lists (TCP, UDP)", c)
+	if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 2 {
+		t.Errorf("Get calls = %v, want 2 lists (TCP, UDP) and the external IP", c)
 	}
 	// Another cluster's Service of the same name does not exist.
 	if _, exists, _ := e.lb.GetLoadBalancer(ctx, "other", svc); exists {
@@ -896,11 +896,11 @@ func TestOperationsOnOneServiceAreSerialised(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// The Service is busy: a background attempt gives up, a controller call waits.
-	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "web"), svc); ok {
+	if e.lb.tryAcquire(newOwner(testCluster, "default", "web"), svc) != nil {
 		t.Fatal("tryAcquire succeeded while an Ensure is in flight")
 	}
 	// Other Services are not blocked by it.
-	if _, ok := e.lb.tryAcquire(newOwner(testCluster, "default", "other"), newService("default", "other")); !ok {
+	if e.lb.tryAcquire(newOwner(testCluster, "default", "other"), newService("default", "other")) == nil {
 		t.Fatal("another Service is blocked")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

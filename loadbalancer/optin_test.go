@@ -27,9 +27,7 @@ func TestUnannotatedServiceIsNotExposed(t *testing.T) {
 	nodes := threeNodes()
 	plain := lbService("default", "plain", unannotated, withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 	w := staticWatch(t, nodes, []*v1.Service{plain})
-	e.lb.mu.Lock()
-	e.lb.watch = w // the background work's event recorder
-	e.lb.mu.Unlock()
+	e.lb.bg.setPhase(phaseRunning, w) // the background work's event recorder
 	e.calls()
 
 	for i := range 2 {
@@ -91,9 +89,7 @@ func TestOptInEventWaitsForBackgroundWork(t *testing.T) {
 		t.Fatalf("Ensure = %v", err)
 	}
 	w := staticWatch(t, nodes, []*v1.Service{plain})
-	e.lb.mu.Lock()
-	e.lb.watch = w
-	e.lb.mu.Unlock()
+	e.lb.bg.setPhase(phaseRunning, w)
 	e.lb.pass(context.Background(), w)
 	if events := drain(w.recorder.(*record.FakeRecorder)); len(events) != 1 {
 		t.Errorf("events = %q, want one from the pass", events)

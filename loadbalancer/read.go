@@ -5,39 +5,75 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
 
+// reading is what a read found at a Service's keys, and when it was sent: a
+// lease the router reports counts down from then at the latest.
+type reading struct {
+	at       time.Time
+	mappings map[igd.Key]igd.Mapping
+}
+
 // read returns what the router holds at keys, the proof every write rests
 // on: a listing per protocol where the client can list, else one get a key.
-func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (map[igd.Key]igd.Mapping, error) {
-	got := make(map[igd.Key]igd.Mapping, len(keys))
+// A listing the router refuses (it lacks the action, or rejects its
+// arguments: 402, 501) falls back to the gets; only a failure to reach the
+// router fails the read.
+func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (reading, error) {
+	r := reading{at: lb.cfg.Clock.Now(), mappings: make(map[igd.Key]igd.Mapping, len(keys))}
 	if len(keys) == 0 {
-		return got, nil
+		return r, nil
 	}
 	keys = slices.Compact(slices.SortedFunc(slices.Values(keys), compareKeys)) // list needs them sorted
-	if l, ok := lb.cfg.Client.(igd.Lister); ok && !lb.noList.Load() {
-		switch err := lb.list(ctx, l, keys, got); {
-		case err == nil:
-			return got, nil
-		case !errors.Is(err, igd.ErrNotSupported):
-			return nil, err
+	if l, ok := lb.cfg.Client.(igd.Lister); ok {
+		err := lb.list(ctx, l, keys, r.mappings)
+		if err == nil {
+			return r, nil
 		}
-		lb.noList.Store(true)
-		clear(got)
+		if !listRefused(err) {
+			return reading{}, err
+		}
+		klog.FromContext(ctx).V(4).Info("Router refused a listing; reading keys one by one", "err", err)
+		clear(r.mappings)
 	}
 	for _, k := range keys {
 		m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 		switch {
 		case errors.Is(err, igd.ErrNoSuchEntry):
 		case err != nil:
-			return nil, fmt.Errorf("loadbalancer: read router key %s: %w", k, err)
+			return reading{}, fmt.Errorf("loadbalancer: read router key %s: %w", k, err)
 		default:
-			got[k] = m
+			r.mappings[k] = m
 		}
 	}
-	return got, nil
+	return r, nil
+}
+
+// listRefused reports whether a listing failed because the router answered
+// with a refusal (a UPnP error, or igd.ErrNotSupported), not because it could
+// not be reached: the same keys can then be read one by one.
+func listRefused(err error) bool {
+	return errors.Is(err, igd.ErrNotSupported) || igd.Code(err) != 0
+}
+
+// leaseLeft returns how long m, found by a read sent at at, may still live
+// now, by the router's count and by the lease this process was granted: the
+// time a delete sent now has before another host may hold the key.
+func (lb *LoadBalancer) leaseLeft(o owner, m igd.Mapping, at time.Time) (time.Duration, bool) {
+	if m.Lease == 0 {
+		return 0, false // permanent
+	}
+	now := lb.cfg.Clock.Now()
+	left := m.Lease - now.Sub(at)
+	if exp := lb.heldAt(o, m.Key()).expires; !exp.IsZero() {
+		left = min(left, exp.Sub(now))
+	}
+	return left, true
 }
 
 // maxListWidth bounds the port range of one listing: miniupnpd up to 2.3.3

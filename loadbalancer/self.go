@@ -19,8 +19,9 @@ func (lb *LoadBalancer) selfNode(ctx context.Context, nodes []*v1.Node) (name st
 	if lb.cfg.NodeName != "" {
 		return lb.cfg.NodeName, netip.Addr{}, nil
 	}
+	_, w := lb.bg.now() // nil unless running
 	lb.mu.Lock()
-	self, selfAddr, w := lb.self, lb.selfAddr, lb.watch
+	self, selfAddr := lb.self, lb.selfAddr
 	lb.mu.Unlock()
 	if self != "" {
 		return self, selfAddr, nil

@@ -51,15 +51,22 @@ func (lb *LoadBalancer) stateLocked(o owner) *serviceState {
 	return s
 }
 
-// acquire waits until no other operation on o is in flight and marks one as
-// in flight; release ends it. No lock is held while waiting.
-func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), err error) {
+// turn is an operation's exclusive turn on one Service: functions that take
+// a *turn run inside it, and only one turn per Service is open at a time.
+type turn struct {
+	owner   owner
+	release func() // ends the turn; call once
+}
+
+// acquire waits until no other operation on o is in flight and opens a turn
+// on it. No lock is held while waiting.
+func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (*turn, error) {
 	for {
 		lb.mu.Lock()
-		release, busy := lb.gateLocked(o)
+		t, busy := lb.openTurnLocked(o)
 		lb.mu.Unlock()
-		if release != nil {
-			return release, nil
+		if t != nil {
+			return t, nil
 		}
 		select {
 		case <-busy:
@@ -69,28 +76,29 @@ func (lb *LoadBalancer) acquire(ctx context.Context, o owner) (release func(), e
 	}
 }
 
-// tryAcquire is acquire for background passes: it gives up at once when o is
-// busy, or when EnsureLoadBalancerDeleted removed svc's mappings since.
-func (lb *LoadBalancer) tryAcquire(o owner, svc *v1.Service) (release func(), ok bool) {
+// tryAcquire is acquire for background passes: it gives up (nil) at once
+// when o is busy, or when EnsureLoadBalancerDeleted removed svc's mappings
+// since (the deleted mark keeps passes off until an Ensure).
+func (lb *LoadBalancer) tryAcquire(o owner, svc *v1.Service) *turn {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if s := lb.stateLocked(o); s.deleted && s.deletedUID == svc.UID {
-		return nil, false
+		return nil
 	}
-	release, _ = lb.gateLocked(o)
-	return release, release != nil
+	t, _ := lb.openTurnLocked(o)
+	return t
 }
 
-// gateLocked marks an operation on o in flight and returns its release, or,
-// when one already is, the channel closed when it ends. The caller holds lb.mu.
-func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{}) {
+// openTurnLocked opens a turn on o, or, when one is open, returns the channel
+// closed when it ends. The caller holds lb.mu.
+func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) {
 	s := lb.stateLocked(o)
 	if s.gate != nil {
 		return nil, s.gate
 	}
 	ch := make(chan struct{})
 	s.gate = ch
-	return func() {
+	return &turn{owner: o, release: func() {
 		lb.mu.Lock()
 		defer lb.mu.Unlock()
 		s.gate = nil // s stays in lb.services while its gate is set
@@ -98,7 +106,7 @@ func (lb *LoadBalancer) gateLocked(o owner) (release func(), busy <-chan struct{
 		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
-	}, nil
+	}}, nil
 }
 
 // update runs f on o's state under lb.mu.
