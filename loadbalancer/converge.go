@@ -17,16 +17,6 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// request is the desired state of one Service on the router.
-type request struct {
-	owner      owner
-	svc        *v1.Service // nil when removing all its mappings
-	ports      []portPlan  // none: remove all of the Service's mappings
-	candidates []target    // the nodes the mappings may target, by name
-	noTarget   error       // why candidates is empty
-	self       string      // this process's node on a secure-mode router
-}
-
 // converge brings the Service's own mappings from r, a read of its keys made
 // in turn t, to req; a failing port does not stop the others, the errors are
 // joined, with an api.RetryError for a fixed delay.

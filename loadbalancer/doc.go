@@ -22,16 +22,25 @@
 //     (where the router lists) only says where to look.
 //   - Mappings of other hosts, clusters and Services are never deleted or
 //     written: their keys fail with a *PortError naming the holder.
-//   - Two Services of the cluster wanting a key neither holds: the oldest gets it,
-//     decided from a live read of the API server's Services (with
+//   - Two Services of the cluster wanting a key neither holds: the older gets
+//     it, decided from a live read of the API server's Services (with
 //     Initialize; without, only this process's Services are arbitrated), so
-//     two processes of one cluster never both take it. Clusters behind one
-//     router map to different nodes, so the router's 718 arbitrates them;
-//     they must use different --cluster-name values.
+//     two processes of one cluster never both take it. Services created in
+//     the same second (creationTimestamp's precision) refuse each other.
+//     Clusters behind one router map to different nodes, so the router's
+//     718 arbitrates them; they must use different --cluster-name values.
+//   - A key is held from just before its add until a read proves it is not
+//     the Service's: an add whose reply was lost is found and removed later.
+//   - A mapping of ours with less than 5 s of lease left when its delete (or
+//     rewrite) would be sent, counted from when the read was sent, is left
+//     to expire and the operation retried (api.RetryError): a host may take
+//     the key before a late delete lands.
 //
 // A read costs one listing per run of a protocol's keys at most 128 ports
 // wide where the client lists (igd.Lister), else one GetPortMapping per key:
-// a call costs what the Service's ports cost, not what the table holds.
+// a call costs what the Service's ports cost, not what the table holds. A
+// listing the router refuses (it lacks the action, or answers 402 or 501) is
+// replaced by the gets.
 //
 // # Nodes
 //
@@ -45,6 +54,16 @@
 //
 // # Background work
 //
+// The background work is in one of five phases: not started (no
+// Initialize), initialized, syncing (Run waits for its caches), running,
+// stopped (Run returned). GetLoadBalancer and EnsureLoadBalancerDeleted
+// return an api.RetryError while initialized or syncing, and whenever no node
+// has been seen: a Service's mappings are recognised by its nodes'
+// addresses, and "none found" would let the service controller drop its
+// finalizer over them. A Local Service waits likewise unless running, and
+// is invalid only with no Initialize at all. EnsureLoadBalancerDeleted marks
+// the Service deleted: passes leave it alone until an Ensure.
+//
 // Initialize and Run (provider.Cloud calls them) watch nodes, Services and
 // EndpointSlices, through the CCM's informers when SetInformers gave them
 // (cloudprovider.InformerUser), else through informers of their own. Every Config.ProbeInterval one router call reads a mapping
@@ -52,7 +71,9 @@
 // served again at once. Every Config.RenewInterval, and when nodes or
 // endpoints change, a pass serves every Service that carries the service
 // controller's finalizer: it renews leases, re-points, refreshes the external
-// IP and patches statuses. Without background work leases are not renewed.
+// IP and patches statuses; a failed listing of the whole table (a hint of
+// where forgotten mappings are) does not stop it. Without background work
+// leases are not renewed.
 //
 // # Errors
 //
@@ -60,7 +81,8 @@
 // ranges, a foreign loadBalancerIP, Local without background work) gets a
 // *ServiceError naming the field and loses its own mappings. An external
 // IP that is not IPv4, unspecified or not public (unless
-// Config.AllowNonPublicExternalIP) is never reported: ErrExternalIPNotUsable
+// Config.AllowNonPublicExternalIP) is never reported, and the IP reported is
+// asked of the router by each operation, never taken from a cache: ErrExternalIPNotUsable
 // with an api.RetryError and a Warning event. Router failures are plain
 // errors, so that the service controller backs off. All methods are safe
 // for concurrent use; no lock is held across a router or API call.

@@ -1,14 +1,11 @@
 package loadbalancer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -16,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
-	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -253,65 +249,6 @@ func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service
 	return lb.converge(ctx, t, request{owner: t.owner}, got)
 }
 
-// request builds the desired state of svc: its ports and which of nodes may
-// receive them. An ErrInvalidService means the spec cannot be served.
-func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
-	req := request{owner: o, svc: svc, ports: plans}
-	targets, reasons := eligibleTargets(nodes)
-	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		withEndpoints, err := lb.endpointNodes(svc)
-		if err != nil {
-			return request{}, err
-		}
-		targets = slices.DeleteFunc(targets, func(t target) bool {
-			if !withEndpoints[t.name] {
-				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
-			}
-			return !withEndpoints[t.name]
-		})
-	}
-	if lb.cfg.SecureMode {
-		name, addr, err := lb.selfNode(ctx, nodes)
-		if err != nil {
-			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
-		}
-		req.self = name
-		targets = slices.DeleteFunc(targets, func(t target) bool { return t.name != name })
-		for i := range targets {
-			if addr.IsValid() {
-				targets[i].addr = addr // the only address the router maps to
-			}
-		}
-		if len(targets) == 0 {
-			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
-			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
-				ErrNoEligibleNode, o.key(), name, why))
-		}
-	} else if len(targets) == 0 {
-		req.noTarget = lb.retry(fmt.Errorf("%w for service %s: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
-	}
-	req.candidates = targets
-	return req, nil
-}
-
-// describeReasons lists why each node is not eligible, sorted by node name.
-func describeReasons(reasons map[string]string) string {
-	if len(reasons) == 0 {
-		return "the cluster has no nodes"
-	}
-	parts := make([]string, 0, len(reasons))
-	for n, why := range reasons {
-		parts = append(parts, "node "+n+" "+why)
-	}
-	slices.Sort(parts) // by name: no node name holds a character below " "
-	return strings.Join(parts, "; ")
-}
-
-// retry joins err with an api.RetryError after Config.RetryAfter.
-func (lb *LoadBalancer) retry(err error) error {
-	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
-}
-
 // owner returns the owner of service, and remembers the cluster name. It
 // refuses a clusterName other than background work's (Config.ClusterName, or
 // the first call's): two owners of one Service would each see the other's as foreign.
@@ -329,97 +266,9 @@ func (lb *LoadBalancer) owner(clusterName string, service *v1.Service) (owner, e
 	return o, nil
 }
 
-// locked runs f under lb.mu.
-func (lb *LoadBalancer) locked(f func()) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	f()
-}
-
 // clusterName returns the cluster name background work uses ("": unknown).
-func (lb *LoadBalancer) clusterName() (c string) {
-	lb.locked(func() { c = lb.cluster })
-	return c
-}
-
-// seeNodes records the addresses of nodes.
-func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
-	latest := make(map[string]*v1.Node, len(nodes)) // by name; the last copy wins
-	for _, n := range nodes {
-		if n != nil {
-			latest[n.Name] = n
-		}
-	}
+func (lb *LoadBalancer) clusterName() string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	// Addresses the nodes no longer report go, in one pass over the map.
-	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, name string) bool { return latest[name] != nil })
-	for _, n := range nodes { // in order: an address two nodes report is the later one's
-		if n != nil && latest[n.Name] == n {
-			for _, a := range nodeAddrs(n) {
-				lb.nodeAddrs[a] = n.Name
-			}
-		}
-	}
-}
-
-// forgetNode drops the addresses of a deleted node: another LAN host may get them.
-func (lb *LoadBalancer) forgetNode(name string) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	lb.forgetNodeLocked(name)
-}
-
-func (lb *LoadBalancer) forgetNodeLocked(name string) {
-	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, n string) bool { return n == name })
-}
-
-// isNodeAddr reports whether a is the address of a node seen.
-func (lb *LoadBalancer) isNodeAddr(a netip.Addr) (ok bool) {
-	lb.locked(func() { _, ok = lb.nodeAddrs[a.Unmap()] })
-	return ok
-}
-
-// cachedExternalIP returns the last usable external IP (invalid when none),
-// for arbitration only: what is reported is always asked of the router.
-func (lb *LoadBalancer) cachedExternalIP() (ext netip.Addr) {
-	lb.locked(func() { ext = lb.external })
-	return ext
-}
-
-// refreshExternalIP asks the router for its external IP and remembers it when
-// usable, else forgets it and returns it with an ErrExternalIPNotUsable.
-func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
-	ext, err := lb.cfg.Client.ExternalIP(ctx)
-	if errors.Is(err, igd.ErrInvalidExternalIP) {
-		lb.locked(func() { lb.external = netip.Addr{} })
-		return netip.Addr{}, fmt.Errorf("%w: %w", ErrExternalIPNotUsable, err)
-	}
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("loadbalancer: get external IP: %w", err)
-	}
-	ext = ext.Unmap()
-	var why string
-	switch {
-	case !ext.Is4():
-		why = "not an IPv4 address"
-	case ext.IsUnspecified():
-		why = "unspecified (a router answers 0.0.0.0 while its WAN link is down)"
-	case !igd.IsPublic(ext) && !lb.cfg.AllowNonPublicExternalIP:
-		why = "not a public address (double NAT or carrier-grade NAT: unreachable from the internet; set AllowNonPublicExternalIP to serve it anyway)"
-	}
-	var old netip.Addr
-	lb.locked(func() {
-		old, lb.external = lb.external, netip.Addr{}
-		if why == "" {
-			lb.external = ext
-		}
-	})
-	if why != "" {
-		return ext, fmt.Errorf("%w: router reports %q: %s", ErrExternalIPNotUsable, ext, why)
-	}
-	if old != ext {
-		klog.FromContext(ctx).Info("Router external IP", "ip", ext, "previous", old, "public", igd.IsPublic(ext))
-	}
-	return ext, nil
+	return lb.cluster
 }

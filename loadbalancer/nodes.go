@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -109,4 +110,44 @@ func chooseTarget(service string, candidates []target, current []netip.Addr) (ta
 func score(service, node string) uint64 {
 	sum := sha256.Sum256([]byte(service + "\x00" + node))
 	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// seeNodes records the addresses of nodes.
+func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
+	latest := make(map[string]*v1.Node, len(nodes)) // by name; the last copy wins
+	for _, n := range nodes {
+		if n != nil {
+			latest[n.Name] = n
+		}
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	// Addresses the nodes no longer report go, in one pass over the map.
+	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, name string) bool { return latest[name] != nil })
+	for _, n := range nodes { // in order: an address two nodes report is the later one's
+		if n != nil && latest[n.Name] == n {
+			for _, a := range nodeAddrs(n) {
+				lb.nodeAddrs[a] = n.Name
+			}
+		}
+	}
+}
+
+// forgetNode drops the addresses of a deleted node: another LAN host may get them.
+func (lb *LoadBalancer) forgetNode(name string) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.forgetNodeLocked(name)
+}
+
+func (lb *LoadBalancer) forgetNodeLocked(name string) {
+	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, n string) bool { return n == name })
+}
+
+// isNodeAddr reports whether a is the address of a node seen.
+func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	_, ok := lb.nodeAddrs[a.Unmap()]
+	return ok
 }

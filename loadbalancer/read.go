@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -125,4 +126,51 @@ func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	// Mapped by this process to a node deleted since: ours, to be moved.
 	h := lb.heldAt(o, m.Key())
 	return h.written.InternalClient.IsValid() && h.written.InternalClient == m.InternalClient.Unmap()
+}
+
+// cachedExternalIP returns the last usable external IP (invalid when none),
+// for arbitration only: what is reported is always asked of the router.
+func (lb *LoadBalancer) cachedExternalIP() netip.Addr {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.external
+}
+
+// refreshExternalIP asks the router for its external IP and remembers it when
+// usable, else forgets it and returns it with an ErrExternalIPNotUsable.
+func (lb *LoadBalancer) refreshExternalIP(ctx context.Context) (netip.Addr, error) {
+	ext, err := lb.cfg.Client.ExternalIP(ctx)
+	if errors.Is(err, igd.ErrInvalidExternalIP) {
+		lb.mu.Lock()
+		lb.external = netip.Addr{}
+		lb.mu.Unlock()
+		return netip.Addr{}, fmt.Errorf("%w: %w", ErrExternalIPNotUsable, err)
+	}
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("loadbalancer: get external IP: %w", err)
+	}
+	ext = ext.Unmap()
+	var why string
+	switch {
+	case !ext.Is4():
+		why = "not an IPv4 address"
+	case ext.IsUnspecified():
+		why = "unspecified (a router answers 0.0.0.0 while its WAN link is down)"
+	case !igd.IsPublic(ext) && !lb.cfg.AllowNonPublicExternalIP:
+		why = "not a public address (double NAT or carrier-grade NAT: unreachable from the internet; set AllowNonPublicExternalIP to serve it anyway)"
+	}
+	var old netip.Addr
+	lb.mu.Lock()
+	old, lb.external = lb.external, netip.Addr{}
+	if why == "" {
+		lb.external = ext
+	}
+	lb.mu.Unlock()
+	if why != "" {
+		return ext, fmt.Errorf("%w: router reports %q: %s", ErrExternalIPNotUsable, ext, why)
+	}
+	if old != ext {
+		klog.FromContext(ctx).Info("Router external IP", "ip", ext, "previous", old, "public", igd.IsPublic(ext))
+	}
+	return ext, nil
 }

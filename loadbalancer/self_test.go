@@ -165,7 +165,9 @@ func TestSeeNodesForgetsOldAddresses(t *testing.T) {
 	}
 	e.lb.seeNodes([]*v1.Node{newNode("n2", b), newNode("n3", b)})
 	var owner string
-	e.lb.locked(func() { owner = e.lb.nodeAddrs[b] })
+	e.lb.mu.Lock()
+	owner = e.lb.nodeAddrs[b]
+	e.lb.mu.Unlock()
 	if owner != "n3" {
 		t.Errorf("%s is recorded as %q's, want n3's (the later node that reports it)", b, owner)
 	}

@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/cloud-provider/api"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -19,6 +21,16 @@ const (
 	annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
 	noSourceRanges         = "a router port mapping cannot restrict source addresses; refusing rather than exposing the Service to every address"
 )
+
+// request is the desired state of one Service on the router.
+type request struct {
+	owner      owner
+	svc        *v1.Service // nil when removing all its mappings
+	ports      []portPlan  // none: remove all of the Service's mappings
+	candidates []target    // the nodes the mappings may target, by name
+	noTarget   error       // why candidates is empty
+	self       string      // this process's node on a secure-mode router
+}
 
 // portPlan is one mapping a Service wants.
 type portPlan struct {
@@ -108,4 +120,63 @@ func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
 		ing.Ports = append(ing.Ports, v1.PortStatus{Port: int32(p.key.ExternalPort), Protocol: proto})
 	}
 	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{ing}}
+}
+
+// request builds the desired state of svc: its ports and which of nodes may
+// receive them. An ErrInvalidService means the spec cannot be served.
+func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
+	req := request{owner: o, svc: svc, ports: plans}
+	targets, reasons := eligibleTargets(nodes)
+	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		withEndpoints, err := lb.endpointNodes(svc)
+		if err != nil {
+			return request{}, err
+		}
+		targets = slices.DeleteFunc(targets, func(t target) bool {
+			if !withEndpoints[t.name] {
+				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
+			}
+			return !withEndpoints[t.name]
+		})
+	}
+	if lb.cfg.SecureMode {
+		name, addr, err := lb.selfNode(ctx, nodes)
+		if err != nil {
+			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
+		}
+		req.self = name
+		targets = slices.DeleteFunc(targets, func(t target) bool { return t.name != name })
+		for i := range targets {
+			if addr.IsValid() {
+				targets[i].addr = addr // the only address the router maps to
+			}
+		}
+		if len(targets) == 0 {
+			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
+			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
+				ErrNoEligibleNode, o.key(), name, why))
+		}
+	} else if len(targets) == 0 {
+		req.noTarget = lb.retry(fmt.Errorf("%w for service %s: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
+	}
+	req.candidates = targets
+	return req, nil
+}
+
+// describeReasons lists why each node is not eligible, sorted by node name.
+func describeReasons(reasons map[string]string) string {
+	if len(reasons) == 0 {
+		return "the cluster has no nodes"
+	}
+	parts := make([]string, 0, len(reasons))
+	for n, why := range reasons {
+		parts = append(parts, "node "+n+" "+why)
+	}
+	slices.Sort(parts) // by name: no node name holds a character below " "
+	return strings.Join(parts, "; ")
+}
+
+// retry joins err with an api.RetryError after Config.RetryAfter.
+func (lb *LoadBalancer) retry(err error) error {
+	return errors.Join(err, api.NewRetryError(fmt.Sprintf("loadbalancer: retrying in %s", lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 }
