@@ -101,9 +101,10 @@
 //     range holds more than 128 mappings of its protocol. On a router whose
 //     Server header (Gateway.Server) names miniupnpd before 2.3.4, or no
 //     version, every listed range holds at most 64 mappings as far as the
-//     client knows (a size check, an entry walk, earlier listings). Another
-//     host adding over 64 mappings in one range between two reads can still
-//     crash it.
+//     client knows (a size check, an entry walk, earlier listings, and its
+//     own adds and deletes since, which wait while it lists a wide range).
+//     Another host adding over 64 mappings in one range between two reads
+//     can still crash it.
 //   - A walk never skips rows silently: this client's adds and deletes wait
 //     for it, and a table changed by others during it is walked again (up
 //     to three times) or the walk fails. Changes that keep the table's size

@@ -79,25 +79,40 @@ func parseVersion(s string) ([]int, bool) {
 // know to hold at most listPlanned of them.
 //
 // A range at most listCrashLimit ports wide is listed at once. Otherwise,
-// what the client knows is the table's shape as last read (gateway.known).
-// Before the first read it asks GetGenericPortMappingEntry for entry
-// listPlanned: when there is none, the whole table (both protocols) holds
-// at most listPlanned mappings and one listing is safe. Otherwise it walks
-// the table entry by entry, which also teaches it the shape. With the shape
-// known, whole is listed in ranges of at most listPlanned known mappings
-// each; a range that comes back with more than listSurprise says the table
-// grew fast, and the client walks again rather than list the rest.
+// what the client knows is the table's shape (gateway.known): the ports as
+// last read, with this client's own adds since counted and its own deletes
+// since uncounted (gateway.wrote), and this client's writes are held off
+// until the listing is learnt, so that none lands in a range between the
+// plan and the answer. Before the first read it asks
+// GetGenericPortMappingEntry for entry listPlanned: when there is none, the
+// whole table (both protocols) holds at most listPlanned mappings and one
+// listing is safe. Otherwise it walks the table entry by entry, which also
+// teaches it the shape. With the shape known, whole is listed in ranges of at
+// most listPlanned known mappings each; a range that comes back with more
+// than listSurprise says the table grew fast, and the client walks again
+// rather than list the rest.
 //
-// Residual risk: hosts that add more than listCrashLimit-listPlanned
+// Residual risk: other hosts that add more than listCrashLimit-listPlanned
 // mappings of one protocol inside one planned range between two reads (or
 // more than that between the size check and the listing) can still make a
 // listing crash the daemon.
 func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
 	if whole.width() <= listCrashLimit {
 		// No more than listCrashLimit mappings of a protocol fit in a range
-		// this narrow: it is safe whatever the table holds.
-		return c.listLearn(ctx, gw, lister, proto, whole)
+		// this narrow: it is safe whatever the table holds. This client's
+		// writes go on meanwhile, so what it lists only adds to the shape.
+		out, err := c.listByRange(ctx, gw, lister, proto, whole)
+		if err != nil {
+			return nil, err
+		}
+		gw.learnPorts(proto, out)
+		return out, nil
 	}
+	done, err := c.holdWrites(ctx, "GetListOfPortMappings")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if known, ok := gw.knownPorts(proto); ok {
 		out, surprised, err := c.listPlanned(ctx, gw, lister, proto, whole, known)
 		if err != nil {
@@ -114,7 +129,7 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 	} else if small {
 		return c.listLearn(ctx, gw, lister, proto, whole)
 	}
-	table, err := c.walk(ctx, gw)
+	table, err := c.walkHeld(ctx, gw)
 	if err != nil {
 		return nil, err
 	}
@@ -170,13 +185,53 @@ func (c *UPnPClient) tableAtMost(ctx context.Context, gw *gateway, n int) (bool,
 	return !ok, err
 }
 
-// knownPorts returns the sorted ports of proto as last read, if a read
-// covered them all.
+// knownPorts returns the sorted ports of proto the client knows of, if a
+// read covered them all.
 func (gw *gateway) knownPorts(proto Protocol) ([]uint16, bool) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	ports, ok := gw.known[proto]
-	return ports, ok
+	return slices.Clone(ports), ok
+}
+
+// wrote records a write of this client to the table's shape: an add of k
+// (present), counted whatever the router answered, or a delete the router
+// confirmed. A protocol whose shape is not known yet is left alone: its
+// first read counts every mapping.
+func (gw *gateway) wrote(k Key, present bool) {
+	if !gw.listGuard {
+		return
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	ports, ok := gw.known[k.Protocol]
+	if !ok {
+		return
+	}
+	i, found := slices.BinarySearch(ports, k.ExternalPort)
+	switch {
+	case present && !found:
+		gw.known[k.Protocol] = slices.Insert(ports, i, k.ExternalPort)
+	case !present && found:
+		gw.known[k.Protocol] = slices.Delete(ports, i, i+1)
+	}
+}
+
+// learnPorts records ports a listing found, and forgets none: a listing that
+// ran beside this client's writes may predate an add.
+func (gw *gateway) learnPorts(proto Protocol, listed []Mapping) {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	ports, ok := gw.known[proto]
+	if !ok {
+		return
+	}
+	for _, m := range listed {
+		if i, found := slices.BinarySearch(ports, m.ExternalPort); !found {
+			ports = slices.Insert(ports, i, m.ExternalPort)
+		}
+	}
+	gw.known[proto] = ports
 }
 
 // learnTable records the shape of a whole table.
@@ -249,7 +304,8 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 	return m, true, nil
 }
 
-// listLearn lists whole at once and records what it found.
+// listLearn lists whole at once and records what it found. The caller holds
+// this client's writes off (holdWrites).
 func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
 	out, err := c.listByRange(ctx, gw, lister, proto, whole)
 	if err != nil {
