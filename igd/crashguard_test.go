@@ -12,7 +12,7 @@ import (
 )
 
 // These tests hold the listing crash guard (miniupnpd < 2.3.4 dies listing a
-// range with more than 128 mappings of one protocol) to the
+// range with more than igd.SafeListWidth mappings of one protocol) to the
 // mappings this client writes itself, on the fake IGD server with
 // fake.RouterConfig.CrashOnLongList.
 
