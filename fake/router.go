@@ -50,10 +50,9 @@ type RouterConfig struct {
 	NoList bool
 
 	// CrashOnLongList makes the router die the way miniupnpd up to 2.3.3
-	// with the nftables backend does (a heap overflow in
-	// get_portmappings_in_range, fixed in 2.3.4): a GetListOfPortMappings
-	// whose range holds more than ListCrashLimit mappings of its protocol,
-	// whatever NewNumberOfPorts says, kills it. Through a Server that call
+	// with the nftables backend does (see igd.SafeListWidth): a
+	// GetListOfPortMappings whose range holds more than igd.SafeListWidth
+	// mappings of its protocol, whatever NewNumberOfPorts says, kills it. Through a Server that call
 	// and every later request get no answer (the connection is closed) until
 	// Reboot; Router.Crashed reports it. The in-memory Client is not
 	// affected: it models the client, which never sends the call.
@@ -91,11 +90,6 @@ type Router struct {
 	calls      []Call
 	crashed    bool // see RouterConfig.CrashOnLongList
 }
-
-// ListCrashLimit is the most mappings of one protocol a
-// GetListOfPortMappings range may hold on a router with
-// RouterConfig.CrashOnLongList (miniupnpd's initial array size).
-const ListCrashLimit = 128
 
 // Crashed reports whether a long listing killed the router (see
 // RouterConfig.CrashOnLongList) since it was created or last rebooted.

@@ -361,7 +361,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 				return nil, err
 			}
 			out := h.router.listRange(proto, ports)
-			if h.router.cfg.CrashOnLongList && len(out) > ListCrashLimit {
+			if h.router.cfg.CrashOnLongList && len(out) > igd.SafeListWidth {
 				h.router.crash()
 				return nil, upnpErr(sr.Action, igd.CodeActionFailed) // never sent: the server hangs up
 			}

@@ -98,12 +98,14 @@
 //     is read again in halves until every part fits. Both ways are bounded
 //     by Config.MaxListEntries.
 //   - miniupnpd up to 2.3.3 with nftables dies when one GetListOfPortMappings
-//     range holds more than 128 mappings of its protocol. On a router whose
-//     Server header (Gateway.Server) names miniupnpd before 2.3.4, or no
-//     version, every listed range holds at most 64 mappings as far as the
-//     client knows (a size check, an entry walk, earlier listings). Another
-//     host adding over 64 mappings in one range between two reads can still
-//     crash it.
+//     range holds more than SafeListWidth (128) mappings of its protocol. On
+//     a router whose Server header (Gateway.Server) names miniupnpd before
+//     2.3.4, or no version, every range wider than SafeListWidth is listed
+//     in parts that each hold at most 64 mappings as far as the
+//     client knows (a size check, an entry walk, earlier listings, and its
+//     own adds and deletes since, which wait while it lists a wide range).
+//     Another host adding over 64 mappings in one range between two reads
+//     can still crash it.
 //   - A walk never skips rows silently: this client's adds and deletes wait
 //     for it, and a table changed by others during it is walked again (up
 //     to three times) or the walk fails. Changes that keep the table's size

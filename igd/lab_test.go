@@ -555,3 +555,51 @@ func tail(s string, n int) string {
 	}
 	return s[len(s)-n:]
 }
+
+// TestLabListAfterOwnAddsDoesNotCrash is the load balancer's background pass
+// after 140 one-port Services, on a real miniupnpd 2.3.1: the client lists
+// the empty table (and so learns its shape), adds 140 one-port mappings
+// itself, and lists the whole table again. The guard must count its own
+// adds: a listing of one range holding all 140 kills the daemon.
+func TestLabListAfterOwnAddsDoesNotCrash(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, true)
+	alive := func(when string) {
+		t.Helper()
+		pid := lab.PID()
+		if pid == 0 || syscall.Kill(pid, 0) != nil || strings.Contains(lab.Log(), "realloc") {
+			t.Fatalf("miniupnpd (pid %d) died %s; log tail:\n%s", pid, when, tail(lab.Log(), 2000))
+		}
+		if _, err := c.ExternalIP(ctx); err != nil {
+			t.Fatalf("miniupnpd does not answer %s: %v\nlog tail:\n%s", when, err, tail(lab.Log(), 2000))
+		}
+	}
+	if got, err := igd.ReadTable(ctx, c); err != nil || len(got) != 0 {
+		t.Fatalf("ReadTable of the empty table = %v, %v", got, err)
+	}
+	node := lab.Nodes[0].Addr
+	want := map[igd.Key]bool{}
+	for port := uint16(20000); port < 20140; port++ {
+		m := igd.Mapping{Protocol: igd.TCP, ExternalPort: port, InternalClient: node, InternalPort: port, Description: fmt.Sprintf("own %d", port)}
+		if _, err := c.AddPortMapping(ctx, m); err != nil {
+			t.Fatalf("AddPortMapping(%s): %v", m.Key(), err)
+		}
+		want[m.Key()] = true
+	}
+	got, err := igd.ReadTable(ctx, c)
+	alive("listing the table after 140 own adds")
+	if err != nil {
+		t.Fatalf("ReadTable after 140 own adds: %v", err)
+	}
+	seen := map[igd.Key]bool{}
+	for _, m := range got {
+		if seen[m.Key()] || !want[m.Key()] {
+			t.Errorf("ReadTable listed %s twice or unasked", m.Key())
+		}
+		seen[m.Key()] = true
+	}
+	if len(seen) != len(want) {
+		t.Errorf("ReadTable listed %d mappings, want %d", len(seen), len(want))
+	}
+}

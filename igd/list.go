@@ -233,10 +233,17 @@ const walkAttempts = 3
 // miniupnpd puts new mappings at one end, so on it an insertion that hides
 // a deletion is seen.
 func (c *UPnPClient) walk(ctx context.Context, gw *gateway) ([]Mapping, error) {
-	if err := c.writes.Acquire(ctx, maxWriters); err != nil {
-		return nil, fmt.Errorf("GetGenericPortMappingEntry: waiting for this client's writes to end: %w", err)
+	done, err := c.holdWrites(ctx, "GetGenericPortMappingEntry")
+	if err != nil {
+		return nil, err
 	}
-	defer c.writes.Release(maxWriters)
+	defer done()
+	return c.walkHeld(ctx, gw)
+}
+
+// walkHeld is walk for a caller that holds this client's writes off
+// (holdWrites).
+func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, error) {
 	var changed string
 	for range walkAttempts {
 		n, first, last, err := c.tableSize(ctx, gw)

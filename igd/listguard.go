@@ -11,25 +11,27 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// miniupnpd up to 2.3.3 with the nftables backend (Debian 12 ships 2.3.1)
-// overflows a heap buffer in GetListOfPortMappings when more than 128
-// mappings of the requested protocol lie in the requested port range:
-// get_portmappings_in_range (netfilter_nft/nftnlrdr.c) reallocates its
-// array of ports without growing it, and glibc aborts the daemon
-// ("realloc(): invalid next size"). NewNumberOfPorts does not help: the
-// array is filled before it is applied. Fixed in 2.3.4. On such a router
-// every listing is kept to ranges the client knows to hold at most
-// listPlanned mappings of the protocol, leaving listCrashLimit-listPlanned
-// of margin for mappings other hosts add between two reads.
+// SafeListWidth is the widest range of external ports that is safe to list
+// in one GetListOfPortMappings call on every router: a range this narrow
+// holds at most SafeListWidth mappings of a protocol, and miniupnpd up to
+// 2.3.3 with the nftables backend (Debian 12 ships 2.3.1) dies only when
+// one listed range holds more than SafeListWidth mappings of the protocol
+// asked for, whatever NewNumberOfPorts says (a heap overflow in
+// get_portmappings_in_range, fixed in 2.3.4). UPnPClient.ListPortMappings
+// lists a range this narrow in one call with no guard; it guards wider ones
+// on such a router (see the package documentation).
+const SafeListWidth = 128
+
+// On a router with the crash every listing is kept to ranges the client
+// knows to hold at most listPlanned mappings of the protocol, leaving
+// SafeListWidth-listPlanned of margin for mappings other hosts add between
+// two reads.
 const (
-	// listCrashLimit is the size of miniupnpd's initial array: a range with
-	// more mappings than this crashes an affected daemon.
-	listCrashLimit = 128
 	// listPlanned is the most known mappings one listed range holds.
 	listPlanned = 64
 	// listSurprise is an answer size that says the table grew much since it
 	// was learnt: the rest of the plan may no longer be safe.
-	listSurprise = listPlanned + (listCrashLimit-listPlanned)/2
+	listSurprise = listPlanned + (SafeListWidth-listPlanned)/2
 )
 
 // crashesOnLongLists reports whether a router whose HTTP server describes
@@ -78,26 +80,41 @@ func parseVersion(s string) ([]int, bool) {
 // GetListOfPortMappings crash, never asking for a range the client does not
 // know to hold at most listPlanned of them.
 //
-// A range at most listCrashLimit ports wide is listed at once. Otherwise,
-// what the client knows is the table's shape as last read (gateway.known).
-// Before the first read it asks GetGenericPortMappingEntry for entry
-// listPlanned: when there is none, the whole table (both protocols) holds
-// at most listPlanned mappings and one listing is safe. Otherwise it walks
-// the table entry by entry, which also teaches it the shape. With the shape
-// known, whole is listed in ranges of at most listPlanned known mappings
-// each; a range that comes back with more than listSurprise says the table
-// grew fast, and the client walks again rather than list the rest.
+// A range at most SafeListWidth ports wide is listed at once. Otherwise,
+// what the client knows is the table's shape (gateway.known): the ports as
+// last read, with this client's own adds since counted and its own deletes
+// since uncounted (gateway.wrote), and this client's writes are held off
+// until the listing is learnt, so that none lands in a range between the
+// plan and the answer. Before the first read it asks
+// GetGenericPortMappingEntry for entry listPlanned: when there is none, the
+// whole table (both protocols) holds at most listPlanned mappings and one
+// listing is safe. Otherwise it walks the table entry by entry, which also
+// teaches it the shape. With the shape known, whole is listed in ranges of at
+// most listPlanned known mappings each; a range that comes back with more
+// than listSurprise says the table grew fast, and the client walks again
+// rather than list the rest.
 //
-// Residual risk: hosts that add more than listCrashLimit-listPlanned
+// Residual risk: other hosts that add more than SafeListWidth-listPlanned
 // mappings of one protocol inside one planned range between two reads (or
 // more than that between the size check and the listing) can still make a
 // listing crash the daemon.
 func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
-	if whole.width() <= listCrashLimit {
-		// No more than listCrashLimit mappings of a protocol fit in a range
-		// this narrow: it is safe whatever the table holds.
-		return c.listLearn(ctx, gw, lister, proto, whole)
+	if whole.width() <= SafeListWidth {
+		// No more than SafeListWidth mappings of a protocol fit in a range
+		// this narrow: it is safe whatever the table holds. This client's
+		// writes go on meanwhile, so what it lists only adds to the shape.
+		out, err := c.listByRange(ctx, gw, lister, proto, whole)
+		if err != nil {
+			return nil, err
+		}
+		gw.learnPorts(proto, out)
+		return out, nil
 	}
+	done, err := c.holdWrites(ctx, "GetListOfPortMappings")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if known, ok := gw.knownPorts(proto); ok {
 		out, surprised, err := c.listPlanned(ctx, gw, lister, proto, whole, known)
 		if err != nil {
@@ -114,7 +131,7 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 	} else if small {
 		return c.listLearn(ctx, gw, lister, proto, whole)
 	}
-	table, err := c.walk(ctx, gw)
+	table, err := c.walkHeld(ctx, gw)
 	if err != nil {
 		return nil, err
 	}
@@ -170,13 +187,53 @@ func (c *UPnPClient) tableAtMost(ctx context.Context, gw *gateway, n int) (bool,
 	return !ok, err
 }
 
-// knownPorts returns the sorted ports of proto as last read, if a read
-// covered them all.
+// knownPorts returns the sorted ports of proto the client knows of, if a
+// read covered them all.
 func (gw *gateway) knownPorts(proto Protocol) ([]uint16, bool) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	ports, ok := gw.known[proto]
-	return ports, ok
+	return slices.Clone(ports), ok
+}
+
+// wrote records a write of this client to the table's shape: an add of k
+// (present), counted whatever the router answered, or a delete the router
+// confirmed. A protocol whose shape is not known yet is left alone: its
+// first read counts every mapping.
+func (gw *gateway) wrote(k Key, present bool) {
+	if !gw.listGuard {
+		return
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	ports, ok := gw.known[k.Protocol]
+	if !ok {
+		return
+	}
+	i, found := slices.BinarySearch(ports, k.ExternalPort)
+	switch {
+	case present && !found:
+		gw.known[k.Protocol] = slices.Insert(ports, i, k.ExternalPort)
+	case !present && found:
+		gw.known[k.Protocol] = slices.Delete(ports, i, i+1)
+	}
+}
+
+// learnPorts records ports a listing found, and forgets none: a listing that
+// ran beside this client's writes may predate an add.
+func (gw *gateway) learnPorts(proto Protocol, listed []Mapping) {
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	ports, ok := gw.known[proto]
+	if !ok {
+		return
+	}
+	for _, m := range listed {
+		if i, found := slices.BinarySearch(ports, m.ExternalPort); !found {
+			ports = slices.Insert(ports, i, m.ExternalPort)
+		}
+	}
+	gw.known[proto] = ports
 }
 
 // learnTable records the shape of a whole table.
@@ -249,7 +306,8 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 	return m, true, nil
 }
 
-// listLearn lists whole at once and records what it found.
+// listLearn lists whole at once and records what it found. The caller holds
+// this client's writes off (holdWrites).
 func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
 	out, err := c.listByRange(ctx, gw, lister, proto, whole)
 	if err != nil {

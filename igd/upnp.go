@@ -257,7 +257,8 @@ type gateway struct {
 	// mu guards known.
 	mu sync.Mutex
 	// known is, on a guarded router, the sorted external ports of each
-	// protocol's mappings as last read; a protocol is absent until a read
+	// protocol's mappings as last read, with this client's own adds since
+	// and without its own deletes since; a protocol is absent until a read
 	// covered all its ports.
 	known map[Protocol][]uint16
 }
@@ -282,10 +283,12 @@ type UPnPClient struct {
 
 	// sem holds one token per request in flight to the router (capacity 1).
 	sem chan struct{}
-	// writes orders this client's table writes against its walks: an add or
-	// delete holds one unit, a walk all of them, so that no write of this
-	// process shifts the entry indexes a walk is reading (see walk). Reads
-	// other than walks take none.
+	// writes orders this client's table writes against its walks and its
+	// guarded listings: an add or delete holds one unit, a walk or a guarded
+	// listing of a wide range all of them, so that no write of this process
+	// shifts the entry indexes a walk is reading (see walk) or lands in a
+	// range between the guard's plan and what it learns from the listing
+	// (see listGuarded). Other reads take none.
 	writes *semaphore.Weighted
 
 	// mu guards the fields below. It is never held across a network call.
@@ -502,6 +505,16 @@ func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
 // than can ever be in flight at once.
 const maxWriters = 1 << 30
 
+// holdWrites waits (honouring ctx) until this client's adds and deletes in
+// flight have ended, and keeps new ones waiting until the returned func is
+// called.
+func (c *UPnPClient) holdWrites(ctx context.Context, action string) (func(), error) {
+	if err := c.writes.Acquire(ctx, maxWriters); err != nil {
+		return nil, fmt.Errorf("%s: waiting for this client's writes to end: %w", action, err)
+	}
+	return func() { c.writes.Release(maxWriters) }, nil
+}
+
 // holdWrite waits (honouring ctx) until no walk is running and keeps walks
 // off until the returned func is called.
 func (c *UPnPClient) holdWrite(ctx context.Context, action string) (func(), error) {
@@ -606,6 +619,9 @@ func (c *UPnPClient) AddPortMapping(ctx context.Context, m Mapping) (Mapping, er
 
 func (c *UPnPClient) addPortMapping(ctx context.Context, gw *gateway, m Mapping) error {
 	return c.call(ctx, gw, "AddPortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
+		// Counted before it is sent, whatever the answer: a router may store
+		// an add whose answer is lost.
+		gw.wrote(m.Key(), true)
 		return gw.conn.AddPortMappingCtx(ctx, remoteHostArg(m.RemoteHost), m.ExternalPort, string(m.Protocol),
 			m.InternalPort, m.InternalClient.Unmap().String(), true, m.Description, uint32(m.Lease/time.Second))
 	})
@@ -635,7 +651,14 @@ func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, exte
 	}
 	defer done()
 	err = c.call(ctx, gw, "DeletePortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
-		return gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
+		err := gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
+		if err == nil || Code(err) == CodeNoSuchEntry {
+			// Uncounted only once the router said it is gone, and before the
+			// next call to it (c.sem is held), so that counts follow the
+			// order the router saw this client's writes in.
+			gw.wrote(k, false)
+		}
+		return err
 	})
 	if err != nil && !errors.Is(err, ErrNoSuchEntry) {
 		return fmt.Errorf("igd: delete port mapping %s on %s: %w", k, gw.info.Location, err)
