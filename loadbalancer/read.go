@@ -77,15 +77,9 @@ func (lb *LoadBalancer) leaseLeft(o owner, m igd.Mapping, at time.Time) (time.Du
 	return left, true
 }
 
-// maxListWidth bounds the port range of one listing: miniupnpd up to 2.3.3
-// (nftables) dies listing over 128 mappings of one protocol in a range, and a
-// range 128 ports wide cannot hold more. The igd client guards wider ranges
-// too, but on such a router it must first learn the table (a walk, which
-// holds off writes); ranges this narrow it lists at once.
-const maxListWidth = 128
-
 // list fills got with the mappings at keys (sorted by compareKeys): one
-// listing per run of keys of one protocol at most maxListWidth ports wide.
+// listing per run of keys of one protocol at most igd.SafeListWidth ports
+// wide, which the igd client lists at once, with no walk to learn the table.
 func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, got map[igd.Key]igd.Mapping) error {
 	want := make(map[igd.Key]bool, len(keys))
 	for _, k := range keys {
@@ -94,7 +88,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 	for i := 0; i < len(keys); {
 		first := keys[i]
 		j := i
-		for j+1 < len(keys) && keys[j+1].Protocol == first.Protocol && int(keys[j+1].ExternalPort)-int(first.ExternalPort) < maxListWidth {
+		for j+1 < len(keys) && keys[j+1].Protocol == first.Protocol && int(keys[j+1].ExternalPort)-int(first.ExternalPort) < igd.SafeListWidth {
 			j++
 		}
 		r := igd.PortRange{First: first.ExternalPort, Last: keys[j].ExternalPort}

@@ -10,7 +10,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// No listing of a Service's keys spans more than maxListWidth ports: on
+// No listing of a Service's keys spans more than igd.SafeListWidth ports: on
 // miniupnpd up to 2.3.3, more than 128 mappings of a protocol in a listed
 // range crash the daemon.
 func TestReadListsNarrowRanges(t *testing.T) {
