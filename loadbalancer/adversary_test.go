@@ -219,8 +219,8 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			r := fake.NewRouter(fake.RouterConfig{})
 			node := newNode("node-a", addrA)
-			older, younger := olderAndYounger(80)
-			cluster := k8sfake.NewClientset(node, older, younger)
+			holder, newcomer := holderAndNewcomer(80)
+			cluster := k8sfake.NewClientset(node, holder, newcomer)
 
 			// Both adds wait until both Ensures have read the port free.
 			var adds sync.WaitGroup
@@ -235,7 +235,7 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 				}
 				return next(ctx, m)
 			}})
-			svcs := []*v1.Service{older, younger}
+			svcs := []*v1.Service{holder, newcomer}
 			errs := make([]error, 2)
 			order := []int{0, 1}
 			if round%2 == 1 {
@@ -257,12 +257,12 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 			}
 			wg.Wait()
 			if errs[0] != nil {
-				t.Errorf("older Service: %v, want it served", errs[0])
+				t.Errorf("holder Service: %v, want it served", errs[0])
 			}
 			if !errors.Is(errs[1], ErrPortInUse) {
-				t.Errorf("younger Service: %v, want ErrPortInUse", errs[1])
+				t.Errorf("newcomer Service: %v, want ErrPortInUse", errs[1])
 			}
-			diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30080, desc("default", "older", "http"))})
+			diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30080, desc("default", "holder", "http"))})
 		})
 	}
 }
@@ -638,12 +638,16 @@ func ensureThenDeleteConcurrently(t *testing.T, lb *LoadBalancer, nodes []*v1.No
 	wg.Wait()
 }
 
-// olderAndYounger returns two served Services of one cluster wanting TCP
-// external port ext (to nodePorts 30080 and 30081), created a second apart.
-func olderAndYounger(ext int32) (older, younger *v1.Service) {
-	older = lbService("default", "older", withPorts(port("http", v1.ProtocolTCP, ext, 30080)))
-	older.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	younger = lbService("default", "younger", withPorts(port("http", v1.ProtocolTCP, ext, 30081)))
-	younger.CreationTimestamp = metav1.NewTime(older.CreationTimestamp.Add(time.Second))
-	return older, younger
+// holderAndNewcomer returns two served Services of one cluster wanting TCP
+// external port ext (to nodePorts 30080 and 30081): the holder's status
+// lists the port (it was served it, as before a router reboot), the
+// newcomer's does not; the newcomer is the older, so age decides nothing.
+func holderAndNewcomer(ext int32) (holder, newcomer *v1.Service) {
+	holder = lbService("default", "holder", withPorts(port("http", v1.ProtocolTCP, ext, 30080)))
+	holder.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC))
+	holder.Status.LoadBalancer = v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: "198.51.100.1",
+		Ports: []v1.PortStatus{{Port: ext, Protocol: v1.ProtocolTCP}}}}}
+	newcomer = lbService("default", "newcomer", withPorts(port("http", v1.ProtocolTCP, ext, 30081)))
+	newcomer.CreationTimestamp = metav1.NewTime(holder.CreationTimestamp.Add(-time.Second))
+	return holder, newcomer
 }

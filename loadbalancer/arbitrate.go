@@ -32,18 +32,30 @@ func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() 
 	})
 }
 
-// arbitrate refuses k to req's Service when another, served (selected, valid,
-// not being deleted) and created first, wants k. Every process of the cluster
-// reads the same Services, so two (a fail-over overlap) never both take a key:
-// the router cannot tell them apart.
+// arbitrate refuses k to req's Service when another Service of the cluster
+// that is served (selected, valid, not being deleted) holds k by its status,
+// or wants k while req's Service does not hold it by its own status: a key
+// no status lists goes to a Service only when no other wants it. Every
+// process reads the same Services live, so two of them (a fail-over overlap)
+// never both take a key, whatever changes between their reads (a Service
+// created, or updated to want the key); the router cannot tell them apart.
 func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*v1.Service, error)) error {
 	svcs, err := contenders()
 	if err != nil {
 		return err
 	}
 	me := req.svc
+	isMe := func(s *v1.Service) bool { return s.Namespace == me.Namespace && s.Name == me.Name }
+	mine := statusLists(me, k)
+	if i := slices.IndexFunc(svcs, isMe); i >= 0 {
+		mine = statusLists(svcs[i], k) // the live copy
+	}
 	for _, s := range svcs {
-		if (s.Namespace == me.Namespace && s.Name == me.Name) || !prior(s, me) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
+		if isMe(s) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) {
+			continue
+		}
+		holds, wants := statusLists(s, k), slices.Contains(specKeys(s), k)
+		if !holds && (!wants || mine) {
 			continue
 		}
 		so := newOwner(req.owner.cluster, s.Namespace, s.Name)
@@ -53,9 +65,9 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 		if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
 			continue // nor is one asking for another address than the router's
 		}
-		why := "an older Service of the cluster wants it"
-		if s.CreationTimestamp.Equal(&me.CreationTimestamp) {
-			why = "a Service of the cluster created in the same second wants it, and neither gets it: delete one, or change its port"
+		why := "another Service of the cluster holds it (its status lists it)"
+		if !holds {
+			why = "another Service of the cluster wants it too, and neither holds it: delete one, or change its port"
 		}
 		return &PortError{Service: req.owner.key(), Key: k, Claimant: s.Namespace + "/" + s.Name,
 			Err: fmt.Errorf("%w: %s", ErrPortInUse, why)}
@@ -63,10 +75,14 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 	return nil
 }
 
-// prior reports whether a was created before b or in the same second
-// (creationTimestamp's precision). A tie refuses both: a process that listed
-// the Services before the other of the same second existed cannot know it,
-// so no tie-break could be decided alike by every process.
-func prior(a, b *v1.Service) bool {
-	return !a.CreationTimestamp.After(b.CreationTimestamp.Time)
+// statusLists reports whether svc's status lists k as served.
+func statusLists(svc *v1.Service, k igd.Key) bool {
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		for _, p := range ing.Ports {
+			if pk, ok := portKey(p.Protocol, p.Port); ok && pk == k && p.Error == nil {
+				return true
+			}
+		}
+	}
+	return false
 }

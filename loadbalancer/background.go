@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -64,6 +63,9 @@ func (lb *LoadBalancer) Run(ctx context.Context) {
 		b.phase = phaseSyncing
 	}
 	b.mu.Unlock()
+	if ph == phaseNotStarted {
+		b.setPhase(phaseStopped, nil) // it will not run: nothing may wait for its caches
+	}
 	if ph != phaseInitialized {
 		why := "twice"
 		if ph == phaseNotStarted {
@@ -244,11 +246,6 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 		return
 	}
 	lb.pruneDeleted()
-	ext, extErr := lb.refreshExternalIP(ctx)
-	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
-		logger.Error(extErr, "Load balancer pass failed")
-		return
-	}
 	nodes, nodesErr := w.nodes.List(labels.Everything())
 	svcs, svcsErr := w.services.List(labels.Everything())
 	if err := errors.Join(nodesErr, svcsErr); err != nil {
@@ -278,7 +275,7 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
-		if err := lb.passService(ctx, w, o, svc, nodes, ext, extErr, hints[o.token]); err != nil {
+		if err := lb.passService(ctx, w, o, svc, nodes, hints[o.token]); err != nil {
 			failed = true
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
 		}
@@ -315,7 +312,7 @@ func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error)
 }
 
 // passService serves one Service during a pass and patches its status.
-func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, ext netip.Addr, extErr error, extra []igd.Key) error {
+func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc *v1.Service, nodes []*v1.Node, extra []igd.Key) error {
 	t := lb.tryAcquire(o, svc)
 	if t == nil {
 		return nil // busy with the service controller, or deleted since listed
@@ -336,11 +333,10 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 		return nil
 	}
 	svc = live
-	st, err := lb.serve(ctx, t, svc, nodes, operation{pass: true, ext: ext, extErr: extErr, extra: extra})
+	st, err := lb.serve(ctx, t, svc, nodes, operation{pass: true, extra: extra})
 	if err != nil {
 		return err
 	}
-	lb.warn(o, svc, ext, nil)
 	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
 		return nil
 	}
@@ -349,7 +345,7 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	if _, err := servicehelper.PatchService(w.client.CoreV1(), svc, updated); err != nil {
 		return fmt.Errorf("loadbalancer: patch status of service %s: %w", o.key(), err)
 	}
-	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ip", ext)
+	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ingress", st.Ingress)
 	return nil
 }
 
@@ -382,7 +378,7 @@ func (lb *LoadBalancer) nextProbe() (igd.Mapping, bool) {
 	var written []igd.Mapping
 	for _, s := range lb.services {
 		for _, h := range s.held {
-			if h.written.InternalClient.IsValid() {
+			if h.written.InternalClient.IsValid() && !h.unconfirmed {
 				written = append(written, h.written)
 			}
 		}

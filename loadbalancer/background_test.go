@@ -139,12 +139,12 @@ func TestBackgroundRepairsRouterReboot(t *testing.T) {
 	r.probe(t)
 	eventually(t, "the repair pass", func() bool { return e.lb.passes.Load() > passes })
 	diffRows(t, "table after repair", e.table(), before)
-	// Probe: 1 get. Pass: 1 external IP, the table listed once per
+	// Probe: 1 get. Pass: 1 external IP per Service, the table listed once per
 	// protocol (where to look), each Service's keys read again before
 	// anything is written (web: TCP 80 and TCP 443, too far apart for one
 	// range; dns: UDP), 3 adds.
-	if c := e.calls(); c[fake.MethodGetPortMapping] != 1 || c[fake.MethodListPortMappings] != 5 || c[fake.MethodAddPortMapping] != 3 || c[fake.MethodExternalIP] != 1 || c[fake.MethodDeletePortMapping] != 0 {
-		t.Errorf("probe and repair calls = %v, want 1 get, 1 external IP, 5 lists, 3 adds", c)
+	if c := e.calls(); c[fake.MethodGetPortMapping] != 1 || c[fake.MethodListPortMappings] != 5 || c[fake.MethodAddPortMapping] != 3 || c[fake.MethodExternalIP] != 2 || c[fake.MethodDeletePortMapping] != 0 {
+		t.Errorf("probe and repair calls = %v, want 1 get, 1 external IP per Service, 5 lists, 3 adds", c)
 	}
 	// Nothing lost: a probe costs one call and starts no pass.
 	passes = e.lb.passes.Load()

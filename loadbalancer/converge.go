@@ -43,6 +43,10 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	}
 	lb.update(o, func(s *serviceState) { // the read proves o holds nothing else
 		maps.DeleteFunc(s.held, func(k igd.Key, _ held) bool { _, ok := ours[k]; return !ok })
+		for k, h := range s.held { // and that what it holds is there
+			h.unconfirmed = false
+			s.held[k] = h
+		}
 	})
 	// Withdraw first, even with no node to take the wanted ports: a port
 	// given up, or a mapping to a stale nodePort, must not stay forwarded.
@@ -133,19 +137,23 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	want := igd.Mapping{Protocol: p.key.Protocol, ExternalPort: p.key.ExternalPort, InternalClient: tgt.addr,
 		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
+	sent := lb.cfg.Clock.Now() // a lease granted counts from no later than this
+	h := held{written: want, unconfirmed: true}
+	if want.Lease > 0 {
+		h.expires = sent.Add(want.Lease)
+	}
+	// Held, with what is sent, before the answer: a router may store an add
+	// and lose (or even fault) its reply. The next read of the Service's
+	// keys confirms it or drops it.
+	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
 	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
 	if err != nil {
-		// The key stays held (read again by the next operation of the
-		// Service) unless the router's answer proves nothing was stored:
-		// a reply lost after the router stored the add must not leak it.
-		if refused(err) {
-			lb.update(o, func(s *serviceState) { delete(s.held, p.key) })
-		}
 		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
-	h := held{written: want}
+	h.unconfirmed = false
+	h.expires = time.Time{}
 	if stored.Lease > 0 {
-		h.expires = lb.cfg.Clock.Now().Add(stored.Lease)
+		h.expires = sent.Add(stored.Lease)
 	}
 	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
 	if want.Lease != 0 && stored.Lease == 0 {
@@ -165,10 +173,18 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 // one GetPortMapping names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
+	if igd.Code(err) == 0 {
+		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
+	}
+	// The router answered with a fault: one read says whether it stored the
+	// add anyway (then k stays held), or who holds k.
+	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	if errors.Is(gerr, igd.ErrNoSuchEntry) || (gerr == nil && !lb.owns(o, holder)) {
+		lb.update(o, func(s *serviceState) { delete(s.held, k) })
+	}
 	if !errors.Is(err, igd.ErrConflict) {
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
-	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	if gerr != nil {
 		if lb.cfg.SecureMode {
 			err = fmt.Errorf("%w (the port is free: a secure-mode router maps only to the caller's own address; is node %s this host's address toward the router?)", err, req.self)
@@ -229,9 +245,3 @@ func (lb *LoadBalancer) expiring(o owner, m igd.Mapping, readAt time.Time) (time
 	return max(left, 0) + time.Second, true
 }
 
-// refused reports whether err is the router's answer refusing a write (a UPnP
-// error, or input the client refused to send), which proves it stored nothing;
-// any other failure (a timeout, a lost reply) leaves the outcome unknown.
-func refused(err error) bool {
-	return igd.Code(err) != 0 || errors.Is(err, igd.ErrInvalidMapping)
-}

@@ -22,15 +22,19 @@
 //     (where the router lists) only says where to look.
 //   - Mappings of other hosts, clusters and Services are never deleted or
 //     written: their keys fail with a *PortError naming the holder.
-//   - Two Services of the cluster wanting a key neither holds: the older gets
-//     it, decided from a live read of the API server's Services (with
-//     Initialize; without, only this process's Services are arbitrated), so
-//     two processes of one cluster never both take it. Services created in
-//     the same second (creationTimestamp's precision) refuse each other.
-//     Clusters behind one router map to different nodes, so the router's
-//     718 arbitrates them; they must use different --cluster-name values.
+//   - Before taking a key it does not hold, a Service reads the cluster's
+//     Services live (with Initialize; without, only this process's Services
+//     are arbitrated): it may take the key when its own status lists it (it
+//     was served it, as before a router reboot) and no other's does, or when
+//     no other served Service wants it. Two Services that want a key neither
+//     holds both wait (ErrPortInUse naming the other) until one gives it up.
+//     So two processes of one cluster never both take a key, whatever is
+//     created or updated between their reads. Clusters behind one router map
+//     to different nodes, so the router's 718 arbitrates them; they must use
+//     different --cluster-name values.
 //   - A key is held from just before its add until a read proves it is not
-//     the Service's: an add whose reply was lost is found and removed later.
+//     the Service's (an add the router answers with a fault is read back
+//     once): an add whose reply was lost is found and removed later.
 //   - A mapping of ours with less than 5 s of lease left when its delete (or
 //     rewrite) would be sent, counted from when the read was sent, is left
 //     to expire and the operation retried (api.RetryError): a host may take
@@ -39,8 +43,8 @@
 // A read costs one listing per run of a protocol's keys at most 128 ports
 // wide where the client lists (igd.Lister), else one GetPortMapping per key:
 // a call costs what the Service's ports cost, not what the table holds. A
-// listing the router refuses (it lacks the action, or answers 402 or 501) is
-// replaced by the gets.
+// listing the router refuses (igd.ErrNotSupported, or any UPnP error: some
+// answer 402 or 501) is replaced by the gets.
 //
 // # Nodes
 //

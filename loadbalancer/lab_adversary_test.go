@@ -38,18 +38,18 @@ func TestLabConcurrentDeletesOnIGD1LeaveNothing(t *testing.T) {
 
 // Two LoadBalancers of one cluster, on two hosts, ensure different Services
 // on the same external port of a real miniupnpd, and both read the port free
-// before either writes (their adds wait for each other). The older Service
+// before either writes (their adds wait for each other). The holder Service
 // gets the port; the other gets a PortError.
 func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
 	node := labNodes(lab)[0]
-	older, younger := olderAndYounger(44100)
-	cluster := k8sfake.NewClientset(node, older, younger)
+	holder, newcomer := holderAndNewcomer(44100)
+	cluster := k8sfake.NewClientset(node, holder, newcomer)
 
 	var adds sync.WaitGroup
 	adds.Add(2)
-	svcs := []*v1.Service{older, younger}
+	svcs := []*v1.Service{holder, newcomer}
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -64,14 +64,14 @@ func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 	}
 	wg.Wait()
 	if errs[0] != nil {
-		t.Errorf("older Service: %v, want it served", errs[0])
+		t.Errorf("holder Service: %v, want it served", errs[0])
 	}
 	if !errors.Is(errs[1], ErrPortInUse) {
-		t.Errorf("younger Service: %v, want ErrPortInUse", errs[1])
+		t.Errorf("newcomer Service: %v, want ErrPortInUse", errs[1])
 	}
 	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100)
-	if err != nil || m.Description != desc("default", "older", "http") || m.InternalPort != 30080 {
-		t.Errorf("router holds %v, %v; want the older Service's mapping", m, err)
+	if err != nil || m.Description != desc("default", "holder", "http") || m.InternalPort != 30080 {
+		t.Errorf("router holds %v, %v; want the holder Service's mapping", m, err)
 	}
 }
 

@@ -83,8 +83,8 @@ var _ cloudprovider.InformerUser = (*LoadBalancer)(nil)
 // SetInformers (cloudprovider.InformerUser) registers the node, Service and
 // EndpointSlice informers with the CCM's factory, whose owner starts (call it
 // before factory.Start) and stops them; Run adds handlers and waits for the
-// caches. Without it, Run has its own (a running Run moves onto these). The
-// last call wins.
+// caches. Without it, Run has its own; a Run on its own informers moves onto
+// the first factory given. Later calls are used by the next Run.
 func (lb *LoadBalancer) SetInformers(factory informers.SharedInformerFactory) {
 	factory.Core().V1().Nodes().Informer()
 	factory.Core().V1().Services().Informer()

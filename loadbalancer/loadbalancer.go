@@ -124,15 +124,12 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		}
 		return nil, cloudprovider.ImplementedElsewhere
 	}
-	// Asked on every Ensure: an address the router no longer reports (its
-	// WAN link went down) is never served from a cache.
-	ext, extErr := lb.refreshExternalIP(ctx)
 	t, err := lb.acquire(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer t.release()
-	return lb.serve(ctx, t, service, nodes, operation{ext: ext, extErr: extErr})
+	return lb.serve(ctx, t, service, nodes, operation{})
 }
 
 // UpdateLoadBalancer is EnsureLoadBalancer without the status.
@@ -179,10 +176,8 @@ func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 
 // operation says how serve runs.
 type operation struct {
-	pass   bool       // a background pass: leaves the deleted mark alone
-	ext    netip.Addr // the router's external IP
-	extErr error      // the error of reading it
-	extra  []igd.Key  // more keys where the Service may hold mappings
+	pass  bool      // a background pass: leaves the deleted mark alone
+	extra []igd.Key // more keys where the Service may hold mappings
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
@@ -190,7 +185,9 @@ type operation struct {
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
-	ext, extErr := op.ext, op.extErr
+	// Asked in every operation's turn: an address the router no longer
+	// reports (its WAN link went down) is never served from a cache.
+	ext, extErr := lb.refreshExternalIP(ctx)
 	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), extErr)
 	}
@@ -219,8 +216,8 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	if err := lb.converge(ctx, t, req, got); err != nil {
 		return nil, err
 	}
+	lb.warn(o, svc, ext, extErr)
 	if extErr != nil {
-		lb.warn(o, svc, ext, extErr)
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans), nil

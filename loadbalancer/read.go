@@ -63,18 +63,21 @@ func listRefused(err error) bool {
 }
 
 // leaseLeft returns how long m, found by a read sent at at, may still live
-// now, by the router's count and by the lease this process was granted: the
-// time a delete sent now has before another host may hold the key.
+// now, by the router's count (0: permanent, or not told) and by the lease
+// this process was granted, counted from the add's sending: the time a
+// delete sent now has before another host may hold the key. False: permanent.
 func (lb *LoadBalancer) leaseLeft(o owner, m igd.Mapping, at time.Time) (time.Duration, bool) {
-	if m.Lease == 0 {
-		return 0, false // permanent
-	}
 	now := lb.cfg.Clock.Now()
-	left := m.Lease - now.Sub(at)
-	if exp := lb.heldAt(o, m.Key()).expires; !exp.IsZero() {
-		left = min(left, exp.Sub(now))
+	exp := lb.heldAt(o, m.Key()).expires
+	switch {
+	case m.Lease == 0 && exp.IsZero():
+		return 0, false
+	case m.Lease == 0:
+		return exp.Sub(now), true
+	case exp.IsZero():
+		return m.Lease - now.Sub(at), true
 	}
-	return left, true
+	return min(m.Lease-now.Sub(at), exp.Sub(now)), true
 }
 
 // list fills got with the mappings at keys (sorted by compareKeys): one

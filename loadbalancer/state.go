@@ -28,10 +28,13 @@ type serviceState struct {
 }
 
 // held is what this process last wrote at a key (zero: it only found the
-// Service's mapping there) and when that lease ends (zero: never or unknown).
+// Service's mapping there), when that lease ends at the latest, counted from
+// when the add was sent (zero: never or unknown), and whether the router
+// confirmed the write (an add whose reply was lost may or may not be there).
 type held struct {
-	written igd.Mapping
-	expires time.Time
+	written     igd.Mapping
+	expires     time.Time
+	unconfirmed bool
 }
 
 // hold records that s holds k, keeping what was written there.
