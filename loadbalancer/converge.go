@@ -244,4 +244,3 @@ func (lb *LoadBalancer) expiring(o owner, m igd.Mapping, readAt time.Time) (time
 	}
 	return max(left, 0) + time.Second, true
 }
-
