@@ -71,7 +71,9 @@ var ErrInvalidConfig = errors.New("invalid edge cloud-config")
 // Config is the edge provider's cloud-config, the file given to the
 // cloud-controller-manager with --cloud-config. It is one YAML document (JSON
 // works too), read strictly: an unknown key, a duplicate key or a value of the
-// wrong type is an error naming the key, and so is a second document. Every key is optional; an empty or missing file
+// wrong type is an error naming the key, and so is a second document. The
+// file, and its document with YAML aliases expanded, may be at most 64 KiB.
+// Every key is optional; an empty or missing file
 // means all defaults. The zero Config is not the default: start from Default.
 //
 //	gateway:
@@ -278,15 +280,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// maxReported bounds the problems an error lists, so that a file of many
+// bad keys cannot make a long error.
+const maxReported = 20
+
 func invalid(errs field.ErrorList) error {
+	if n := len(errs) - maxReported; n > 0 {
+		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), n)
+	}
 	return fmt.Errorf("%w: %w", ErrInvalidConfig, errs.ToAggregate())
 }
 
 func (c Config) validate() field.ErrorList {
 	var errs field.ErrorList
 	gateway, lb, instances := field.NewPath("gateway"), field.NewPath("loadBalancer"), field.NewPath("instances")
-	add := func(path *field.Path, value any, detail string) {
-		errs = append(errs, field.Invalid(path, value, detail))
+	add := func(path *field.Path, value string, detail string) {
+		errs = append(errs, field.Invalid(path, clip(value), detail))
 	}
 
 	if u := c.Gateway.URL; u != "" {
@@ -360,7 +369,7 @@ func (c Config) validate() field.ErrorList {
 	checkLabel(instances.Child("instanceType"), c.Instances.InstanceType)
 	for _, name := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node := c.Instances.Nodes[name]
-		base := instances.Child("nodes").Key(name)
+		base := instances.Child("nodes").Key(clip(name))
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 			add(base, name, "not a node name: "+strings.Join(msgs, "; "))
 		}

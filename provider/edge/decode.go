@@ -12,14 +12,36 @@ import (
 	"strings"
 
 	goyaml "go.yaml.in/yaml/v2"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
-// maxConfigSize bounds how much of a cloud-config is read: the schema is a
-// few hundred bytes, so anything near this is not a cloud-config.
-const maxConfigSize = 1 << 20
+// maxConfigSize bounds how much of a cloud-config is read, and the size of
+// its documents with YAML aliases expanded (see boundAliases). The schema is
+// a few hundred bytes, and a node entry about a hundred. Decoding costs
+// several hundred times the size of a dense document (about 23 MiB for
+// 64 KiB of one-character list items), so a larger limit would let a small
+// file take a lot of memory.
+const maxConfigSize = 64 << 10
+
+// maxQuoted bounds what an error quotes of a value, a key or a YAML parser
+// message, so that a long value cannot make a long error.
+const maxQuoted = 100
+
+// clip returns s, or its first maxQuoted bytes and "...".
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxQuoted], "") + "..."
+}
+
+// notYAML is the error for a document the YAML parsers refuse.
+func notYAML(err error) error {
+	return fmt.Errorf("%w: not valid YAML: %s", ErrInvalidConfig, clip(err.Error()))
+}
 
 // documentPath names the document itself in errors that are about no key.
 var documentPath = field.NewPath("(document)")
@@ -42,9 +64,12 @@ func decodeYAML(r io.Reader, cfg *Config) (field.ErrorList, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil
 	}
+	if err := boundAliases(data); err != nil {
+		return nil, err
+	}
 	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+		return nil, notYAML(err)
 	}
 	if errs, err := oneDocument(data); len(errs) > 0 || err != nil {
 		return errs, err
@@ -67,11 +92,64 @@ func oneDocument(data []byte) (field.ErrorList, error) {
 		case errors.Is(err, io.EOF):
 			return nil, nil
 		case err != nil:
-			return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+			return nil, notYAML(err)
 		case n > 1 && doc != nil:
 			return field.ErrorList{field.Forbidden(documentPath, fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n))}, nil
 		}
 	}
+}
+
+// boundAliases refuses YAML aliases that would expand data past
+// maxConfigSize, before anything expands them. go-yaml bounds only the
+// share of nodes that come from aliases (the bound Kubernetes relies on
+// since CVE-2019-11253), which a 10 KB file of long strings passes while
+// expanding to 10 MB. yaml.v3 parses into nodes that keep each alias as a
+// pointer to its anchor's node, so the expanded size (the bytes of every
+// scalar, plus one per node) is summed once per node, whatever the aliases.
+func boundAliases(data []byte) error {
+	dec := yamlv3.NewDecoder(bytes.NewReader(data))
+	sizes := make(map[*yamlv3.Node]int)
+	total := 0
+	for {
+		var doc yamlv3.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return notYAML(err)
+		}
+		size, err := expandedSize(&doc, sizes)
+		if err != nil {
+			return err
+		}
+		if total += size; total > maxConfigSize {
+			return fmt.Errorf("%w: YAML aliases expand the document past %d bytes", ErrInvalidConfig, maxConfigSize)
+		}
+	}
+}
+
+// expandedSize is n's size with aliases expanded, capped just past
+// maxConfigSize; sizes holds the nodes already counted (-1: being counted).
+func expandedSize(n *yamlv3.Node, sizes map[*yamlv3.Node]int) (int, error) {
+	switch size, seen := sizes[n]; {
+	case seen && size < 0:
+		return 0, fmt.Errorf("%w: YAML alias at line %d is inside its own anchor's value", ErrInvalidConfig, n.Line)
+	case seen:
+		return size, nil
+	}
+	sizes[n] = -1
+	size, children := len(n.Value)+1, n.Content
+	if n.Kind == yamlv3.AliasNode {
+		size, children = 0, []*yamlv3.Node{n.Alias}
+	}
+	for _, c := range children {
+		s, err := expandedSize(c, sizes)
+		if err != nil {
+			return 0, err
+		}
+		size = min(size+s, maxConfigSize+1)
+	}
+	sizes[n] = size
+	return size, nil
 }
 
 // decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict.
@@ -101,7 +179,7 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			i, known := fields[key]
 			if !known {
-				errs = append(errs, field.Forbidden(path.Child(key),
+				errs = append(errs, field.Forbidden(path.Child(clip(key)),
 					"unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
 				continue
 			}
@@ -117,7 +195,7 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 		}
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
 			elem := reflect.New(out.Type().Elem()).Elem()
-			errs = append(errs, decodeStrict(path.Key(key), obj[key], elem)...)
+			errs = append(errs, decodeStrict(path.Key(clip(key)), obj[key], elem)...)
 		}
 		if len(errs) > 0 {
 			return errs
@@ -143,7 +221,11 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 	if path == nil {
 		path = documentPath
 	}
-	return field.ErrorList{field.TypeInvalid(path, json.RawMessage(data), reason(err))}
+	var value any = json.RawMessage(data)
+	if len(data) > maxQuoted {
+		value = clip(string(data))
+	}
+	return field.ErrorList{field.TypeInvalid(path, value, reason(err))}
 }
 
 // jsonFields maps the JSON names of t's exported fields to their indexes
