@@ -3,12 +3,15 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 // aliasBomb is a "billion laughs" cloud-config of about 10 KB, all inside
@@ -141,4 +144,41 @@ func TestParseConfigQuotesBoundedValues(t *testing.T) {
 			assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
 		})
 	}
+}
+
+// TestSampleDocumentsEveryKey proves that examples/edge-ccm/cloud-config.yaml,
+// where each key is documented (Config's fields only name them), shows
+// exactly the keys of Config; examples/edge-ccm's TestSampleCloudConfig
+// proves that it shows their defaults.
+func TestSampleDocumentsEveryKey(t *testing.T) {
+	data, err := os.ReadFile("../../examples/edge-ccm/cloud-config.yaml")
+	require.NoError(t, err)
+	var sample map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &sample))
+
+	var inSample, inType []string
+	var walkSample func(prefix string, m map[string]any)
+	walkSample = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				walkSample(prefix+k+".", sub)
+			} else {
+				inSample = append(inSample, prefix+k)
+			}
+		}
+	}
+	walkSample("", sample)
+	var walkType func(prefix string, t reflect.Type)
+	walkType = func(prefix string, t reflect.Type) {
+		for f := range t.Fields() {
+			key := prefix + f.Tag.Get("json")
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[Duration]() {
+				walkType(key+".", f.Type)
+			} else {
+				inType = append(inType, key)
+			}
+		}
+	}
+	walkType("", reflect.TypeFor[Config]())
+	assert.ElementsMatch(t, inType, inSample, "keys of Config (-) and of cloud-config.yaml")
 }
