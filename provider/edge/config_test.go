@@ -54,15 +54,15 @@ func TestParseConfigValid(t *testing.T) {
 			name: "shortest timeouts and renew interval",
 			in:   strings.NewReader("gateway:\n  discoveryTimeout: 500ms\n  callTimeout: 100ms\nloadBalancer:\n  renewInterval: 10s\n"),
 			want: withDefaults(func(c *Config) {
-				c.Gateway.DiscoveryTimeout = Duration{500 * time.Millisecond}
-				c.Gateway.CallTimeout = Duration{100 * time.Millisecond}
-				c.LoadBalancer.RenewInterval = Duration{10 * time.Second}
+				c.Gateway.DiscoveryTimeout = Duration{Duration: 500 * time.Millisecond}
+				c.Gateway.CallTimeout = Duration{Duration: 100 * time.Millisecond}
+				c.LoadBalancer.RenewInterval = Duration{Duration: 10 * time.Second}
 			}),
 		},
 		{
 			name: "renew interval of discovery and six call timeouts",
 			in:   strings.NewReader("gateway:\n  discoveryTimeout: 3s\n  callTimeout: 2s\nloadBalancer:\n  renewInterval: 15s\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = Duration{15 * time.Second} }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = Duration{Duration: 15 * time.Second} }),
 		},
 		{
 			name: "null value keeps default",
@@ -121,13 +121,13 @@ instances:
 			want: Config{
 				Gateway: GatewayConfig{
 					URL:              "https://router.lan/desc.xml",
-					DiscoveryTimeout: Duration{500 * time.Millisecond},
-					CallTimeout:      Duration{time.Minute},
+					DiscoveryTimeout: Duration{Duration: 500 * time.Millisecond},
+					CallTimeout:      Duration{Duration: time.Minute},
 				},
 				LoadBalancer: LoadBalancerConfig{
-					Lease:                    Duration{168 * time.Hour},
+					Lease:                    Duration{Duration: 168 * time.Hour},
 					Services:                 ServicesAnnotated,
-					RenewInterval:            Duration{10 * time.Minute},
+					RenewInterval:            Duration{Duration: 10 * time.Minute},
 					SecureMode:               true,
 					NodeName:                 "node-1",
 					AllowNonPublicExternalIP: true,
@@ -303,7 +303,7 @@ func TestParseConfigTooLarge(t *testing.T) {
 // (durations as strings) reads back unchanged.
 func TestConfigRoundTrip(t *testing.T) {
 	in := Default()
-	in.LoadBalancer.Lease = Duration{90 * time.Minute}
+	in.LoadBalancer.Lease = Duration{Duration: 90 * time.Minute}
 	in.Instances.Nodes = map[string]NodeConfig{"n1": {Addresses: []NodeAddress{{Type: "InternalIP", Address: "10.0.0.1"}}}}
 	data, err := yaml.Marshal(in)
 	if err != nil {

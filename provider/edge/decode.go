@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,185 +12,175 @@ import (
 	"slices"
 	"strings"
 
-	goyaml "go.yaml.in/yaml/v2"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
-// maxConfigSize bounds how much of a cloud-config is read: the schema is a
-// few hundred bytes, so anything near this is not a cloud-config.
-const maxConfigSize = 1 << 20
+// maxConfigSize bounds a cloud-config, as read and with YAML aliases
+// expanded: decoding costs up to ~360 times the size (23 MiB for 64 KiB of
+// one-character list items), and a node entry is about a hundred bytes.
+const maxConfigSize = 64 << 10
+
+// maxQuoted bounds what an error quotes of a value, a key or a YAML message.
+const maxQuoted = 100
+
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxQuoted], "") + "..."
+}
+
+func notYAML(err error) error {
+	return fmt.Errorf("%w: not valid YAML: %s", ErrInvalidConfig, clip(err.Error()))
+}
 
 // documentPath names the document itself in errors that are about no key.
 var documentPath = field.NewPath("(document)")
 
-// decodeYAML reads one YAML (or JSON) document from r into cfg, which is
-// pre-filled with defaults; keys that are absent or null keep them.
-//
-// sigs.k8s.io/yaml converts the document to JSON, refusing duplicate keys,
-// and sigs.k8s.io/json decodes it strictly (case-sensitive keys, unknown
-// keys refused). Errors other than reading and YAML syntax are a
-// field.ErrorList naming each key by its path.
-func decodeYAML(r io.Reader, cfg *Config) (field.ErrorList, error) {
+// decodeYAML reads one YAML (or JSON) document from r into cfg, pre-filled
+// with defaults that absent or null keys keep. sigs.k8s.io/yaml converts it
+// to JSON, refusing duplicate keys, and decodeStrict decodes that.
+func decodeYAML(r io.Reader, cfg *Config) error {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
 	}
 	if len(data) > maxConfigSize {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
+		return fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, nil
+	if err := scanDocuments(data); err != nil {
+		return err
 	}
 	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
+		return notYAML(err)
 	}
-	if errs, err := oneDocument(data); len(errs) > 0 || err != nil {
-		return errs, err
-	}
-	return decodeStrict(nil, doc, reflect.ValueOf(cfg).Elem()), nil
+	return invalid(decodeStrict(nil, doc, reflect.ValueOf(cfg).Elem()))
 }
 
-// oneDocument reports a second YAML document: YAMLToJSONStrict reads the
-// first and would silently ignore the others. Empty (null) documents after
-// the first are allowed, so that a trailing "---" is harmless; an empty
-// first document followed by another is not, since the first is the one
-// read. It parses with the library sigs.k8s.io/yaml itself uses, so both
-// agree on where documents start.
-func oneDocument(data []byte) (field.ErrorList, error) {
-	dec := goyaml.NewDecoder(bytes.NewReader(data))
+// scanDocuments parses data into yaml.v3 nodes, which keep each alias as a
+// pointer, so as to refuse aliases before anything expands them: go-yaml
+// bounds only the share of nodes that come from aliases (Kubernetes' answer
+// to CVE-2019-11253), which a 10 KB file of long strings passes while
+// expanding to 10 MB. It also refuses a second document, which
+// YAMLToJSONStrict would ignore; empty (null) ones after the first are
+// allowed, so that a trailing "---" is harmless.
+func scanDocuments(data []byte) error {
+	dec := yamlv3.NewDecoder(bytes.NewReader(data))
+	sizes, total := make(map[*yamlv3.Node]int), 0
 	for n := 1; ; n++ {
-		var doc any
-		err := dec.Decode(&doc)
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil, nil
-		case err != nil:
-			return nil, fmt.Errorf("%w: not valid YAML: %w", ErrInvalidConfig, err)
-		case n > 1 && doc != nil:
-			return field.ErrorList{field.Forbidden(documentPath, fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n))}, nil
+		var doc yamlv3.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return notYAML(err)
+		}
+		size, err := expandedSize(&doc, sizes)
+		if total += size; err != nil || total > maxConfigSize {
+			return cmp.Or(err, fmt.Errorf("%w: YAML aliases expand the document past %d bytes", ErrInvalidConfig, maxConfigSize))
+		}
+		if c := doc.Content; n > 1 && len(c) > 0 && c[0].ShortTag() != "!!null" {
+			return invalid(field.ErrorList{field.Forbidden(documentPath, fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n))})
 		}
 	}
 }
 
-// decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict.
-// When that finds a problem it descends into data, decoding each key,
-// element or entry on its own, so that every problem is reported, each with
-// its full path: kjson reports only the first value of the wrong type,
-// without its map keys and list indexes, and then drops the unknown-key
-// errors. Only the error path descends; a valid document is decoded by kjson
-// alone.
+// expandedSize is n's size with its aliases expanded (the bytes of each
+// scalar, plus one per node), capped just past maxConfigSize; sizes holds
+// the nodes already counted, -1 for those being counted.
+func expandedSize(n *yamlv3.Node, sizes map[*yamlv3.Node]int) (int, error) {
+	if size, seen := sizes[n]; seen && size < 0 {
+		return 0, fmt.Errorf("%w: YAML alias at line %d is inside its own anchor's value", ErrInvalidConfig, n.Line)
+	} else if seen {
+		return size, nil
+	}
+	sizes[n] = -1
+	size, children := len(n.Value)+1, n.Content
+	if n.Kind == yamlv3.AliasNode {
+		size, children = 0, []*yamlv3.Node{n.Alias}
+	}
+	for _, c := range children {
+		s, err := expandedSize(c, sizes)
+		if err != nil {
+			return 0, err
+		}
+		size = min(size+s, maxConfigSize+1)
+	}
+	sizes[n] = size
+	return size, nil
+}
+
+// decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict
+// (case-sensitive keys, unknown keys refused). When that fails it descends
+// into data, decoding each key, list item or map entry on its own, so that
+// every problem is reported with its full path: kjson reports only the first
+// value of the wrong type, without map keys or list indexes.
 func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorList {
 	strict, err := kjson.UnmarshalStrict(data, out.Addr().Interface())
 	if err == nil && len(strict) == 0 {
 		return nil
 	}
 	var errs field.ErrorList
-	kind := out.Kind()
-	if _, leaf := out.Addr().Interface().(json.Unmarshaler); leaf {
-		kind = reflect.Invalid // a Duration: its own error says what is wrong
-	}
-	switch kind {
-	case reflect.Struct:
-		var obj map[string]json.RawMessage
-		if kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) != nil || obj == nil {
-			break
+	var obj map[string]json.RawMessage
+	var list []json.RawMessage
+	switch t := out.Type(); {
+	case t == reflect.TypeFor[Duration]() && (string(data) == "null" || string(data) == "0"):
+		if string(data) == "0" { // metav1.Duration reads only strings
+			out.SetZero()
 		}
-		fields := jsonFields(out.Type())
+		return nil
+	case t.Kind() == reflect.Struct && kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) == nil && obj != nil:
+		fields := make(map[string]int, t.NumField())
+		for i := range t.NumField() {
+			fields[t.Field(i).Tag.Get("json")] = i
+		}
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
-			i, known := fields[key]
-			if !known {
-				errs = append(errs, field.Forbidden(path.Child(key),
-					"unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
-				continue
+			if i, known := fields[key]; known {
+				errs = append(errs, decodeStrict(path.Child(key), obj[key], out.Field(i))...)
+			} else {
+				errs = append(errs, field.Forbidden(path.Child(clip(key)), "unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
 			}
-			errs = append(errs, decodeStrict(path.Child(key), obj[key], out.Field(i))...)
 		}
-		if len(errs) > 0 {
-			return errs
-		}
-	case reflect.Map:
-		var obj map[string]json.RawMessage
-		if kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) != nil || obj == nil {
-			break
+		return errs
+	case t.Kind() == reflect.Map && kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) == nil && obj != nil:
+		if out.IsNil() {
+			out.Set(reflect.MakeMap(t))
 		}
 		for _, key := range slices.Sorted(maps.Keys(obj)) {
-			elem := reflect.New(out.Type().Elem()).Elem()
-			errs = append(errs, decodeStrict(path.Key(key), obj[key], elem)...)
+			elem := reflect.New(t.Elem()).Elem()
+			errs = append(errs, decodeStrict(path.Key(clip(key)), obj[key], elem)...)
+			out.SetMapIndex(reflect.ValueOf(key), elem)
 		}
-		if len(errs) > 0 {
-			return errs
-		}
-	case reflect.Slice:
-		var list []json.RawMessage
-		if kjson.UnmarshalCaseSensitivePreserveInts(data, &list) != nil || list == nil {
-			break
-		}
+		return errs
+	case t.Kind() == reflect.Slice && kjson.UnmarshalCaseSensitivePreserveInts(data, &list) == nil && list != nil:
+		out.Set(reflect.MakeSlice(t, len(list), len(list)))
 		for i, item := range list {
-			elem := reflect.New(out.Type().Elem()).Elem()
-			errs = append(errs, decodeStrict(path.Index(i), item, elem)...)
+			errs = append(errs, decodeStrict(path.Index(i), item, out.Index(i))...)
 		}
-		if len(errs) > 0 {
-			return errs
-		}
+		return errs
 	}
-	// A value of the wrong type, or (should the parts all decode) whatever
-	// kjson found in the whole.
-	if err == nil {
-		err = strict[0]
+	var value any = json.RawMessage(data)
+	if len(data) > maxQuoted {
+		value = clip(string(data))
 	}
-	if path == nil {
-		path = documentPath
-	}
-	return field.ErrorList{field.TypeInvalid(path, json.RawMessage(data), reason(err))}
+	return field.ErrorList{field.TypeInvalid(cmp.Or(path, documentPath), value, reason(out.Type(), data))}
 }
 
-// jsonFields maps the JSON names of t's exported fields to their indexes
-// (every field of Config has a json tag).
-func jsonFields(t reflect.Type) map[string]int {
-	fields := make(map[string]int, t.NumField())
-	for i := range t.NumField() {
-		if f := t.Field(i); f.IsExported() {
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			fields[name] = i
-		}
+// reason says what a value of type t should have been, given JSON data.
+func reason(t reflect.Type, data []byte) string {
+	got := map[byte]string{'{': "a mapping", '[': "a list", '"': "a string", 't': "a boolean", 'f': "a boolean", 'n': "null"}[data[0]]
+	got = cmp.Or(got, "a number")
+	switch {
+	case t == reflect.TypeFor[Duration]() && got == "a number":
+		return "a number has no unit: write a Go duration such as \"90s\" or \"1h\""
+	case t == reflect.TypeFor[Duration]() && got == "a string":
+		return "not a Go duration such as \"2s\" or \"1h\""
+	case t == reflect.TypeFor[Duration]():
+		return "must be a Go duration string such as \"2s\", not " + got
 	}
-	return fields
-}
-
-// reason says what a value of the wrong type should have been.
-func reason(err error) string {
-	var te *json.UnmarshalTypeError
-	if !errors.As(err, &te) {
-		return err.Error() // from Duration.UnmarshalJSON
-	}
-	want := map[reflect.Kind]string{
-		reflect.Struct: "a mapping of fields",
-		reflect.Map:    "a mapping",
-		reflect.Slice:  "a list",
-		reflect.String: "a string",
-		reflect.Bool:   "true or false",
-	}[te.Type.Kind()]
-	if want == "" {
-		want = te.Type.String()
-	}
-	got, _, _ := strings.Cut(te.Value, " ") // "number 5" is a number
-	return "must be " + want + ", not " + jsonKindName(got)
-}
-
-// jsonKindName names a JSON kind as encoding/json spells it ("array").
-func jsonKindName(kind string) string {
-	switch kind {
-	case "object":
-		return "a mapping"
-	case "array":
-		return "a list"
-	case "bool":
-		return "a boolean"
-	case "string", "number":
-		return "a " + kind
-	}
-	return kind
+	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false"}[t.Kind()]
+	return "must be " + cmp.Or(want, t.String()) + ", not " + got
 }

@@ -1,0 +1,184 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+)
+
+// aliasBomb is a "billion laughs" cloud-config of about 10 KB, all inside
+// instances.zone (a string key given a list, so that the error is about that
+// value): 4,000 plain numbers, which keep go-yaml's alias-to-node ratio
+// check quiet, a 1,000-byte string under an anchor, then four lists of ten
+// aliases each to the one before. Expanded, it is about 10 MB.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("instances:\n  zone:\n  - [" + strings.Repeat("0,", 4000) + "0]\n")
+	b.WriteString("  - &l0 \"" + strings.Repeat("x", 1000) + "\"\n")
+	for level := 1; level <= 4; level++ {
+		fmt.Fprintf(&b, "  - &l%d [", level)
+		for i := range 10 {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", level-1)
+		}
+		b.WriteString("]\n")
+	}
+	return b.String()
+}
+
+// maxErrorLen bounds the text of any ParseConfig error in these tests: it
+// names keys and quotes values, never a whole document.
+const maxErrorLen = 2048
+
+// TestParseConfigAliasBomb proves that YAML aliases are bounded before they
+// are expanded: a 10 KB file that expands to 10 MB is refused with an error
+// that says so, is short, and costs little memory to refuse. (Issue 18,
+// finding 10: it allocated ~315 MiB and quoted the 10 MB value.)
+func TestParseConfigAliasBomb(t *testing.T) {
+	in := aliasBomb()
+	require.Less(t, len(in), 11_000, "the bomb should be a small file")
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ParseConfig(strings.NewReader(in))
+	runtime.ReadMemStats(&after)
+
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrInvalidConfig), "error %.200q does not match ErrInvalidConfig", err)
+	assert.Contains(t, err.Error(), "alias", "the error should name the problem")
+	assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+	// A memory ceiling, not a timing: a generous bound (the file is 10 KB,
+	// the refusal used to allocate ~315 MiB).
+	const ceiling = 32 << 20
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(ceiling), "bytes allocated to refuse a %d-byte file", len(in))
+}
+
+// TestParseConfigDensestFile proves that the largest file read costs little
+// memory even when it is all nodes: a list of maxConfigSize/2 zeros.
+func TestParseConfigDensestFile(t *testing.T) {
+	in := "instances:\n  zone: [" + strings.Repeat("0,", (maxConfigSize-30)/2) + "0]\n"
+	require.LessOrEqual(t, len(in), maxConfigSize)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ParseConfig(strings.NewReader(in))
+	runtime.ReadMemStats(&after)
+
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "must be a string, not a list")
+	assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+	const ceiling = 32 << 20 // a memory ceiling, not a timing
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(ceiling), "bytes allocated to refuse a %d-byte file", len(in))
+}
+
+// TestParseConfigAliasesWithinBounds proves that aliases that stay small
+// still work: bounding them is not refusing them.
+func TestParseConfigAliasesWithinBounds(t *testing.T) {
+	in := `
+instances:
+  nodes:
+    pi-1: &pi
+      zone: attic
+      instanceType: rpi4
+    pi-2: *pi
+    pi-3:
+      <<: *pi
+      region: eu
+`
+	cfg, err := ParseConfig(strings.NewReader(in))
+	require.NoError(t, err)
+	want := map[string]NodeConfig{
+		"pi-1": {Zone: "attic", InstanceType: "rpi4"},
+		"pi-2": {Zone: "attic", InstanceType: "rpi4"},
+		"pi-3": {Zone: "attic", Region: "eu", InstanceType: "rpi4"},
+	}
+	assert.Equal(t, want, cfg.Instances.Nodes)
+}
+
+// TestParseConfigSelfReferentialAlias proves that an anchor whose value
+// contains its own alias is an error, not an endless expansion.
+func TestParseConfigSelfReferentialAlias(t *testing.T) {
+	_, err := ParseConfig(strings.NewReader("instances:\n  zone: &a [*a]\n"))
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrInvalidConfig), "error %v does not match ErrInvalidConfig", err)
+}
+
+// manyKeys is n lines of distinct unknown top-level keys.
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "unknown%d: 0\n", i)
+	}
+	return b.String()
+}
+
+// TestParseConfigQuotesBoundedValues proves that an error about a long value
+// quotes only its start (a value of the wrong type, a string that is not
+// valid, a key: each 60 KB), and that a file of many problems is reported
+// with the first few.
+func TestParseConfigQuotesBoundedValues(t *testing.T) {
+	long := strings.Repeat("y", 60_000)
+	for name, in := range map[string]string{
+		"list given to a string": "instances:\n  zone: [\"" + long + "\"]\n",
+		"invalid string":         "gateway:\n  url: ftp://" + long + "\n",
+		"long node name":         "instances:\n  nodes:\n    ? " + long + "\n    : {}\n",
+		"long unknown key":       "? " + long + "\n: 1\n",
+		"many unknown keys":      strings.Repeat("gatway: 1\n", 1) + manyKeys(5000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseConfig(strings.NewReader(in))
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrInvalidConfig))
+			assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+		})
+	}
+}
+
+// TestSampleDocumentsEveryKey proves that examples/edge-ccm/cloud-config.yaml,
+// where each key is documented (Config's fields only name them), shows
+// exactly the keys of Config; examples/edge-ccm's TestSampleCloudConfig
+// proves that it shows their defaults.
+func TestSampleDocumentsEveryKey(t *testing.T) {
+	data, err := os.ReadFile("../../examples/edge-ccm/cloud-config.yaml")
+	require.NoError(t, err)
+	var sample map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &sample))
+
+	var inSample, inType []string
+	var walkSample func(prefix string, m map[string]any)
+	walkSample = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				walkSample(prefix+k+".", sub)
+			} else {
+				inSample = append(inSample, prefix+k)
+			}
+		}
+	}
+	walkSample("", sample)
+	var walkType func(prefix string, t reflect.Type)
+	walkType = func(prefix string, t reflect.Type) {
+		for f := range t.Fields() {
+			key := prefix + f.Tag.Get("json")
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[Duration]() {
+				walkType(key+".", f.Type)
+			} else {
+				inType = append(inType, key)
+			}
+		}
+	}
+	walkType("", reflect.TypeFor[Config]())
+	assert.ElementsMatch(t, inType, inSample, "keys of Config (-) and of cloud-config.yaml")
+}
