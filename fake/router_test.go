@@ -359,6 +359,24 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 			},
 			want: igd.ErrNotSupported,
 		},
+		{
+			name:  "list refused with 402",
+			hooks: refuseList(igd.CodeInvalidArgs),
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
+				return err
+			},
+			want: igd.ErrNotSupported,
+		},
+		{
+			name:  "list refused with 501",
+			hooks: refuseList(igd.CodeActionFailed),
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
+				return err
+			},
+			want: igd.ErrNotSupported,
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
@@ -369,6 +387,14 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 			})
 		})
 	}
+}
+
+// refuseList answers every list call with code, as routers that refuse
+// GetListOfPortMappings' arguments do.
+func refuseList(code int) fake.Hooks {
+	return fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+		return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: code, Description: "refused"}
+	}}
 }
 
 // The client's retry with a permanent lease after 725 is a second call on
