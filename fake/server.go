@@ -24,13 +24,13 @@ const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
 	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
 	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
-	WANIPConnection2 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:2"
+	WANIPConnection2 ServiceType = igd.ServiceWANIPConnection2
 	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
 	// as miniupnpd describes itself with force_igd_desc_v1=yes.
-	WANIPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:1"
+	WANIPConnection1 ServiceType = igd.ServiceWANIPConnection1
 	// WANPPPConnection1 is an InternetGatewayDevice:1 with
 	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
-	WANPPPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANPPPConnection:1"
+	WANPPPConnection1 ServiceType = igd.ServiceWANPPPConnection1
 )
 
 // ServerOptions configures a Server. The zero value is miniupnpd's default
