@@ -451,3 +451,37 @@ func TestInvalidListReachesNoHook(t *testing.T) {
 		t.Error("a hook ran for invalid arguments")
 	}
 }
+
+// A call is logged under the same Method whichever way it comes, so that
+// CallCount counts it alike: a GetPortMapping through a Client and a
+// GetSpecificPortMappingEntry through a Server are both MethodGetPortMapping
+// (the Server's log also names the SOAP action).
+func TestCallCountIsAlikeOnBothPaths(t *testing.T) {
+	bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
+		ctx := t.Context()
+		if _, err := c.ExternalIP(ctx); err != nil { // the Server path discovers first
+			t.Fatal(err)
+		}
+		r.ResetCalls()
+		if _, err := c.AddPortMapping(ctx, tcp(40000, hostA)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GetPortMapping(ctx, igd.TCP, 40000); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 40000, Last: 40000}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeletePortMapping(ctx, igd.TCP, 40000); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ExternalIP(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{fake.MethodAddPortMapping, fake.MethodGetPortMapping, fake.MethodListPortMappings, fake.MethodDeletePortMapping, fake.MethodExternalIP} {
+			if n := r.CallCount(m); n != 1 {
+				t.Errorf("CallCount(%s) = %d, want 1; log: %+v", m, n, r.Calls())
+			}
+		}
+	})
+}

@@ -63,7 +63,8 @@ const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 // backed by a Router. Responses, faults included, are byte for byte what
 // miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
 // Router's hooks (the operation's field of Hooks, and SOAPAction for every
-// action) and are logged under their SOAP action names.
+// action) and are logged under the Method of their operation, with the SOAP
+// action in Call.Action.
 type Server struct {
 	// RootDescURL is the URL of the root description, for
 	// igd.Config.RootDescURL.
@@ -224,11 +225,12 @@ func argError(action string) error { return upnpErr(action, igd.CodeInvalidArgs)
 // call runs one action through the Router's hooks, table and call log.
 func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) ([]soapArg, error) {
 	a := args{action: sr.Action, m: sr.Args}
-	call := Call{Method: sr.Action, Client: caller}
+	call := Call{Method: MethodSOAPAction, Action: sr.Action, Client: caller}
 	layers := h.router.layers()
 	var op func(context.Context) ([]soapArg, error)
 	switch sr.Action {
 	case "GetExternalIPAddress":
+		call.Method = MethodExternalIP
 		next := externalIPChain(layers, caller, func(ctx context.Context) (netip.Addr, error) {
 			return h.router.ExternalIPAddr(), ctx.Err()
 		})
@@ -257,7 +259,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if err != nil {
 			return nil, err
 		}
-		call.Key, call.Mapping = m.Key(), m
+		call.Method, call.Key, call.Mapping = MethodAddPortMapping, m.Key(), m
 		next := addChain(layers, caller, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
 			if err := ctx.Err(); err != nil {
 				return igd.Mapping{}, err
@@ -279,7 +281,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if err != nil {
 			return nil, err
 		}
-		call.Key = k
+		call.Method, call.Key = MethodDeletePortMapping, k
 		next := deleteChain(layers, caller, func(ctx context.Context, k igd.Key) error {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -303,7 +305,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if err != nil {
 			return nil, err
 		}
-		call.Key = k
+		call.Method, call.Key = MethodGetPortMapping, k
 		next := getChain(layers, caller, func(ctx context.Context, k igd.Key) (igd.Mapping, error) {
 			if err := ctx.Err(); err != nil {
 				return igd.Mapping{}, err
@@ -322,6 +324,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if err != nil {
 			return nil, err
 		}
+		call.Method = MethodGetGenericPortMappingEntry
 		next := entryChain(layers, caller, func(ctx context.Context, idx int) (igd.Mapping, error) {
 			if err := ctx.Err(); err != nil {
 				return igd.Mapping{}, err
@@ -355,7 +358,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 		if n == 0 || n > 1000 {
 			n = 1000 // miniupnpd's limit per call
 		}
-		call.Key, call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
+		call.Method, call.Key, call.Ports = MethodListPortMappings, igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
 		next := listChain(layers, caller, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err

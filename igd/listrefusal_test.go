@@ -37,7 +37,7 @@ func TestListRefusalIsNotSupported(t *testing.T) {
 						t.Errorf("ListPortMappings #%d = %v, want ErrNotSupported with UPnP code %d", i+1, err, code)
 					}
 				}
-				if n := r.CallCount("GetListOfPortMappings"); n != 1 {
+				if n := r.CallCount(fake.MethodListPortMappings); n != 1 {
 					t.Errorf("%d GetListOfPortMappings calls, want 1 (a refusal is remembered)", n)
 				}
 				if m, err := c.GetPortMapping(ctx, igd.TCP, 443); err != nil || m.Key() != (igd.Key{Protocol: igd.TCP, ExternalPort: 443}) {

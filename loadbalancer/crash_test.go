@@ -41,12 +41,12 @@ func TestBackgroundPassAfterOwnAddsDoesNotCrashRouter(t *testing.T) {
 	if _, err := e.ensure(t, svc, nodes); err != nil {
 		t.Fatal(err)
 	}
-	before := router.CallCount("GetListOfPortMappings")
+	before := router.CallCount(fake.MethodListPortMappings)
 	r := startBackground(t, e, objs...)
 	if router.Crashed() {
 		t.Fatal("the first pass crashed the router")
 	}
-	if router.CallCount("GetListOfPortMappings") == before {
+	if router.CallCount(fake.MethodListPortMappings) == before {
 		t.Fatal("the first pass did not list the table")
 	}
 	for i := range 140 {
