@@ -151,7 +151,10 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 // ListPortMappings implements igd.Lister: the mappings of proto in ports,
 // newest first (the order miniupnpd lists them in; callers must not rely on
 // it). On a router configured with RouterConfig.NoList it fails with an
-// error matching igd.ErrNotSupported, as an IGD:1 router would.
+// error matching igd.ErrNotSupported, as an IGD:1 router would; so it does,
+// as igd.UPnPClient does, when a hook refuses the call with UPnP 401, 402,
+// 501 or 602. Unlike igd.UPnPClient it does not remember a refusal: every
+// call reaches the hooks.
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
 	if !proto.Valid() || ports.First > ports.Last {
@@ -168,12 +171,25 @@ func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports
 	})
 	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
 		call.Mappings, err = next(ctx, proto, ports)
+		if refusesList(err) {
+			err = fmt.Errorf("%w: %w", igd.ErrNotSupported, err)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return call.Mappings, nil
+}
+
+// refusesList reports whether err, a list call's answer, is a refusal of the
+// action that igd.UPnPClient turns into igd.ErrNotSupported.
+func refusesList(err error) bool {
+	switch igd.Code(err) {
+	case igd.CodeInvalidAction, igd.CodeOptionalActionNotImpl, igd.CodeInvalidArgs, igd.CodeActionFailed:
+		return !errors.Is(err, igd.ErrNotSupported)
+	}
+	return false
 }
 
 // do runs op (the call's chain of hooks and the table) unless ctx has

@@ -10,24 +10,31 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Method names, as recorded in Call.Method. Calls made through a Client are
-// logged under the igd.Client method names; calls made through a Server
-// under their SOAP action names, two of which are the same
-// (AddPortMapping, DeletePortMapping).
+// Method names, as recorded in Call.Method: one per field of Hooks, the
+// operation a call is, whichever way it comes (through a Client, or through
+// a Server as one of the SOAP actions the field names).
 const (
-	MethodAddPortMapping    = "AddPortMapping"
-	MethodDeletePortMapping = "DeletePortMapping"
-	MethodGetPortMapping    = "GetPortMapping"
-	MethodListPortMappings  = "ListPortMappings"
-	MethodExternalIP        = "ExternalIP"
-	MethodLocalAddr         = "LocalAddr"
+	MethodAddPortMapping             = "AddPortMapping"
+	MethodDeletePortMapping          = "DeletePortMapping"
+	MethodGetPortMapping             = "GetPortMapping"
+	MethodListPortMappings           = "ListPortMappings"
+	MethodExternalIP                 = "ExternalIP"
+	MethodLocalAddr                  = "LocalAddr"
+	MethodGetGenericPortMappingEntry = "GetGenericPortMappingEntry"
+	// MethodSOAPAction is a SOAP action with no operation of its own
+	// (GetStatusInfo, DeletePortMappingRange, ...): Call.Action names it.
+	MethodSOAPAction = "SOAPAction"
 )
 
 // Call is one call the router received, as recorded in its call log.
 type Call struct {
-	// Method is the igd.Client method name (through a Client) or the SOAP
-	// action name (through a Server).
+	// Method is the operation, one of the Method constants, the same
+	// through a Client and through a Server.
 	Method string
+	// Action is the SOAP action of a call through a Server (for example
+	// "GetSpecificPortMappingEntry" for MethodGetPortMapping); empty
+	// through a Client.
+	Action string
 	// Client is the address of the host that made the call.
 	Client netip.Addr
 	// Key is the mapping the call is about, when it names one. For a list
@@ -268,7 +275,8 @@ func (r *Router) Calls() []Call {
 	return out
 }
 
-// CallCount returns how many calls of method the log holds.
+// CallCount returns how many calls of method (a Method constant) the log
+// holds, whichever way they came.
 func (r *Router) CallCount(method string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -168,6 +168,13 @@ func (lb *LoadBalancer) CallCount(method string) int {
 	return n
 }
 
+// ResetCalls empties the call log.
+func (lb *LoadBalancer) ResetCalls() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.calls = nil
+}
+
 // Status returns a copy of the status of the Service's load balancer and
 // whether it exists.
 func (lb *LoadBalancer) Status(service types.NamespacedName) (*v1.LoadBalancerStatus, bool) {

@@ -167,6 +167,13 @@ func TestLoadBalancerHooks(t *testing.T) {
 	if c := lb.Calls()[0]; !errors.Is(c.Err, first) {
 		t.Errorf("first call logged error %v, want %v", c.Err, first)
 	}
+	lb.ResetCalls()
+	if n := len(lb.Calls()); n != 0 {
+		t.Errorf("log holds %d calls after ResetCalls, want 0", n)
+	}
+	if _, _, err := lb.GetLoadBalancer(t.Context(), "c", web); err != nil || len(lb.Calls()) != 1 {
+		t.Errorf("after ResetCalls GetLoadBalancer = %v and the log holds %d calls, want 1", err, len(lb.Calls()))
+	}
 }
 
 func TestLoadBalancerHookMayChangeTheAnswer(t *testing.T) {

@@ -359,6 +359,24 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 			},
 			want: igd.ErrNotSupported,
 		},
+		{
+			name:  "list refused with 402",
+			hooks: refuseList(igd.CodeInvalidArgs),
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
+				return err
+			},
+			want: igd.ErrNotSupported,
+		},
+		{
+			name:  "list refused with 501",
+			hooks: refuseList(igd.CodeActionFailed),
+			call: func(ctx context.Context, c igd.Client) error {
+				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
+				return err
+			},
+			want: igd.ErrNotSupported,
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
@@ -369,6 +387,14 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 			})
 		})
 	}
+}
+
+// refuseList answers every list call with code, as routers that refuse
+// GetListOfPortMappings' arguments do.
+func refuseList(code int) fake.Hooks {
+	return fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+		return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: code, Description: "refused"}
+	}}
 }
 
 // The client's retry with a permanent lease after 725 is a second call on
@@ -424,4 +450,38 @@ func TestInvalidListReachesNoHook(t *testing.T) {
 	if ran {
 		t.Error("a hook ran for invalid arguments")
 	}
+}
+
+// A call is logged under the same Method whichever way it comes, so that
+// CallCount counts it alike: a GetPortMapping through a Client and a
+// GetSpecificPortMappingEntry through a Server are both MethodGetPortMapping
+// (the Server's log also names the SOAP action).
+func TestCallCountIsAlikeOnBothPaths(t *testing.T) {
+	bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
+		ctx := t.Context()
+		if _, err := c.ExternalIP(ctx); err != nil { // the Server path discovers first
+			t.Fatal(err)
+		}
+		r.ResetCalls()
+		if _, err := c.AddPortMapping(ctx, tcp(40000, hostA)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GetPortMapping(ctx, igd.TCP, 40000); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 40000, Last: 40000}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeletePortMapping(ctx, igd.TCP, 40000); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ExternalIP(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{fake.MethodAddPortMapping, fake.MethodGetPortMapping, fake.MethodListPortMappings, fake.MethodDeletePortMapping, fake.MethodExternalIP} {
+			if n := r.CallCount(m); n != 1 {
+				t.Errorf("CallCount(%s) = %d, want 1; log: %+v", m, n, r.Calls())
+			}
+		}
+	})
 }

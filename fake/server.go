@@ -24,13 +24,13 @@ const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
 	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
 	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
-	WANIPConnection2 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:2"
+	WANIPConnection2 ServiceType = igd.ServiceWANIPConnection2
 	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
 	// as miniupnpd describes itself with force_igd_desc_v1=yes.
-	WANIPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:1"
+	WANIPConnection1 ServiceType = igd.ServiceWANIPConnection1
 	// WANPPPConnection1 is an InternetGatewayDevice:1 with
 	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
-	WANPPPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANPPPConnection:1"
+	WANPPPConnection1 ServiceType = igd.ServiceWANPPPConnection1
 )
 
 // ServerOptions configures a Server. The zero value is miniupnpd's default
@@ -63,7 +63,8 @@ const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 // backed by a Router. Responses, faults included, are byte for byte what
 // miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
 // Router's hooks (the operation's field of Hooks, and SOAPAction for every
-// action) and are logged under their SOAP action names.
+// action) and are logged under the Method of their operation, with the SOAP
+// action in Call.Action.
 type Server struct {
 	// RootDescURL is the URL of the root description, for
 	// igd.Config.RootDescURL.
@@ -223,168 +224,20 @@ func argError(action string) error { return upnpErr(action, igd.CodeInvalidArgs)
 
 // call runs one action through the Router's hooks, table and call log.
 func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) ([]soapArg, error) {
-	a := args{action: sr.Action, m: sr.Args}
-	call := Call{Method: sr.Action, Client: caller}
-	layers := h.router.layers()
-	var op func(context.Context) ([]soapArg, error)
-	switch sr.Action {
-	case "GetExternalIPAddress":
-		next := externalIPChain(layers, caller, func(ctx context.Context) (netip.Addr, error) {
-			return h.router.ExternalIPAddr(), ctx.Err()
-		})
-		op = func(ctx context.Context) (_ []soapArg, err error) {
-			call.Addr, err = next(ctx)
-			return h.externalIPArgs(call.Addr), err
-		}
-	case "GetStatusInfo":
-		op = func(context.Context) ([]soapArg, error) {
-			up := int64(h.router.Uptime() / time.Second)
-			return []soapArg{{name: "NewConnectionStatus", value: "Connected"}, {name: "NewLastConnectionError", value: "ERROR_NONE"}, {name: "NewUptime", value: strconv.FormatInt(up, 10)}}, nil
-		}
-	case "GetConnectionTypeInfo":
-		op = func(context.Context) ([]soapArg, error) {
-			return []soapArg{{name: "NewConnectionType", value: "IP_Routed"}, {name: "NewPossibleConnectionTypes", value: "IP_Routed"}}, nil
-		}
-	case "GetNATRSIPStatus":
-		op = func(context.Context) ([]soapArg, error) {
-			return []soapArg{{name: "NewRSIPAvailable", value: "0"}, {name: "NewNATEnabled", value: "1"}}, nil
-		}
-	case "AddPortMapping", "AddAnyPortMapping":
-		if sr.Action == "AddAnyPortMapping" && h.service != WANIPConnection2 {
-			return nil, errInvalidAction
-		}
-		m, err := a.mapping()
-		if err != nil {
-			return nil, err
-		}
-		call.Key, call.Mapping = m.Key(), m
-		next := addChain(layers, caller, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
-			if err := ctx.Err(); err != nil {
-				return igd.Mapping{}, err
-			}
-			if sr.Action == "AddPortMapping" {
-				return h.router.add(sr.Action, caller, m)
-			}
-			return h.router.addAny(sr.Action, caller, m)
-		})
-		op = func(ctx context.Context) ([]soapArg, error) {
-			stored, err := next(ctx, m)
-			if err != nil || sr.Action == "AddPortMapping" {
-				return nil, err
-			}
-			return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(stored.ExternalPort))}}, nil
-		}
-	case "DeletePortMapping":
-		k, err := a.key()
-		if err != nil {
-			return nil, err
-		}
-		call.Key = k
-		next := deleteChain(layers, caller, func(ctx context.Context, k igd.Key) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return h.router.remove(sr.Action, caller, k)
-		})
-		op = func(ctx context.Context) ([]soapArg, error) { return nil, next(ctx, k) }
-	case "DeletePortMappingRange":
-		if h.service != WANIPConnection2 {
-			return nil, errInvalidAction
-		}
-		start, end, proto, manage, err := a.portRange()
-		if err != nil {
-			return nil, err
-		}
-		op = func(context.Context) ([]soapArg, error) {
-			return nil, h.router.removeRange(sr.Action, caller, proto, start, end, manage)
-		}
-	case "GetSpecificPortMappingEntry":
-		k, err := a.key()
-		if err != nil {
-			return nil, err
-		}
-		call.Key = k
-		next := getChain(layers, caller, func(ctx context.Context, k igd.Key) (igd.Mapping, error) {
-			if err := ctx.Err(); err != nil {
-				return igd.Mapping{}, err
-			}
-			return h.router.get(sr.Action, k)
-		})
-		op = func(ctx context.Context) (_ []soapArg, err error) {
-			call.Mapping, err = next(ctx, k)
-			if err != nil {
-				return nil, err
-			}
-			return specificArgs(call.Mapping), nil
-		}
-	case "GetGenericPortMappingEntry":
-		idx, err := a.uint("NewPortMappingIndex", 16)
-		if err != nil {
-			return nil, err
-		}
-		next := entryChain(layers, caller, func(ctx context.Context, idx int) (igd.Mapping, error) {
-			if err := ctx.Err(); err != nil {
-				return igd.Mapping{}, err
-			}
-			list := h.router.list()
-			if idx < 0 || idx >= len(list) {
-				return igd.Mapping{}, upnpErr(sr.Action, igd.CodeInvalidArrayIndex)
-			}
-			return list[idx], nil
-		})
-		op = func(ctx context.Context) (_ []soapArg, err error) {
-			call.Mapping, err = next(ctx, int(idx))
-			if err != nil {
-				return nil, err
-			}
-			call.Key = call.Mapping.Key()
-			return genericArgs(call.Mapping), nil
-		}
-	case "GetListOfPortMappings":
-		if h.service != WANIPConnection2 {
-			return nil, errInvalidAction
-		}
-		start, end, proto, _, err := a.portRange()
-		if err != nil {
-			return nil, err
-		}
-		n, err := a.uint("NewNumberOfPorts", 16)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 || n > 1000 {
-			n = 1000 // miniupnpd's limit per call
-		}
-		call.Key, call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
-		next := listChain(layers, caller, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			out := h.router.listRange(proto, ports)
-			if h.router.cfg.CrashOnLongList && len(out) > igd.SafeListWidth {
-				h.router.crash()
-				return nil, upnpErr(sr.Action, igd.CodeActionFailed) // never sent: the server hangs up
-			}
-			if len(out) > int(n) {
-				out = out[:n]
-			}
-			return out, nil
-		})
-		op = func(ctx context.Context) (_ []soapArg, err error) {
-			call.Mappings, err = next(ctx, proto, call.Ports)
-			if err != nil {
-				return nil, err
-			}
-			return []soapArg{{name: "NewPortListing", value: portListing(call.Mappings), raw: true}}, nil
-		}
-	default:
+	act, ok := actions[sr.Action]
+	if !ok || (act.ipConnection2Only && h.service != WANIPConnection2) {
 		return nil, errInvalidAction
 	}
-
+	rq := &request{h: h, action: sr.Action, caller: caller, args: args{action: sr.Action, m: sr.Args},
+		call: Call{Method: act.method, Action: sr.Action, Client: caller}, layers: h.router.layers()}
+	op, err := act.prepare(rq)
+	if err != nil {
+		return nil, err // malformed arguments: refused before any hook, not logged
+	}
 	var out []soapArg
-	err := ctx.Err() // a request already given up reaches no hook
+	err = ctx.Err() // a request already given up reaches no hook
 	if err == nil {
-		err = actionChain(layers, caller, sr.Action, func(ctx context.Context) (err error) {
+		err = actionChain(rq.layers, caller, sr.Action, func(ctx context.Context) (err error) {
 			if err = ctx.Err(); err != nil {
 				return err
 			}
@@ -395,12 +248,216 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 	if err != nil {
 		out = nil
 	}
-	call.Err = err
-	h.router.record(call)
+	rq.call.Err = err
+	h.router.record(rq.call)
 	return out, err
 }
 
-func (h *handler) externalIPArgs(a netip.Addr) []soapArg {
+// request is one SOAP call being answered.
+type request struct {
+	h      *handler
+	action string
+	caller netip.Addr
+	args   args
+	call   Call // logged once the call ends
+	layers []Hooks
+}
+
+// operation is the work of one SOAP call, run inside the SOAPAction hooks;
+// it returns the response's output arguments.
+type operation func(ctx context.Context) ([]soapArg, error)
+
+// soapAction is how a Server answers one SOAP action.
+type soapAction struct {
+	// method is what the call is logged as (Call.Method).
+	method string
+	// ipConnection2Only: only WANIPConnection:2 has the action; other
+	// services answer 401.
+	ipConnection2Only bool
+	// prepare reads the arguments (an error is the fault to answer, before
+	// any hook) and returns the operation, which goes through the action's
+	// own hooks and records what it did in rq.call.
+	prepare func(rq *request) (operation, error)
+}
+
+// actions are the SOAP actions a Server answers; any other is 401.
+var actions = map[string]soapAction{
+	"GetExternalIPAddress":        {method: MethodExternalIP, prepare: (*request).getExternalIPAddress},
+	"GetStatusInfo":               {method: MethodSOAPAction, prepare: (*request).getStatusInfo},
+	"GetConnectionTypeInfo":       {method: MethodSOAPAction, prepare: constant("NewConnectionType", "IP_Routed", "NewPossibleConnectionTypes", "IP_Routed")},
+	"GetNATRSIPStatus":            {method: MethodSOAPAction, prepare: constant("NewRSIPAvailable", "0", "NewNATEnabled", "1")},
+	"AddPortMapping":              {method: MethodAddPortMapping, prepare: (*request).addPortMapping},
+	"AddAnyPortMapping":           {method: MethodAddPortMapping, ipConnection2Only: true, prepare: (*request).addPortMapping},
+	"DeletePortMapping":           {method: MethodDeletePortMapping, prepare: (*request).deletePortMapping},
+	"DeletePortMappingRange":      {method: MethodSOAPAction, ipConnection2Only: true, prepare: (*request).deletePortMappingRange},
+	"GetSpecificPortMappingEntry": {method: MethodGetPortMapping, prepare: (*request).getSpecificPortMappingEntry},
+	"GetGenericPortMappingEntry":  {method: MethodGetGenericPortMappingEntry, prepare: (*request).getGenericPortMappingEntry},
+	"GetListOfPortMappings":       {method: MethodListPortMappings, ipConnection2Only: true, prepare: (*request).getListOfPortMappings},
+}
+
+// constant answers with fixed output arguments, given as name, value pairs.
+func constant(nameValues ...string) func(*request) (operation, error) {
+	out := make([]soapArg, 0, len(nameValues)/2)
+	for i := 0; i+1 < len(nameValues); i += 2 {
+		out = append(out, soapArg{name: nameValues[i], value: nameValues[i+1]})
+	}
+	return func(*request) (operation, error) {
+		return func(context.Context) ([]soapArg, error) { return out, nil }, nil
+	}
+}
+
+func (rq *request) getExternalIPAddress() (operation, error) {
+	next := externalIPChain(rq.layers, rq.caller, func(ctx context.Context) (netip.Addr, error) {
+		return rq.h.router.ExternalIPAddr(), ctx.Err()
+	})
+	return func(ctx context.Context) (_ []soapArg, err error) {
+		rq.call.Addr, err = next(ctx)
+		return externalIPArgs(rq.call.Addr), err
+	}, nil
+}
+
+func (rq *request) getStatusInfo() (operation, error) {
+	return func(context.Context) ([]soapArg, error) {
+		up := int64(rq.h.router.Uptime() / time.Second)
+		return []soapArg{{name: "NewConnectionStatus", value: "Connected"}, {name: "NewLastConnectionError", value: "ERROR_NONE"}, {name: "NewUptime", value: strconv.FormatInt(up, 10)}}, nil
+	}, nil
+}
+
+// addPortMapping answers AddPortMapping and AddAnyPortMapping.
+func (rq *request) addPortMapping() (operation, error) {
+	m, err := rq.args.mapping()
+	if err != nil {
+		return nil, err
+	}
+	rq.call.Key, rq.call.Mapping = m.Key(), m
+	anyPort := rq.action == "AddAnyPortMapping"
+	next := addChain(rq.layers, rq.caller, func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return igd.Mapping{}, err
+		}
+		if anyPort {
+			return rq.h.router.addAny(rq.action, rq.caller, m)
+		}
+		return rq.h.router.add(rq.action, rq.caller, m)
+	})
+	return func(ctx context.Context) ([]soapArg, error) {
+		stored, err := next(ctx, m)
+		if err != nil || !anyPort {
+			return nil, err
+		}
+		return []soapArg{{name: "NewReservedPort", value: strconv.Itoa(int(stored.ExternalPort))}}, nil
+	}, nil
+}
+
+func (rq *request) deletePortMapping() (operation, error) {
+	k, err := rq.args.key()
+	if err != nil {
+		return nil, err
+	}
+	rq.call.Key = k
+	next := deleteChain(rq.layers, rq.caller, func(ctx context.Context, k igd.Key) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return rq.h.router.remove(rq.action, rq.caller, k)
+	})
+	return func(ctx context.Context) ([]soapArg, error) { return nil, next(ctx, k) }, nil
+}
+
+func (rq *request) deletePortMappingRange() (operation, error) {
+	start, end, proto, manage, err := rq.args.portRange()
+	if err != nil {
+		return nil, err
+	}
+	return func(context.Context) ([]soapArg, error) {
+		return nil, rq.h.router.removeRange(rq.action, rq.caller, proto, start, end, manage)
+	}, nil
+}
+
+func (rq *request) getSpecificPortMappingEntry() (operation, error) {
+	k, err := rq.args.key()
+	if err != nil {
+		return nil, err
+	}
+	rq.call.Key = k
+	next := getChain(rq.layers, rq.caller, func(ctx context.Context, k igd.Key) (igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return igd.Mapping{}, err
+		}
+		return rq.h.router.get(rq.action, k)
+	})
+	return func(ctx context.Context) (_ []soapArg, err error) {
+		rq.call.Mapping, err = next(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		return specificArgs(rq.call.Mapping), nil
+	}, nil
+}
+
+func (rq *request) getGenericPortMappingEntry() (operation, error) {
+	idx, err := rq.args.uint("NewPortMappingIndex", 16)
+	if err != nil {
+		return nil, err
+	}
+	next := entryChain(rq.layers, rq.caller, func(ctx context.Context, idx int) (igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return igd.Mapping{}, err
+		}
+		list := rq.h.router.list()
+		if idx < 0 || idx >= len(list) {
+			return igd.Mapping{}, upnpErr(rq.action, igd.CodeInvalidArrayIndex)
+		}
+		return list[idx], nil
+	})
+	return func(ctx context.Context) (_ []soapArg, err error) {
+		rq.call.Mapping, err = next(ctx, int(idx))
+		if err != nil {
+			return nil, err
+		}
+		rq.call.Key = rq.call.Mapping.Key()
+		return genericArgs(rq.call.Mapping), nil
+	}, nil
+}
+
+func (rq *request) getListOfPortMappings() (operation, error) {
+	start, end, proto, _, err := rq.args.portRange()
+	if err != nil {
+		return nil, err
+	}
+	n, err := rq.args.uint("NewNumberOfPorts", 16)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 || n > 1000 {
+		n = 1000 // miniupnpd's limit per call
+	}
+	rq.call.Key, rq.call.Ports = igd.Key{Protocol: proto}, igd.PortRange{First: start, Last: end}
+	r := rq.h.router
+	next := listChain(rq.layers, rq.caller, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		out := r.listRange(proto, ports)
+		if r.cfg.CrashOnLongList && len(out) > igd.SafeListWidth {
+			r.crash()
+			return nil, upnpErr(rq.action, igd.CodeActionFailed) // never sent: the server hangs up
+		}
+		if len(out) > int(n) {
+			out = out[:n]
+		}
+		return out, nil
+	})
+	return func(ctx context.Context) (_ []soapArg, err error) {
+		rq.call.Mappings, err = next(ctx, proto, rq.call.Ports)
+		if err != nil {
+			return nil, err
+		}
+		return []soapArg{{name: "NewPortListing", value: portListing(rq.call.Mappings), raw: true}}, nil
+	}, nil
+}
+
+func externalIPArgs(a netip.Addr) []soapArg {
 	s := ""
 	if a.IsValid() {
 		s = a.String()

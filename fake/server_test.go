@@ -351,7 +351,7 @@ func TestServerHooks(t *testing.T) {
 	var calls []fake.Call
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		calls = r.Calls()
-		if last := calls[len(calls)-1]; last.Method == "GetExternalIPAddress" && last.Err != nil {
+		if last := calls[len(calls)-1]; last.Method == fake.MethodExternalIP && last.Err != nil {
 			break
 		}
 	}
@@ -359,9 +359,9 @@ func TestServerHooks(t *testing.T) {
 	var methods []string
 	for _, call := range calls {
 		if call.Client != hostA {
-			t.Errorf("call %s logged from %s, want %s", call.Method, call.Client, hostA)
+			t.Errorf("call %s logged from %s, want %s", call.Action, call.Client, hostA)
 		}
-		methods = append(methods, call.Method)
+		methods = append(methods, call.Action)
 	}
 	// The client's discovery calls come first.
 	if got := strings.Join(methods, ","); !strings.HasSuffix(got, "AddPortMapping,GetStatusInfo,GetExternalIPAddress") {

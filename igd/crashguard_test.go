@@ -131,10 +131,10 @@ func TestListAfterOwnDeletes(t *testing.T) {
 	}
 	r.ResetCalls()
 	readWhole(ctx, t, r, c, "listing after 140 deletes")
-	if n, w := r.CallCount("GetListOfPortMappings"), 2; n != w {
+	if n, w := r.CallCount(fake.MethodListPortMappings), 2; n != w {
 		t.Errorf("%d GetListOfPortMappings calls for an empty table, want %d (one per protocol)", n, w)
 	}
-	if n := r.CallCount("GetGenericPortMappingEntry"); n != 0 {
+	if n := r.CallCount(fake.MethodGetGenericPortMappingEntry); n != 0 {
 		t.Errorf("%d GetGenericPortMappingEntry calls for an empty table whose shape is known, want none", n)
 	}
 }

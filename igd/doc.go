@@ -93,8 +93,8 @@
 //     (miniupnpd already answers OK).
 //   - Listing reads WANIPConnection:2 tables with GetListOfPortMappings, one
 //     protocol at a time, and walks the table with GetGenericPortMappingEntry
-//     elsewhere or when the router refuses the call (401, 602; ReadTable also
-//     on 402, 501). A full answer (1000 entries, newest first on miniupnpd)
+//     elsewhere or when the router refuses the call (401, 602, 402, 501:
+//     ListPortMappings then fails with ErrNotSupported). A full answer (1000 entries, newest first on miniupnpd)
 //     is read again in halves until every part fits. Both ways are bounded
 //     by Config.MaxListEntries.
 //   - miniupnpd up to 2.3.3 with nftables dies when one GetListOfPortMappings

@@ -188,9 +188,12 @@ var AllPorts = PortRange{First: 0, Last: 65535}
 // Lister is implemented by clients that can read many mappings of a router's
 // table in one call (WANIPConnection:2's GetListOfPortMappings). It is
 // optional: a Client that cannot list (an IGD:1 or WANPPPConnection:1 router,
-// which can only be read entry by entry, or a backend with no table to read)
-// either does not implement it or returns an error matching ErrNotSupported,
-// and callers read the keys they care about with GetPortMapping instead.
+// which can only be read entry by entry, a router that refuses the list
+// action, or a backend with no table to read) either does not implement it
+// or returns an error matching ErrNotSupported, and callers read the keys
+// they care about with GetPortMapping instead. That error is cheap to get
+// again: UPnPClient remembers a router's refusal and answers later calls
+// without asking it, so callers need not remember it themselves.
 type Lister interface {
 	// ListPortMappings returns every mapping of proto whose external port
 	// lies in ports, each once, in no particular order. Its cost grows with
@@ -199,11 +202,10 @@ type Lister interface {
 }
 
 // ReadTable returns every mapping of c's router, TCP and UDP: by listing
-// when c is a Lister that can list, otherwise by walking the table entry by
-// entry when c has a WalkPortMappings method (UPnPClient does). A router that
-// refuses the list call (402 Invalid Args or 501 Action Failed: some routers
-// reject GetListOfPortMappings' arguments) is walked too, so it stays
-// usable. It returns an error matching ErrNotSupported when c can do neither.
+// when c is a Lister that can list, otherwise (its listing fails with
+// ErrNotSupported) by walking the table entry by entry when c has a
+// WalkPortMappings method (UPnPClient does). It returns an error matching
+// ErrNotSupported when c can do neither.
 func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 	if l, ok := c.(Lister); ok {
 		var out []Mapping
@@ -218,7 +220,7 @@ func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 		if err == nil {
 			return out, nil
 		}
-		if code := Code(err); !errors.Is(err, ErrNotSupported) && code != CodeInvalidArgs && code != CodeActionFailed {
+		if !errors.Is(err, ErrNotSupported) {
 			return nil, err
 		}
 	}

@@ -22,12 +22,15 @@ const listPage = 1000
 // GetListOfPortMappings: one call while the protocol has fewer than 1000
 // mappings in the range; past it (see listByRange) it splits the range in
 // halves until every part fits one answer. Elsewhere (IGD:1 and
-// WANPPPConnection:1 have no such action), or when the router does not
-// implement it (401, 602), it returns an error matching ErrNotSupported:
-// callers read single keys with GetPortMapping, or the whole table with
-// WalkPortMappings. A router that refuses the call's arguments (402, 501,
-// 606) gets the error as it is (ReadTable then walks on 402 and 501). The listing is bounded by
-// Config.MaxListEntries, so a misbehaving router cannot keep it going.
+// WANPPPConnection:1 have no such action) it returns an error matching
+// ErrNotSupported, and so it does when the router refuses the list action:
+// 401 or 602 (not implemented), 402 or 501 (some routers reject its
+// arguments). The error keeps the router's *UPnPError, and the refusal is
+// remembered: later calls return it at once, asking the router nothing,
+// until the router is discovered again. Callers then read single keys with
+// GetPortMapping, or the whole table with WalkPortMappings (ReadTable does).
+// The listing is bounded by Config.MaxListEntries, so a misbehaving router
+// cannot keep it going.
 func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error) {
 	if !proto.Valid() || ports.First > ports.Last {
 		return nil, fmt.Errorf("igd: list port mappings %s %d-%d: %w", proto, ports.First, ports.Last, ErrInvalidMapping)
@@ -37,8 +40,11 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 		return nil, fmt.Errorf("igd: list port mappings: %w", err)
 	}
 	lister, ok := gw.conn.(portMappingLister)
-	if !ok || gw.noList.Load() {
+	if !ok {
 		return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, ErrNotSupported)
+	}
+	if refusal := gw.listRefusal.Load(); refusal != nil {
+		return nil, fmt.Errorf("igd: list port mappings on %s: %w: %w", gw.info.Location, ErrNotSupported, refusal)
 	}
 	var ms []Mapping
 	if gw.listGuard {
@@ -46,16 +52,30 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 	} else {
 		ms, err = c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
 	}
-	switch code := Code(err); {
-	case err == nil:
+	if err == nil {
 		return ms, nil
-	case code == CodeInvalidAction || code == CodeOptionalActionNotImpl:
-		gw.noList.Store(true)
-		klog.FromContext(ctx).V(2).Info("Router does not implement GetListOfPortMappings",
-			"location", gw.info.Location, "code", code)
+	}
+	if refusal := listRefusal(err); refusal != nil {
+		gw.listRefusal.Store(refusal)
+		klog.FromContext(ctx).V(2).Info("Router refuses GetListOfPortMappings; reading its table another way",
+			"location", gw.info.Location, "code", refusal.Code)
 		return nil, fmt.Errorf("igd: list port mappings on %s: %w: %w", gw.info.Location, ErrNotSupported, err)
 	}
 	return nil, fmt.Errorf("igd: list port mappings on %s: %w", gw.info.Location, err)
+}
+
+// listRefusal returns the router's answer in err when it refuses the list
+// action itself (not another action a guarded listing made), or nil.
+func listRefusal(err error) *UPnPError {
+	var ue *UPnPError
+	if !errors.As(err, &ue) || ue.Action != "GetListOfPortMappings" {
+		return nil
+	}
+	switch ue.Code {
+	case CodeInvalidAction, CodeOptionalActionNotImpl, CodeInvalidArgs, CodeActionFailed:
+		return ue
+	}
+	return nil
 }
 
 // WalkPortMappings reads the whole table entry by entry with

@@ -35,7 +35,7 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "api_request_errors",
-		Help:           "Failed SOAP calls to the router by action and UPnP error code (or timeout, canceled, too_large, transport).",
+		Help:           "Failed SOAP calls to the router by action and UPnP error code (a known code, or other; or timeout, canceled, too_large, transport).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"request", "code"})
 
@@ -72,7 +72,7 @@ var (
 // The metrics:
 //
 //	cloudprovider_ccmkit_api_request_duration_seconds{request}  histogram of SOAP call latency by action (GetSpecificPortMappingEntry, AddPortMapping, ...)
-//	cloudprovider_ccmkit_api_request_errors{request,code}       failed calls: code is the UPnP error code ("718"), or timeout, canceled, too_large or transport
+//	cloudprovider_ccmkit_api_request_errors{request,code}       failed calls: code is the UPnP error code ("718") if it is one of the Code constants, else other; or timeout, canceled, too_large or transport
 //	cloudprovider_ccmkit_discoveries_total{outcome}             discoveries: found, none (no usable router), error, canceled (every caller gave up)
 //	cloudprovider_ccmkit_routers_known                          clients that currently have a router cached
 //
@@ -93,10 +93,30 @@ func observeCall(action string, start time.Time, err error) {
 	}
 }
 
-// errorCode is the code label of a failed call.
+// codeLabels are the UPnP codes the code label names, each as itself: the
+// codes this package gives meaning to. Any other code a router answers is
+// "other", so that a router cannot make series at will.
+var codeLabels = func() map[int]string {
+	out := map[int]string{}
+	for _, c := range []int{
+		CodeInvalidAction, CodeInvalidArgs, CodeActionFailed, CodeOptionalActionNotImpl, CodeNotAuthorized,
+		CodeInvalidArrayIndex, CodeNoSuchEntry, CodeWildCardNotPermittedInSrc, CodeWildCardNotPermittedInExt,
+		CodeConflict, CodeSamePortValuesRequired, CodeOnlyPermanentLeases, CodeRemoteHostOnlyWildcard,
+		CodeExternalPortOnlyWildcard, CodeNoPortMapsAvailable, CodeConflictWithOtherMech,
+		CodePortMappingNotFound, CodeWildCardNotPermittedInInt,
+	} {
+		out[c] = strconv.Itoa(c)
+	}
+	return out
+}()
+
+// errorCode is the code label of a failed call: one of a fixed set.
 func errorCode(err error) string {
 	if c := Code(err); c != 0 {
-		return strconv.Itoa(c)
+		if label, ok := codeLabels[c]; ok {
+			return label
+		}
+		return "other"
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):

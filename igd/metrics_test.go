@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,4 +119,58 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("%s%v went up by %v, want %v", s.name, s.labels, got, s.delta)
 		}
 	}
+}
+
+// TestMetricsCodeLabelIsBounded has a hostile router answer 300 made-up UPnP
+// error codes: the code label must keep to a fixed set (the codes the
+// client knows, and "other"), or each answer would make a new series.
+func TestMetricsCodeLabelIsBounded(t *testing.T) {
+	igd.RegisterMetrics()
+	const errs = "cloudprovider_ccmkit_api_request_errors"
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code atomic.Int64
+	code.Store(1000)
+	r.Intercept(fake.Hooks{GetPortMapping: func(context.Context, netip.Addr, igd.Key, fake.GetFunc) (igd.Mapping, error) {
+		return igd.Mapping{}, &igd.UPnPError{Action: "GetSpecificPortMappingEntry", Code: int(code.Add(1)), Description: "made up"}
+	}})
+	other := map[string]string{"request": "GetSpecificPortMappingEntry", "code": "other"}
+	before := scrape(t, errs, other)
+	ctx := t.Context()
+	for range 300 {
+		if _, err := c.GetPortMapping(ctx, igd.TCP, 8080); igd.Code(err) <= 1000 {
+			t.Fatalf("GetPortMapping = %v, want a made-up code", err)
+		}
+	}
+	if got := scrape(t, errs, other) - before; got != 300 {
+		t.Errorf("%s%v went up by %v, want 300", errs, other, got)
+	}
+	allowed := map[string]bool{"other": true, "timeout": true, "canceled": true, "too_large": true, "transport": true}
+	for _, c := range []int{401, 402, 501, 602, 606, 713, 714, 715, 716, 718, 724, 725, 726, 727, 728, 729, 730, 732} {
+		allowed[strconv.Itoa(c)] = true
+	}
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series int
+	for _, mf := range mfs {
+		if mf.GetName() != errs {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			series++
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" && !allowed[l.GetValue()] {
+					t.Errorf("%s has a series with code=%q, outside the fixed set", errs, l.GetValue())
+				}
+			}
+		}
+	}
+	t.Logf("%d series of %s", series, errs)
 }

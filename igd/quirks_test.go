@@ -106,9 +106,9 @@ func TestListingNeverCrashesOldMiniupnpd(t *testing.T) {
 				if read == 1 {
 					seed(r, igd.TCP, tt.grow...)
 				}
-				walked := r.CallCount("GetGenericPortMappingEntry")
+				walked := r.CallCount(fake.MethodGetGenericPortMappingEntry)
 				got, err := igd.ReadTable(ctx, c)
-				walked = r.CallCount("GetGenericPortMappingEntry") - walked
+				walked = r.CallCount(fake.MethodGetGenericPortMappingEntry) - walked
 				if read == 1 && tt.grow == nil && walked != 0 {
 					t.Errorf("read %d of an unchanged table made %d GetGenericPortMappingEntry calls, want none (the shape is known)", read, walked)
 				}
@@ -161,10 +161,10 @@ func TestNarrowRangeListedAtOnceOnOldMiniupnpd(t *testing.T) {
 	if err != nil || len(ms) != igd.SafeListWidth || r.Crashed() {
 		t.Fatalf("ListPortMappings = %d mappings, %v (crashed: %v); want %d", len(ms), err, r.Crashed(), igd.SafeListWidth)
 	}
-	if n := r.CallCount("GetListOfPortMappings"); n != 1 {
+	if n := r.CallCount(fake.MethodListPortMappings); n != 1 {
 		t.Errorf("%d GetListOfPortMappings calls, want 1", n)
 	}
-	if n := r.CallCount("GetGenericPortMappingEntry"); n != 0 {
+	if n := r.CallCount(fake.MethodGetGenericPortMappingEntry); n != 0 {
 		t.Errorf("%d GetGenericPortMappingEntry calls, want none", n)
 	}
 }
@@ -186,10 +186,10 @@ func TestListingFixedMiniupnpdInOneCallPerProtocol(t *testing.T) {
 			if err != nil || len(ms) != 300 {
 				t.Fatalf("ReadTable = %d mappings, %v; want 300", len(ms), err)
 			}
-			if n, w := r.CallCount("GetListOfPortMappings"), 2; n != w {
+			if n, w := r.CallCount(fake.MethodListPortMappings), 2; n != w {
 				t.Errorf("%d GetListOfPortMappings calls, want %d", n, w)
 			}
-			if n := r.CallCount("GetGenericPortMappingEntry"); n != 0 {
+			if n := r.CallCount(fake.MethodGetGenericPortMappingEntry); n != 0 {
 				t.Errorf("%d GetGenericPortMappingEntry calls, want none", n)
 			}
 		})

@@ -247,9 +247,9 @@ type Gateway struct {
 type gateway struct {
 	info Gateway
 	conn wanConnection
-	// noList is set once GetListOfPortMappings failed in a way that says the
-	// router does not support it, so later listings walk directly.
-	noList atomic.Bool
+	// listRefusal is the router's refusal of GetListOfPortMappings (see
+	// ListPortMappings), once it refused: later listings return it at once.
+	listRefusal atomic.Pointer[UPnPError]
 	// listGuard is set when the router's GetListOfPortMappings crashes on
 	// long answers (see crashesOnLongLists); read-only after discovery.
 	listGuard bool
