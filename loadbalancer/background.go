@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -188,8 +189,13 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	defer ticker.Stop()
 	probe := lb.cfg.Clock.NewTicker(lb.cfg.ProbeInterval)
 	defer probe.Stop()
-	trigger() // one pass at start: repair what changed while we were away
+	trigger()                  // one pass at start: repair what changed while we were away
+	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	for {
+		if retry == nil && lb.anyFailedPorts() {
+			retry = lb.cfg.Clock.After(lb.cfg.RetryAfter)
+		}
+		onlyFailed := false
 		select {
 		case <-ctx.Done():
 			logger.Info("Load balancer background work stopped")
@@ -204,10 +210,18 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		case <-ticker.C():
 		case <-kick:
+		case <-retry:
+			retry, onlyFailed = nil, true
+		case <-lb.bg.wake:
+			continue // arm the retry
 		}
 		// A pass ends before the next is due; igd bounds each router call.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
-		lb.pass(passCtx, w)
+		if onlyFailed {
+			lb.passOver(passCtx, w, true)
+		} else {
+			lb.pass(passCtx, w)
+		}
 		cancel()
 		lb.passes.Add(1)
 	}
@@ -235,7 +249,11 @@ func wantsLoadBalancer(svc *v1.Service) bool {
 
 // pass refreshes the external IP, serves every Service again as
 // EnsureLoadBalancer would and patches the statuses that differ. Errors are logged.
-func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
+func (lb *LoadBalancer) pass(ctx context.Context, w *watch) { lb.passOver(ctx, w, false) }
+
+// passOver is pass; with onlyFailed, it serves only the Services with ports
+// not forwarded, and does not list the table.
+func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool) {
 	logger := klog.FromContext(ctx)
 	result := "error" // until every Service was served
 	defer func() { passesTotal.WithLabelValues(result).Inc() }()
@@ -255,7 +273,11 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 	// The listing is only a hint of where Services may hold mappings that
 	// nothing records: without it every Service is still served (renewed,
 	// repaired) at the keys its spec, status and this process know.
-	hints, err := lb.hints(ctx)
+	var hints map[string][]igd.Key
+	var err error
+	if !onlyFailed {
+		hints, err = lb.hints(ctx)
+	}
 	if err != nil {
 		logger.Info("Listing the router's table failed; serving every Service at its known keys", "err", err)
 	}
@@ -275,6 +297,9 @@ func (lb *LoadBalancer) pass(ctx context.Context, w *watch) {
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
+		if onlyFailed && len(lb.failedPorts(o)) == 0 {
+			continue
+		}
 		if err := lb.passService(ctx, w, o, svc, nodes, hints[o.token]); err != nil {
 			failed = true
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))

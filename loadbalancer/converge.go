@@ -18,9 +18,10 @@ import (
 )
 
 // converge brings the Service's own mappings from r, a read of its keys made
-// in turn t, to req; a failing port does not stop the others, the errors are
-// joined, with an api.RetryError for a fixed delay.
-func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r reading) error {
+// in turn t, to req; a failing port does not stop the others. It returns the
+// ports that cannot be forwarded now (held by another, or refused by the
+// router), and the other errors joined, with an api.RetryError for a fixed delay.
+func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r reading) (failed map[igd.Key]*PortError, _ error) {
 	o, got := t.owner, r.mappings
 	ours := make(map[igd.Key]igd.Mapping)
 	var current []netip.Addr
@@ -58,25 +59,31 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	}
 	if len(req.ports) > 0 && !haveTarget {
 		errs = append(errs, req.noTarget)
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
+	failed = make(map[igd.Key]*PortError)
 	contenders := lb.contendersOnce(ctx, req)
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
 		switch {
 		case exists && !mine:
-			errs = append(errs, &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse})
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse}
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
-			wait(lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders))
+			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders)
+			if pe := portRefusal(err); pe != nil && d == 0 { // a delay: our own mapping, retried
+				failed[p.key] = pe
+				continue
+			}
+			wait(d, err)
 		}
 	}
 	if retry > 0 {
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
 }
 
 // upToDate reports whether our mapping m is what p wants on tgt, with enough
@@ -181,6 +188,10 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	if errors.Is(gerr, igd.ErrNoSuchEntry) || (gerr == nil && !lb.owns(o, holder)) {
 		lb.update(o, func(s *serviceState) { delete(s.held, k) })
+	}
+	if want := lb.heldAt(o, k).written; gerr == nil && lb.owns(o, holder) &&
+		holder.InternalClient.Unmap() == want.InternalClient && lb.internalPort(o, holder) == want.InternalPort {
+		return nil // stored as asked, whatever the answer said
 	}
 	if !errors.Is(err, igd.ErrConflict) {
 		return &PortError{Service: o.key(), Key: k, Err: err}

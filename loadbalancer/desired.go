@@ -108,8 +108,8 @@ func compareKeys(a, b igd.Key) int {
 }
 
 // status is the status of a Service served at external with plans (ipMode
-// VIP: see the package documentation).
-func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
+// VIP: see the package documentation); a port in failed carries its reason.
+func status(external netip.Addr, plans []portPlan, failed map[igd.Key]string) *v1.LoadBalancerStatus {
 	mode := v1.LoadBalancerIPModeVIP
 	ing := v1.LoadBalancerIngress{IP: external.String(), IPMode: &mode}
 	for _, p := range plans {
@@ -117,7 +117,11 @@ func status(external netip.Addr, plans []portPlan) *v1.LoadBalancerStatus {
 		if p.key.Protocol == igd.UDP {
 			proto = v1.ProtocolUDP
 		}
-		ing.Ports = append(ing.Ports, v1.PortStatus{Port: int32(p.key.ExternalPort), Protocol: proto})
+		ps := v1.PortStatus{Port: int32(p.key.ExternalPort), Protocol: proto}
+		if why, ok := failed[p.key]; ok {
+			ps.Error = &why
+		}
+		ing.Ports = append(ing.Ports, ps)
 	}
 	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{ing}}
 }

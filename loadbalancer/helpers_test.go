@@ -201,3 +201,12 @@ func (lb *LoadBalancer) heldKeys() map[igd.Key]string {
 	}
 	return out
 }
+
+// notForwarded returns err, or when Ensure succeeded, the PortErrors of the
+// ports of svc it could not forward (nil when none).
+func notForwarded(lb *LoadBalancer, svc *v1.Service, err error) error {
+	if err != nil {
+		return err
+	}
+	return joinPortErrors(lb.failedPorts(newOwner(testCluster, svc.Namespace, svc.Name)))
+}

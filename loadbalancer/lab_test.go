@@ -116,6 +116,7 @@ func TestLabForeignMappingsSurviveAndDataPath(t *testing.T) {
 		port("http", v1.ProtocolTCP, 8080, 30080),
 	))
 	_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+	err = notForwarded(lb, svc, err) // the free port is served; the held ones say why
 	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), "peer app") || !strings.Contains(err.Error(), "other app on node-a") {
 		t.Fatalf("Ensure error = %v; want ErrPortInUse naming both holders", err)
 	}
@@ -202,7 +203,14 @@ func TestLabRouterRefusesLowPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := newService("default", "web", withPorts(port("low", v1.ProtocolTCP, 80, 30080), port("high", v1.ProtocolTCP, 8080, 30081)))
-	_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, labNodes(lab))
+	st, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, labNodes(lab))
+	if err != nil {
+		t.Fatalf("Ensure = %v, want TCP/8080 served and TCP/80's refusal in the status", err)
+	}
+	if got := portErrors(st); got["TCP/80"] != PortErrorNotAuthorized || got["TCP/8080"] != "" {
+		t.Errorf("port errors = %v, want TCP/80 %s and TCP/8080 none", got, PortErrorNotAuthorized)
+	}
+	err = notForwarded(lb, svc, nil)
 	var pe *PortError
 	if !errors.As(err, &pe) || pe.Key.ExternalPort != 80 || igd.Code(err) != igd.CodeNotAuthorized {
 		t.Fatalf("error = %v; want a PortError for TCP/80 with the router's 606", err)

@@ -55,6 +55,17 @@ type background struct {
 	stopOwn context.CancelCauseFunc         // ends a run on Run's own informers
 	watch   *watch                          // set while running
 	hinted  map[types.UID]bool              // Services told how to opt in
+	// wake asks a running Run to look again at what it waits for (a port
+	// not forwarded to retry); buffered, never closed.
+	wake chan struct{}
+}
+
+// poke wakes a running Run without blocking.
+func (b *background) poke() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
 }
 
 // now returns the phase and, while running, the caches.

@@ -45,7 +45,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		return nil, err
 	}
 	return &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
-		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool)}}, nil
+		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}, nil
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the
@@ -58,7 +58,9 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // at any key its spec, its status or this process knows of (it reads those
 // only), and the status built from them. For a Service not selected, with no
 // mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
-// While the router's external IP is not usable (ErrExternalIPNotUsable), a
+// A port of the spec that EnsureLoadBalancer could not forward carries its
+// reason, as EnsureLoadBalancer reported it. While the router's external IP
+// is not usable (ErrExternalIPNotUsable), a
 // Service with mappings exists with an empty status: the address is never
 // reported, and nothing stops the service controller's clean-up.
 func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
@@ -90,6 +92,13 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
+	// The ports of the spec this process failed to forward, with why.
+	failed := lb.failedPorts(o)
+	for _, k := range specKeys(service) {
+		if _, ok := failed[k]; ok && !slices.ContainsFunc(plans, func(p portPlan) bool { return p.key == k }) {
+			plans = append(plans, portPlan{key: k})
+		}
+	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
 	ext, err := lb.refreshExternalIP(ctx)
 	if errors.Is(err, ErrExternalIPNotUsable) {
@@ -101,7 +110,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if err != nil {
 		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
-	return status(ext, plans), true, nil
+	return status(ext, plans, portReasons(failed)), true, nil
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
@@ -213,14 +222,16 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	if err != nil {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
 	}
-	if err := lb.converge(ctx, t, req, got); err != nil {
-		return nil, err
+	failed, err := lb.converge(ctx, t, req, got)
+	if err != nil || (len(failed) > 0 && len(failed) == len(plans)) { // no port forwarded: fail as a whole
+		return nil, errors.Join(err, joinPortErrors(failed))
 	}
+	lb.notePorts(o, svc, failed)
 	lb.warn(o, svc, ext, extErr)
 	if extErr != nil {
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
-	return status(ext, plans), nil
+	return status(ext, plans, portReasons(failed)), nil
 }
 
 // withdraw removes o's mappings and keeps passes off the Service until an Ensure.
@@ -243,7 +254,9 @@ func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)
 	}
-	return lb.converge(ctx, t, request{owner: t.owner}, got)
+	lb.update(t.owner, func(s *serviceState) { s.failed = nil }) // no port is wanted
+	_, err = lb.converge(ctx, t, request{owner: t.owner}, got)
+	return err
 }
 
 // owner returns the owner of service, and remembers the cluster name. It

@@ -199,6 +199,7 @@ func TestForeignMappingsAreNeverTouched(t *testing.T) {
 	))
 	nodes := threeNodes()
 	_, err := e.ensure(t, svc, nodes)
+	err = notForwarded(e.lb, svc, err) // the free port is served; the held ones say why
 	if !errors.Is(err, ErrPortInUse) {
 		t.Fatalf("Ensure error = %v, want ErrPortInUse", err)
 	}
@@ -580,6 +581,7 @@ func TestRouterRefusedPortNamesReason(t *testing.T) {
 	}})
 	svc := newService("default", "web", withPorts(port("low", v1.ProtocolTCP, 80, 30080), port("high", v1.ProtocolTCP, 8080, 30081)))
 	_, err := e.ensure(t, svc, threeNodes())
+	err = notForwarded(e.lb, svc, err) // 8080 is served; 80 says why
 	if !errors.Is(err, igd.ErrNotAuthorized) {
 		t.Fatalf("error = %v, want igd.ErrNotAuthorized", err)
 	}

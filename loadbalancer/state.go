@@ -25,6 +25,9 @@ type serviceState struct {
 	deletedUID types.UID
 	deletedAt  time.Time
 	warned     netip.Addr // the external IP last warned about
+	// failed holds the ports of the last Ensure or pass that could not be
+	// forwarded, with their PortStatus error values (warned about once each).
+	failed map[igd.Key]*PortError
 }
 
 // held is what this process last wrote at a key (zero: it only found the
@@ -106,7 +109,7 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		defer lb.mu.Unlock()
 		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
-		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() {
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil

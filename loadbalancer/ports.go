@@ -1,0 +1,145 @@
+package loadbalancer
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Values of status.loadBalancer.ingress[].ports[].error for a port of a
+// Service that could not be forwarded while its other ports were. The
+// Service is retried in the background every Config.RetryAfter.
+const (
+	// PortErrorInUse: another host, cluster or Service holds or takes the
+	// port (ErrPortInUse).
+	PortErrorInUse = "ccmkit.io/PortInUse"
+	// PortErrorNotAuthorized: the router's rules refuse the mapping (UPnP
+	// 606), for example a router that allows external ports 1024-65535 only.
+	PortErrorNotAuthorized = "ccmkit.io/NotAuthorized"
+	// PortErrorSecureMode: the router refused a mapping to another host with
+	// the port free (UPnP 718), as a router in secure mode does.
+	PortErrorSecureMode = "ccmkit.io/SecureMode"
+	// PortErrorRouterRefused: the router refused the mapping with another
+	// UPnP error (a full table, a port rule of its own).
+	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
+)
+
+// EventReasonPortNotForwarded is a Warning's: one port of a Service could not
+// be forwarded while its other ports were; the message says why and what to do.
+const EventReasonPortNotForwarded = "PortNotForwarded"
+
+// portRefusal returns err as a *PortError when it says the port cannot be
+// forwarded now (held by another, or refused by the router's answer), else
+// nil: a router that could not be reached fails the whole operation.
+func portRefusal(err error) *PortError {
+	var pe *PortError
+	if errors.As(err, &pe) && pe.reason() != "" {
+		return pe
+	}
+	return nil
+}
+
+// reason is e's PortStatus error value ("" when e is no refusal).
+func (e *PortError) reason() string {
+	switch {
+	case errors.Is(e.Err, ErrPortInUse):
+		return PortErrorInUse
+	case errors.Is(e.Err, igd.ErrNotAuthorized):
+		return PortErrorNotAuthorized
+	case errors.Is(e.Err, igd.ErrConflict) && e.Holder == nil:
+		return PortErrorSecureMode
+	case igd.Code(e.Err) != 0:
+		return PortErrorRouterRefused
+	}
+	return ""
+}
+
+// advice says what to do about a port refused for reason.
+func advice(reason string) string {
+	switch reason {
+	case PortErrorInUse:
+		return "free the port on the router (or in the other Service), or give this Service another port"
+	case PortErrorNotAuthorized:
+		return "the router's permission rules refuse it: use an external port the router allows (OpenWrt and many routers allow 1024-65535 only), or allow it on the router (miniupnpd.conf allow lines; OpenWrt: upnpd perm_rules)"
+	case PortErrorSecureMode:
+		return "the router maps only to the asking host's own address (secure mode): set secureMode: true in the cloud-config, or turn secure mode off on the router"
+	}
+	return "see the router's log"
+}
+
+// joinPortErrors joins the errors of failed in key order.
+func joinPortErrors(failed map[igd.Key]*PortError) error {
+	var errs []error
+	for _, k := range slices.SortedFunc(maps.Keys(failed), compareKeys) {
+		errs = append(errs, failed[k])
+	}
+	return errors.Join(errs...)
+}
+
+// portReasons maps each failed port to its PortStatus error value.
+func portReasons(failed map[igd.Key]*PortError) map[igd.Key]string {
+	out := make(map[igd.Key]string, len(failed))
+	for k, pe := range failed {
+		out[k] = pe.reason()
+	}
+	return out
+}
+
+// notePorts records the ports of svc that could not be forwarded (for
+// GetLoadBalancer and the background retry) and warns once about each new
+// failure, while the background work runs.
+func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*PortError) {
+	reasons := portReasons(failed)
+	var fresh []igd.Key
+	lb.update(o, func(s *serviceState) {
+		for k, why := range reasons {
+			if old := s.failed[k]; old == nil || old.reason() != why {
+				fresh = append(fresh, k)
+			}
+		}
+		s.failed = failed
+		if len(failed) == 0 {
+			s.failed = nil
+		}
+	})
+	if len(reasons) > 0 {
+		lb.bg.poke() // retried in the background
+	}
+	ph, w := lb.bg.now()
+	if ph != phaseRunning {
+		return
+	}
+	slices.SortFunc(fresh, compareKeys)
+	for _, k := range fresh {
+		why := reasons[k]
+		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
+			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why))
+	}
+}
+
+// failedPorts returns the ports of o the last Ensure or pass could not
+// forward, with why.
+func (lb *LoadBalancer) failedPorts(o owner) map[igd.Key]*PortError {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if s := lb.services[o.token]; s != nil {
+		return maps.Clone(s.failed)
+	}
+	return nil
+}
+
+// anyFailedPorts reports whether some Service has ports to retry.
+func (lb *LoadBalancer) anyFailedPorts() bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, s := range lb.services {
+		if len(s.failed) > 0 {
+			return true
+		}
+	}
+	return false
+}
