@@ -103,7 +103,7 @@ func (goneInstances) InstanceMetadata(context.Context, *v1.Node) (*cloudprovider
 }
 
 func TestNodeLifecycleDeletesGoneNode(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{InstancesV2: goneInstances{}})
+	cloud, err := provider.New("kit", provider.Config{InstancesV2: goneInstances{}, ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestStartRejectsNilCloud(t *testing.T) {
 // new one, in Objects and through Client, and leaves the caller's objects
 // and given UIDs alone.
 func TestObjectsGetUIDs(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestObjectsGetUIDs(t *testing.T) {
 // Wait polls until its condition holds, outlives the condition's errors,
 // and on timeout names what it waited for and the last error.
 func TestWait(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
