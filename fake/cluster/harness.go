@@ -25,8 +25,8 @@ import (
 	routecontroller "k8s.io/cloud-provider/controllers/route"
 	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	"k8s.io/component-base/featuregate"
-	"k8s.io/klog/v2"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	"k8s.io/klog/v2"
 	// The route controller asks the process's feature gate about a
 	// controller-manager feature, which must be registered there.
 	_ "k8s.io/controller-manager/pkg/features/register"
