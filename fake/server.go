@@ -16,21 +16,28 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// ServiceType is the connection service a Server's root description offers.
-type ServiceType string
+// UPnPService is the connection service (a UPnP service type URN) a
+// Server's root description offers.
+type UPnPService string
+
+// ServiceType is the old name of UPnPService, which read like
+// v1.ServiceType.
+//
+// Deprecated: use UPnPService.
+type ServiceType = UPnPService
 
 // The connection services a Server can offer.
 const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
 	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
 	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
-	WANIPConnection2 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:2"
+	WANIPConnection2 UPnPService = "urn:schemas-upnp-org:service:WANIPConnection:2"
 	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
 	// as miniupnpd describes itself with force_igd_desc_v1=yes.
-	WANIPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANIPConnection:1"
+	WANIPConnection1 UPnPService = "urn:schemas-upnp-org:service:WANIPConnection:1"
 	// WANPPPConnection1 is an InternetGatewayDevice:1 with
 	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
-	WANPPPConnection1 ServiceType = "urn:schemas-upnp-org:service:WANPPPConnection:1"
+	WANPPPConnection1 UPnPService = "urn:schemas-upnp-org:service:WANPPPConnection:1"
 )
 
 // ServerOptions configures a Server. The zero value is miniupnpd's default
@@ -38,7 +45,7 @@ const (
 type ServerOptions struct {
 	// Service is the connection service offered. Zero means
 	// WANIPConnection2.
-	Service ServiceType
+	Service UPnPService
 
 	// ClientAddr returns the LAN address of the host that made a request:
 	// the caller the router sees, which owns mappings in secure mode. Nil
@@ -62,7 +69,7 @@ const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 // description and the SOAP control endpoint of one connection service,
 // backed by a Router. Responses, faults included, are byte for byte what
 // miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
-// Router's hooks (the operation's field of Hooks, and SOAPAction for every
+// Router's hooks (the operation's field of RouterHooks, and SOAPAction for every
 // action) and are logged under their SOAP action names.
 type Server struct {
 	// RootDescURL is the URL of the root description, for
@@ -81,17 +88,16 @@ const (
 )
 
 // NewServer starts a Server for r. Close it when done (t.Cleanup(s.Close)).
-// It panics if opts.Service is not one of the ServiceType constants.
+// It panics if opts.Service is not one of the UPnPService constants.
 func NewServer(r *Router, opts ServerOptions) *Server {
 	h := newHandler(r, opts)
 	srv := httptest.NewServer(h)
 	return &Server{RootDescURL: srv.URL + rootDescPath, srv: srv, handler: h}
 }
 
-// NewHandler returns the http.Handler a Server runs, to mount on a server of
-// the caller's own. It panics if opts.Service is not one of the ServiceType
-// constants.
-func NewHandler(r *Router, opts ServerOptions) http.Handler { return newHandler(r, opts) }
+// ServeHTTP serves req as the Server does, so a Server can also be mounted
+// on a server of the caller's own.
+func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) { s.handler.ServeHTTP(w, req) }
 
 // URL returns the base URL of the server, "http://127.0.0.1:PORT".
 func (s *Server) URL() string { return s.srv.URL }
@@ -109,7 +115,7 @@ func (s *Server) Close() {
 // handler serves one Router over HTTP.
 type handler struct {
 	router      *Router
-	service     ServiceType
+	service     UPnPService
 	controlPath string
 	rootDesc    []byte
 	clientAddr  func(*http.Request) netip.Addr
@@ -230,7 +236,7 @@ func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) 
 	switch sr.Action {
 	case "GetExternalIPAddress":
 		next := externalIPChain(layers, caller, func(ctx context.Context) (netip.Addr, error) {
-			return h.router.ExternalIPAddr(), ctx.Err()
+			return h.router.ExternalIP(), ctx.Err()
 		})
 		op = func(ctx context.Context) (_ []soapArg, err error) {
 			call.Addr, err = next(ctx)
