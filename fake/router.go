@@ -85,9 +85,9 @@ type Router struct {
 	mu         sync.Mutex
 	externalIP netip.Addr
 	table      map[igd.Key]*entry
-	seq        uint64    // insertion counter; higher is newer
-	booted     time.Time // when the router last (re)started, on its clock
-	hooks      []RouterHooks   // newest first
+	seq        uint64        // insertion counter; higher is newer
+	booted     time.Time     // when the router last (re)started, on its clock
+	hooks      []RouterHooks // newest first
 	calls      []Call
 	crashed    bool // see RouterConfig.CrashOnLongList
 }
