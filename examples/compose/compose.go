@@ -28,7 +28,7 @@ func init() {
 		if err != nil {
 			return provider.Config{}, err
 		}
-		nodes, err := provider.NewInstancesV2("homelab", provider.InstancesConfig{Zone: "attic"})
+		nodes, err := provider.NewInstancesV2("homelab", provider.InstancesV2Config{Zone: "attic"})
 		if err != nil {
 			return provider.Config{}, err
 		}

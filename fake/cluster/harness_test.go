@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	cloudprovider "k8s.io/cloud-provider"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
@@ -22,7 +23,7 @@ import (
 // InstancesV2 named "kit".
 func newCloud(t *testing.T, lb cloudprovider.LoadBalancer) *provider.Cloud {
 	t.Helper()
-	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesV2Config{Zone: "lab"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestServiceAndNodeLifecycle(t *testing.T) {
 	if ip := got.Status.LoadBalancer.Ingress[0].IP; ip != fake.DefaultExternalIP.String() {
 		t.Errorf("ingress IP %s, want %s", ip, fake.DefaultExternalIP)
 	}
-	if _, err := h.WaitForFinalizer(ctx, "default", "web"); err != nil {
+	if _, err := h.WaitForService(ctx, "default", "web", "the finalizer", servicehelper.HasLBFinalizer); err != nil {
 		t.Fatal(err)
 	}
 
@@ -149,7 +150,7 @@ func TestWaitSaysWhatItSaw(t *testing.T) {
 func TestStopLeaksNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	// Every controller runs: node, node lifecycle, route and service.
-	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesV2Config{Zone: "lab"})
 	if err != nil {
 		t.Fatal(err)
 	}

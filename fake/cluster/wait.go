@@ -84,10 +84,10 @@ func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*
 	})
 }
 
-// WaitForFinalizerGone waits until the Service no longer carries the
+// waitForFinalizerGone waits until the Service no longer carries the
 // service controller's finalizer (service.kubernetes.io/load-balancer-cleanup)
 // and returns it as last read.
-func (h *Harness) WaitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
+func (h *Harness) waitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, "no finalizer "+servicehelper.LoadBalancerCleanupFinalizer, func(s *v1.Service) bool {
 		return !servicehelper.HasLBFinalizer(s)
 	})
@@ -95,12 +95,18 @@ func (h *Harness) WaitForFinalizerGone(ctx context.Context, namespace, name stri
 
 // WaitForFinalizer waits until the Service carries the service controller's
 // finalizer and returns it as last read.
+//
+// Deprecated: use WaitForService(ctx, namespace, name, "the finalizer",
+// servicehelper.HasLBFinalizer), servicehelper being
+// k8s.io/cloud-provider/service/helpers.
 func (h *Harness) WaitForFinalizer(ctx context.Context, namespace, name string) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, "the finalizer "+servicehelper.LoadBalancerCleanupFinalizer, servicehelper.HasLBFinalizer)
 }
 
 // WaitForService waits until done reports true for the Service, described
-// by what ("Service ns/name to have <what>"), and returns it as last read.
+// by what ("Service ns/name to have <what>"), and returns it as last read;
+// on timeout the error shows the Service as last read and its Warning
+// events. Wait is for conditions the cluster's objects do not show.
 func (h *Harness) WaitForService(ctx context.Context, namespace, name, what string, done func(*v1.Service) bool) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, what, done)
 }
@@ -186,7 +192,7 @@ func (h *Harness) DeleteService(ctx context.Context, namespace, name string) err
 			return fmt.Errorf("cluster: marking Service %s/%s for deletion: %w", namespace, name, err)
 		}
 	}
-	if _, err := h.WaitForFinalizerGone(ctx, namespace, name); err != nil {
+	if _, err := h.waitForFinalizerGone(ctx, namespace, name); err != nil {
 		return err
 	}
 	if err := services.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -46,7 +46,7 @@ func ExampleLoadBalancerChecks() {
 // ccmkit's InstancesV2 has no inventory, so it cannot tell an instance is
 // gone; every other promise holds.
 func ExampleInstancesV2Checks() {
-	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesConfig{})
+	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesV2Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
