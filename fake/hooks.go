@@ -122,9 +122,8 @@ type RouterHooks struct {
 	SOAPAction func(ctx context.Context, from netip.Addr, action string, next ActionFunc) error
 }
 
-// Hooks is the old name of RouterHooks.
-//
-// Deprecated: use RouterHooks, the Router's counterpart of LoadBalancerHooks.
+// Hooks is the old name of RouterHooks (the Router's counterpart of
+// LoadBalancerHooks), kept while callers move; use RouterHooks.
 type Hooks = RouterHooks
 
 // Intercept puts h in front of every hook added before: h's hooks run

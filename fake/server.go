@@ -20,10 +20,8 @@ import (
 // Server's root description offers.
 type UPnPService string
 
-// ServiceType is the old name of UPnPService, which read like
-// v1.ServiceType.
-//
-// Deprecated: use UPnPService.
+// ServiceType is the old name of UPnPService (it read like v1.ServiceType),
+// kept while callers move; use UPnPService.
 type ServiceType = UPnPService
 
 // The connection services a Server can offer.

@@ -94,9 +94,8 @@ func (h *Harness) waitForFinalizerGone(ctx context.Context, namespace, name stri
 }
 
 // WaitForFinalizer waits until the Service carries the service controller's
-// finalizer and returns it as last read.
-//
-// Deprecated: use WaitForService(ctx, namespace, name, "the finalizer",
+// finalizer and returns it as last read. It is kept while callers move to
+// WaitForService(ctx, namespace, name, "the finalizer",
 // servicehelper.HasLBFinalizer), servicehelper being
 // k8s.io/cloud-provider/service/helpers.
 func (h *Harness) WaitForFinalizer(ctx context.Context, namespace, name string) (*v1.Service, error) {
