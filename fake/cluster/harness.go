@@ -248,13 +248,25 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 
 	for _, o := range h.cfg.Objects {
 		n, ok := o.(*v1.Node)
-		if !ok {
+		if !ok || !h.nodes || !uninitialized(n) {
 			continue
 		}
-		if h.nodes && uninitialized(n) {
-			if _, err := h.WaitForNodeInitialized(ctx, n.Name); err != nil {
-				return err
+		got, err := h.WaitForNodeInitialized(ctx, n.Name)
+		if err != nil {
+			return err
+		}
+		// The service controller is about to get the informer's nodes as
+		// its (ignored) initial list: the initialization must be in it, not
+		// arrive later as an update that starts a node sync.
+		_, err = poll(ctx, h.cfg.Timeout, "the node informer to see node "+n.Name+" initialized", func(context.Context) (struct{}, bool, func() string, error) {
+			c, err := nodes.Lister().Get(n.Name)
+			if err != nil {
+				return struct{}{}, false, nil, err
 			}
+			return struct{}{}, c.Spec.ProviderID == got.Spec.ProviderID && !uninitialized(c), func() string { return describeNode(c) }, nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 
