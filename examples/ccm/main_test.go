@@ -90,14 +90,18 @@ func TestStartsTheRegisteredCloud(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	// Read until the provider says it is initialized, or the command
-	// exits (the pipe closes).
+	// exits (the pipe closes), or starts a controller, which it does only
+	// after initializing the cloud.
 	const want = `"Initialized cloud provider" provider="mycloud"`
 	var seen strings.Builder
 	lines := bufio.NewScanner(out)
 	for lines.Scan() {
 		seen.WriteString(lines.Text() + "\n")
-		if strings.Contains(lines.Text(), want) {
+		switch {
+		case strings.Contains(lines.Text(), want):
 			return
+		case strings.Contains(lines.Text(), `] Started "`):
+			t.Fatalf("the command started a controller without logging %s; output:\n%s", want, seen.String())
 		}
 	}
 	t.Fatalf("the command ended without logging %s; output:\n%s", want, seen.String())
