@@ -20,5 +20,6 @@
 //     gives.
 //
 // Harnesses share no state: tests may run them in parallel. The
-// controllers log to Config.Logger, which discards by default.
+// controllers log to Config.Logger, which discards by default; a node the
+// cloud cannot initialize shows the cloud's last error in the wait's error.
 package cluster

@@ -171,9 +171,9 @@ type Harness struct {
 // service controller v0.37.
 //
 // Start refuses a cloud whose HasClusterID is false unless
-// cfg.AllowUntaggedCloud is set, as the cloud-controller-manager does. It
-// keeps no process-wide state of its own: harnesses may run in parallel
-// tests. On error, everything started is stopped. The caller must call Stop.
+// cfg.AllowUntaggedCloud is set, as the cloud-controller-manager does.
+// Harnesses share no state (only klog's process-wide output is silenced,
+// once; see Config.Logger): they may run in parallel tests. On error, everything started is stopped. The caller must call Stop.
 //
 // ctx bounds Start's waits only; the controllers run until Stop.
 func Start(ctx context.Context, cfg Config) (*Harness, error) {
