@@ -27,7 +27,7 @@ func (c *Client) Router() *Router { return c.router }
 func (c *Client) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	call := Call{Method: MethodExternalIP, Client: c.local}
 	next := externalIPChain(c.router.layers(), c.local, func(ctx context.Context) (netip.Addr, error) {
-		return c.router.ExternalIPAddr(), ctx.Err()
+		return c.router.ExternalIP(), ctx.Err()
 	})
 	err := c.do(ctx, &call, func(ctx context.Context) (err error) {
 		call.Addr, err = next(ctx)

@@ -43,7 +43,7 @@
 // Leases expire on RouterConfig.Clock, so a test steps a
 // k8s.io/utils/clock/testing.FakeClock instead of sleeping. Tests steer the
 // router without forking it: Router.Intercept adds typed hooks, one field
-// per operation (Hooks), that inject errors, delays and one-off answers,
+// per operation (RouterHooks), that inject errors, delays and one-off answers,
 // and fire alike for calls through a Client and through a Server (with Nth,
 // Sleep and Hold for one-off, slow and held calls); Router.Reboot wipes the table; Router.Calls is a log of every call;
 // Router.Put seeds mappings, for example another host's.

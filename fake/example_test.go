@@ -68,7 +68,7 @@ func Example() {
 	// The router fails the next AddPortMapping once.
 	router.Reboot()
 	first := fake.Nth(1)
-	router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if first() {
 			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: 501, Description: "ActionFailed"}
 		}
@@ -122,7 +122,7 @@ func ExampleNewServer() {
 func ExampleRouter_Intercept() {
 	router := fake.NewRouter(fake.RouterConfig{})
 	release := make(chan struct{})
-	router.Intercept(fake.Hooks{
+	router.Intercept(fake.RouterHooks{
 		GetPortMapping: func(ctx context.Context, from netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 			if err := fake.Hold(ctx, release); err != nil {
 				return igd.Mapping{}, err

@@ -43,7 +43,7 @@ type fixtureStep struct {
 type fixtureLab struct {
 	dir     string
 	opts    igdtest.Options
-	service fake.ServiceType
+	service fake.UPnPService
 }
 
 var fixtureLabs = []fixtureLab{

@@ -83,7 +83,7 @@ type (
 	ActionFunc func(ctx context.Context) error
 )
 
-// Hooks intercept calls to a Router, one field per operation; a nil field
+// RouterHooks intercept calls to a Router, one field per operation; a nil field
 // lets its calls through. Each operation's hooks fire whichever way the
 // call comes: through a Client (the igd.Client method) or through a Server
 // (the SOAP actions named on the field), so one hook steers the in-memory
@@ -94,7 +94,7 @@ type (
 // ctx. Invalid arguments (a Client's validation, a malformed SOAP request)
 // are refused before any hook runs. Every call is logged with the answer
 // it finally got.
-type Hooks struct {
+type RouterHooks struct {
 	// ExternalIP intercepts Client.ExternalIP and GetExternalIPAddress.
 	ExternalIP func(ctx context.Context, from netip.Addr, next AddrFunc) (netip.Addr, error)
 	// LocalAddr intercepts Client.LocalAddr (a Client's own address; no
@@ -129,13 +129,17 @@ type Hooks struct {
 	SOAPAction func(ctx context.Context, from netip.Addr, action string, next ActionFunc) error
 }
 
+// Hooks is the old name of RouterHooks (the Router's counterpart of
+// LoadBalancerHooks), kept while callers move; use RouterHooks.
+type Hooks = RouterHooks
+
 // Intercept puts h in front of every hook added before: h's hooks run
-// first, and their next reaches the earlier ones, then the table. Hooks stay
+// first, and their next reaches the earlier ones, then the table. RouterHooks stay
 // until ClearHooks; Reboot keeps them.
-func (r *Router) Intercept(h Hooks) {
+func (r *Router) Intercept(h RouterHooks) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hooks = append([]Hooks{h}, r.hooks...)
+	r.hooks = append([]RouterHooks{h}, r.hooks...)
 }
 
 // ClearHooks removes every hook.
@@ -146,7 +150,7 @@ func (r *Router) ClearHooks() {
 }
 
 // layers returns the hooks, newest first.
-func (r *Router) layers() []Hooks {
+func (r *Router) layers() []RouterHooks {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.hooks)
@@ -166,43 +170,43 @@ func chain[H, F any](layers []H, base F, wrap func(h H, next F) (F, bool)) F {
 
 // Chains of each operation, for a call from host from.
 
-func externalIPChain(layers []Hooks, from netip.Addr, base AddrFunc) AddrFunc {
-	return chain(layers, base, func(h Hooks, next AddrFunc) (AddrFunc, bool) {
+func externalIPChain(layers []RouterHooks, from netip.Addr, base AddrFunc) AddrFunc {
+	return chain(layers, base, func(h RouterHooks, next AddrFunc) (AddrFunc, bool) {
 		f := h.ExternalIP
 		return func(ctx context.Context) (netip.Addr, error) { return f(ctx, from, next) }, f != nil
 	})
 }
 
-func localAddrChain(layers []Hooks, from netip.Addr, base AddrFunc) AddrFunc {
-	return chain(layers, base, func(h Hooks, next AddrFunc) (AddrFunc, bool) {
+func localAddrChain(layers []RouterHooks, from netip.Addr, base AddrFunc) AddrFunc {
+	return chain(layers, base, func(h RouterHooks, next AddrFunc) (AddrFunc, bool) {
 		f := h.LocalAddr
 		return func(ctx context.Context) (netip.Addr, error) { return f(ctx, from, next) }, f != nil
 	})
 }
 
-func addChain(layers []Hooks, from netip.Addr, base AddFunc) AddFunc {
-	return chain(layers, base, func(h Hooks, next AddFunc) (AddFunc, bool) {
+func addChain(layers []RouterHooks, from netip.Addr, base AddFunc) AddFunc {
+	return chain(layers, base, func(h RouterHooks, next AddFunc) (AddFunc, bool) {
 		f := h.AddPortMapping
 		return func(ctx context.Context, m igd.Mapping) (igd.Mapping, error) { return f(ctx, from, m, next) }, f != nil
 	})
 }
 
-func deleteChain(layers []Hooks, from netip.Addr, base DeleteFunc) DeleteFunc {
-	return chain(layers, base, func(h Hooks, next DeleteFunc) (DeleteFunc, bool) {
+func deleteChain(layers []RouterHooks, from netip.Addr, base DeleteFunc) DeleteFunc {
+	return chain(layers, base, func(h RouterHooks, next DeleteFunc) (DeleteFunc, bool) {
 		f := h.DeletePortMapping
 		return func(ctx context.Context, k igd.Key) error { return f(ctx, from, k, next) }, f != nil
 	})
 }
 
-func getChain(layers []Hooks, from netip.Addr, base GetFunc) GetFunc {
-	return chain(layers, base, func(h Hooks, next GetFunc) (GetFunc, bool) {
+func getChain(layers []RouterHooks, from netip.Addr, base GetFunc) GetFunc {
+	return chain(layers, base, func(h RouterHooks, next GetFunc) (GetFunc, bool) {
 		f := h.GetPortMapping
 		return func(ctx context.Context, k igd.Key) (igd.Mapping, error) { return f(ctx, from, k, next) }, f != nil
 	})
 }
 
-func listChain(layers []Hooks, from netip.Addr, base ListFunc) ListFunc {
-	return chain(layers, base, func(h Hooks, next ListFunc) (ListFunc, bool) {
+func listChain(layers []RouterHooks, from netip.Addr, base ListFunc) ListFunc {
+	return chain(layers, base, func(h RouterHooks, next ListFunc) (ListFunc, bool) {
 		f := h.ListPortMappings
 		return func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 			return f(ctx, from, proto, ports, next)
@@ -210,15 +214,15 @@ func listChain(layers []Hooks, from netip.Addr, base ListFunc) ListFunc {
 	})
 }
 
-func entryChain(layers []Hooks, from netip.Addr, base EntryFunc) EntryFunc {
-	return chain(layers, base, func(h Hooks, next EntryFunc) (EntryFunc, bool) {
+func entryChain(layers []RouterHooks, from netip.Addr, base EntryFunc) EntryFunc {
+	return chain(layers, base, func(h RouterHooks, next EntryFunc) (EntryFunc, bool) {
 		f := h.GetGenericPortMappingEntry
 		return func(ctx context.Context, index int) (igd.Mapping, error) { return f(ctx, from, index, next) }, f != nil
 	})
 }
 
-func actionChain(layers []Hooks, from netip.Addr, action string, base ActionFunc) ActionFunc {
-	return chain(layers, base, func(h Hooks, next ActionFunc) (ActionFunc, bool) {
+func actionChain(layers []RouterHooks, from netip.Addr, action string, base ActionFunc) ActionFunc {
+	return chain(layers, base, func(h RouterHooks, next ActionFunc) (ActionFunc, bool) {
 		f := h.SOAPAction
 		return func(ctx context.Context) error { return f(ctx, from, action, next) }, f != nil
 	})

@@ -132,9 +132,9 @@ func (lb *LoadBalancer) record(method, clusterName string, service *v1.Service, 
 	lb.calls = append(lb.calls, call)
 }
 
-// SetIngressIP changes the address later EnsureLoadBalancer calls report;
+// SetExternalIP changes the address later EnsureLoadBalancer calls report;
 // the zero Addr restores DefaultExternalIP, as in NewLoadBalancer.
-func (lb *LoadBalancer) SetIngressIP(a netip.Addr) {
+func (lb *LoadBalancer) SetExternalIP(a netip.Addr) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if !a.IsValid() {

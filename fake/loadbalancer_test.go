@@ -95,7 +95,7 @@ func TestLoadBalancerLifecycle(t *testing.T) {
 }
 
 // TestLoadBalancerSetIngressIP checks that the ingress IP follows
-// SetIngressIP and that the zero Addr means DefaultExternalIP, as it does in
+// SetExternalIP and that the zero Addr means DefaultExternalIP, as it does in
 // NewLoadBalancer, never the string "invalid IP".
 func TestLoadBalancerSetIngressIP(t *testing.T) {
 	lb := fake.NewLoadBalancer(netip.Addr{})
@@ -106,13 +106,13 @@ func TestLoadBalancerSetIngressIP(t *testing.T) {
 		{"", fake.DefaultExternalIP.String()},
 	} {
 		if tc.set != "" {
-			lb.SetIngressIP(netip.MustParseAddr(tc.set))
+			lb.SetExternalIP(netip.MustParseAddr(tc.set))
 		} else {
-			lb.SetIngressIP(netip.Addr{})
+			lb.SetExternalIP(netip.Addr{})
 		}
 		st, err := lb.EnsureLoadBalancer(t.Context(), "c1", web, nil)
 		if err != nil || len(st.Ingress) != 1 || st.Ingress[0].IP != tc.want {
-			t.Errorf("after SetIngressIP(%q): EnsureLoadBalancer = %v, %v; want ingress %s", tc.set, st, err, tc.want)
+			t.Errorf("after SetExternalIP(%q): EnsureLoadBalancer = %v, %v; want ingress %s", tc.set, st, err, tc.want)
 		}
 	}
 }

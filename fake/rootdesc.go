@@ -9,7 +9,7 @@ import "strings"
 // with the connection service renamed, the shape PPPoE routers use. The
 // description has no URLBase, so clients resolve its URLs against the URL
 // they fetched it from.
-func rootDescription(service ServiceType) []byte {
+func rootDescription(service UPnPService) []byte {
 	v := "1"
 	if service == WANIPConnection2 {
 		v = "2"

@@ -84,9 +84,9 @@ type Router struct {
 	mu         sync.Mutex
 	externalIP netip.Addr
 	table      map[igd.Key]*entry
-	seq        uint64    // insertion counter; higher is newer
-	booted     time.Time // when the router last (re)started, on its clock
-	hooks      []Hooks   // newest first
+	seq        uint64        // insertion counter; higher is newer
+	booted     time.Time     // when the router last (re)started, on its clock
+	hooks      []RouterHooks // newest first
 	calls      []Call
 	crashed    bool // see RouterConfig.CrashOnLongList
 }
@@ -184,7 +184,7 @@ func (r *Router) Put(m igd.Mapping) {
 // (RouterConfig.CrashOnLongList) answers again, and the uptime
 // (GetStatusInfo through a Server) starts again from 0. The router answers
 // again at once; hooks (Intercept) simulate the outage of a real reboot.
-// Hooks, the call log and the external address are kept.
+// RouterHooks, the call log and the external address are kept.
 func (r *Router) Reboot() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,8 +213,8 @@ func (r *Router) SetExternalIP(a netip.Addr) {
 	r.externalIP = a
 }
 
-// ExternalIPAddr returns the address the router reports on its WAN side.
-func (r *Router) ExternalIPAddr() netip.Addr {
+// ExternalIP returns the address the router reports on its WAN side.
+func (r *Router) ExternalIP() netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.externalIP

@@ -45,7 +45,7 @@ func suiteRouter(r *fake.Router, clk *clocktesting.FakeClock, a, b igd.Client) i
 	return igdconformance.Router{
 		A: a, B: b,
 		AddrA: hostA, AddrB: hostB,
-		ExternalIP: r.ExternalIPAddr(),
+		ExternalIP: r.ExternalIP(),
 		Reboot:     func(testing.TB) { r.Reboot() },
 		Step:       clk.Step,
 	}
@@ -80,7 +80,7 @@ func (h staticHost) LocalAddr(context.Context, netip.Addr) (netip.Addr, error) {
 
 // serverClient returns the real client acting as host, talking to r through
 // a fake Server that sees every request as coming from host.
-func serverClient(t *testing.T, r *fake.Router, svc fake.ServiceType, host netip.Addr) igd.Client {
+func serverClient(t *testing.T, r *fake.Router, svc fake.UPnPService, host netip.Addr) igd.Client {
 	t.Helper()
 	srv := newServer(t, r, fake.ServerOptions{Service: svc, ClientAddr: fixed(host)})
 	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL, Host: staticHost{host}})
@@ -94,7 +94,7 @@ func serverClient(t *testing.T, r *fake.Router, svc fake.ServiceType, host netip
 // goupnp-based client talking SOAP over HTTP to the fake Server (backend 2),
 // for each connection service the Server offers.
 func TestRouterConformanceServer(t *testing.T) {
-	for _, svc := range []fake.ServiceType{fake.WANIPConnection2, fake.WANIPConnection1, fake.WANPPPConnection1} {
+	for _, svc := range []fake.UPnPService{fake.WANIPConnection2, fake.WANIPConnection1, fake.WANPPPConnection1} {
 		t.Run(string(svc[strings.LastIndex(string(svc), ":service:")+len(":service:"):]), func(t *testing.T) {
 			igdconformance.Run(t, igdconformance.Backend{
 				Start: func(t *testing.T, cfg igdconformance.Config) igdconformance.Router {

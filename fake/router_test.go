@@ -22,7 +22,7 @@ func TestNthFailsOnlyTheNthCall(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	boom := errors.New("boom")
 	third := fake.Nth(3)
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if third() {
 			return igd.Mapping{}, boom
 		}
@@ -49,14 +49,14 @@ func TestNthFailsOnlyTheNthCall(t *testing.T) {
 func TestHooksRunNewestFirstAndCanPassOn(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	var order []string
-	logAs := func(name string) fake.Hooks {
-		return fake.Hooks{GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
+	logAs := func(name string) fake.RouterHooks {
+		return fake.RouterHooks{GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 			order = append(order, name)
 			return next(ctx, k)
 		}}
 	}
 	r.Intercept(logAs("first added"))
-	r.Intercept(fake.Hooks{}) // no fields: passes everything through
+	r.Intercept(fake.RouterHooks{}) // no fields: passes everything through
 	r.Intercept(logAs("last added"))
 	_, err := r.Client(hostA).GetPortMapping(t.Context(), igd.TCP, 40000)
 	if !errors.Is(err, igd.ErrNoSuchEntry) {
@@ -67,8 +67,8 @@ func TestHooksRunNewestFirstAndCanPassOn(t *testing.T) {
 
 // answeringHooks answer GetPortMapping, ExternalIP and the listing with
 // want and ip, instead of the table.
-func answeringHooks(want igd.Mapping, ip netip.Addr) fake.Hooks {
-	return fake.Hooks{
+func answeringHooks(want igd.Mapping, ip netip.Addr) fake.RouterHooks {
+	return fake.RouterHooks{
 		GetPortMapping: func(context.Context, netip.Addr, igd.Key, fake.GetFunc) (igd.Mapping, error) {
 			return want, nil
 		},
@@ -122,7 +122,7 @@ func TestAddHookMayRewriteTheMapping(t *testing.T) {
 	for _, path := range []string{"client", "server"} {
 		t.Run(path, func(t *testing.T) {
 			r, _ := newRouter(igdconformanceConfig(false))
-			r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 				m.Description = "rewritten"
 				return next(ctx, m)
 			}})
@@ -142,7 +142,7 @@ func TestAddHookMayRewriteTheMapping(t *testing.T) {
 
 func TestSleepHonoursContext(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if err := fake.Sleep(ctx, time.Hour); err != nil {
 			return igd.Mapping{}, err
 		}
@@ -162,7 +162,7 @@ func TestSleepHonoursContext(t *testing.T) {
 func TestHoldKeepsCallUntilReleased(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	release := make(chan struct{})
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if err := fake.Hold(ctx, release); err != nil {
 			return igd.Mapping{}, err
 		}
@@ -193,7 +193,7 @@ func TestHoldKeepsCallUntilReleased(t *testing.T) {
 func TestCancelledContextReachesNothing(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	hookRan := false
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		hookRan = true
 		return next(ctx, m)
 	}})
@@ -214,7 +214,7 @@ func TestCancelledContextReachesNothing(t *testing.T) {
 func TestRebootKeepsHooksAndLog(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	c := r.Client(hostA)
-	r.Intercept(fake.Hooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+	r.Intercept(fake.RouterHooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
 		return igd.ErrNotAuthorized
 	}})
 	if _, err := c.AddPortMapping(t.Context(), tcp(40000, hostA)); err != nil {
@@ -239,7 +239,7 @@ func TestRebootKeepsHooksAndLog(t *testing.T) {
 func TestHookSeesOnlyItsOperation(t *testing.T) {
 	r, _ := newRouter(igdconformanceConfig(false))
 	second := fake.Nth(2)
-	r.Intercept(fake.Hooks{GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 		if second() {
 			return igd.Mapping{}, igd.ErrNoGateway
 		}
@@ -266,7 +266,7 @@ func TestHookSeesOnlyItsOperation(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	r, clk := newRouter(igdconformanceConfig(false))
 	fifth := fake.Nth(5)
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if fifth() {
 			return igd.Mapping{}, igd.ErrConflict
 		}
@@ -325,13 +325,13 @@ func bothPaths(t *testing.T, cfg fake.RouterConfig, f func(t *testing.T, r *fake
 func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		hooks fake.Hooks
+		hooks fake.RouterHooks
 		call  func(context.Context, igd.Client) error
 		want  error
 	}{
 		{
 			name: "add conflict",
-			hooks: fake.Hooks{AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
+			hooks: fake.RouterHooks{AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
 				return igd.Mapping{}, igd.ErrConflict
 			}},
 			call: func(ctx context.Context, c igd.Client) error {
@@ -342,7 +342,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name: "delete not authorized",
-			hooks: fake.Hooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+			hooks: fake.RouterHooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
 				return igd.ErrNotAuthorized
 			}},
 			call: func(ctx context.Context, c igd.Client) error { return c.DeletePortMapping(ctx, igd.TCP, 40000) },
@@ -350,7 +350,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name: "list not supported",
-			hooks: fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+			hooks: fake.RouterHooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
 				return nil, igd.ErrNotSupported
 			}},
 			call: func(ctx context.Context, c igd.Client) error {
@@ -402,7 +402,7 @@ func refuseList(code int) fake.Hooks {
 func TestPermanentLeaseRetryIsASecondCall(t *testing.T) {
 	bothPaths(t, fake.RouterConfig{OnlyPermanentLeases: true}, func(t *testing.T, r *fake.Router, c igd.Client) {
 		var leases []time.Duration
-		r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			leases = append(leases, m.Lease)
 			return next(ctx, m)
 		}})
@@ -420,7 +420,7 @@ func TestPermanentLeaseRetryIsASecondCall(t *testing.T) {
 // way to the table, as the real client does.
 func TestAddReturnsTheMappingAsGiven(t *testing.T) {
 	bothPaths(t, fake.RouterConfig{}, func(t *testing.T, r *fake.Router, c igd.Client) {
-		r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			m.InternalPort, m.Lease = 9999, 5*time.Minute
 			return next(ctx, m)
 		}})
@@ -439,7 +439,7 @@ func TestAddReturnsTheMappingAsGiven(t *testing.T) {
 func TestInvalidListReachesNoHook(t *testing.T) {
 	r := fake.NewRouter(fake.RouterConfig{})
 	ran := false
-	r.Intercept(fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
 		ran = true
 		return nil, nil
 	}})

@@ -16,21 +16,26 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// ServiceType is the connection service a Server's root description offers.
-type ServiceType string
+// UPnPService is the connection service (a UPnP service type URN) a
+// Server's root description offers.
+type UPnPService string
+
+// ServiceType is the old name of UPnPService (it read like v1.ServiceType),
+// kept while callers move; use UPnPService.
+type ServiceType = UPnPService
 
 // The connection services a Server can offer.
 const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
 	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
 	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
-	WANIPConnection2 ServiceType = igd.ServiceWANIPConnection2
+	WANIPConnection2 UPnPService = igd.ServiceWANIPConnection2
 	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
 	// as miniupnpd describes itself with force_igd_desc_v1=yes.
-	WANIPConnection1 ServiceType = igd.ServiceWANIPConnection1
+	WANIPConnection1 UPnPService = igd.ServiceWANIPConnection1
 	// WANPPPConnection1 is an InternetGatewayDevice:1 with
 	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
-	WANPPPConnection1 ServiceType = igd.ServiceWANPPPConnection1
+	WANPPPConnection1 UPnPService = igd.ServiceWANPPPConnection1
 )
 
 // ServerOptions configures a Server. The zero value is miniupnpd's default
@@ -38,7 +43,7 @@ const (
 type ServerOptions struct {
 	// Service is the connection service offered. Zero means
 	// WANIPConnection2.
-	Service ServiceType
+	Service UPnPService
 
 	// ClientAddr returns the LAN address of the host that made a request:
 	// the caller the router sees, which owns mappings in secure mode. Nil
@@ -62,7 +67,7 @@ const DefaultServerHeader = "ccmkit-fake UPnP/1.1 MiniUPnPd/2.3.1"
 // description and the SOAP control endpoint of one connection service,
 // backed by a Router. Responses, faults included, are byte for byte what
 // miniupnpd 2.3.1 sends (see testdata/miniupnpd). Calls go through the
-// Router's hooks (the operation's field of Hooks, and SOAPAction for every
+// Router's hooks (the operation's field of RouterHooks, and SOAPAction for every
 // action) and are logged under the Method of their operation, with the SOAP
 // action in Call.Action.
 type Server struct {
@@ -82,17 +87,16 @@ const (
 )
 
 // NewServer starts a Server for r. Close it when done (t.Cleanup(s.Close)).
-// It panics if opts.Service is not one of the ServiceType constants.
+// It panics if opts.Service is not one of the UPnPService constants.
 func NewServer(r *Router, opts ServerOptions) *Server {
 	h := newHandler(r, opts)
 	srv := httptest.NewServer(h)
 	return &Server{RootDescURL: srv.URL + rootDescPath, srv: srv, handler: h}
 }
 
-// NewHandler returns the http.Handler a Server runs, to mount on a server of
-// the caller's own. It panics if opts.Service is not one of the ServiceType
-// constants.
-func NewHandler(r *Router, opts ServerOptions) http.Handler { return newHandler(r, opts) }
+// ServeHTTP serves req as the Server does, so a Server can also be mounted
+// on a server of the caller's own.
+func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) { s.handler.ServeHTTP(w, req) }
 
 // URL returns the base URL of the server, "http://127.0.0.1:PORT".
 func (s *Server) URL() string { return s.srv.URL }
@@ -110,7 +114,7 @@ func (s *Server) Close() {
 // handler serves one Router over HTTP.
 type handler struct {
 	router      *Router
-	service     ServiceType
+	service     UPnPService
 	controlPath string
 	rootDesc    []byte
 	clientAddr  func(*http.Request) netip.Addr
@@ -308,7 +312,7 @@ func constant(nameValues ...string) func(*request) (operation, error) {
 
 func (rq *request) getExternalIPAddress() (operation, error) {
 	next := externalIPChain(rq.layers, rq.caller, func(ctx context.Context) (netip.Addr, error) {
-		return rq.h.router.ExternalIPAddr(), ctx.Err()
+		return rq.h.router.ExternalIP(), ctx.Err()
 	})
 	return func(ctx context.Context) (_ []soapArg, err error) {
 		rq.call.Addr, err = next(ctx)

@@ -25,7 +25,7 @@ type fault struct {
 
 // soapCall posts one SOAP action to srv and returns the HTTP status and
 // body.
-func soapCall(t *testing.T, srv *fake.Server, svc fake.ServiceType, action, args string) (int, string) {
+func soapCall(t *testing.T, srv *fake.Server, svc fake.UPnPService, action, args string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.ControlURL(), strings.NewReader(soapBody(string(svc), action, args)))
 	if err != nil {
@@ -313,7 +313,7 @@ func TestServerHooks(t *testing.T) {
 
 	// A UPnPError from a hook becomes a fault with its code, seen by the real client.
 	first := fake.Nth(1)
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if first() {
 			return igd.Mapping{}, &igd.UPnPError{Code: igd.CodeNoPortMapsAvailable}
 		}
@@ -324,7 +324,7 @@ func TestServerHooks(t *testing.T) {
 		t.Errorf("hooked AddPortMapping through the server: %v, want ErrNoPortMapsAvailable", err)
 	}
 	// Any other error is 501.
-	r.Intercept(fake.Hooks{SOAPAction: func(ctx context.Context, _ netip.Addr, action string, next fake.ActionFunc) error {
+	r.Intercept(fake.RouterHooks{SOAPAction: func(ctx context.Context, _ netip.Addr, action string, next fake.ActionFunc) error {
 		if action == "GetStatusInfo" {
 			return errors.New("internal")
 		}
@@ -334,7 +334,7 @@ func TestServerHooks(t *testing.T) {
 		t.Errorf("plain error from a hook: want 501\n%s", body)
 	}
 	// A delay ends with the request.
-	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+	r.Intercept(fake.RouterHooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
 		if err := fake.Sleep(ctx, time.Hour); err != nil {
 			return netip.Addr{}, err
 		}
@@ -388,7 +388,7 @@ func TestServerCloseEndsHeldRequests(t *testing.T) {
 	srv := fake.NewServer(r, fake.ServerOptions{})
 	never := make(chan struct{})
 	entered := make(chan struct{})
-	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+	r.Intercept(fake.RouterHooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
 		close(entered)
 		if err := fake.Hold(ctx, never); err != nil {
 			return netip.Addr{}, err
@@ -426,7 +426,7 @@ func TestGivenUpRequestReachesNoHook(t *testing.T) {
 	srv := fake.NewServer(r, fake.ServerOptions{})
 	defer srv.Close()
 	ran := false
-	r.Intercept(fake.Hooks{SOAPAction: func(ctx context.Context, _ netip.Addr, _ string, next fake.ActionFunc) error {
+	r.Intercept(fake.RouterHooks{SOAPAction: func(ctx context.Context, _ netip.Addr, _ string, next fake.ActionFunc) error {
 		ran = true
 		return next(ctx)
 	}})
@@ -434,7 +434,7 @@ func TestGivenUpRequestReachesNoHook(t *testing.T) {
 	cancel()
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, srv.ControlURL(), strings.NewReader(soapBody(string(fake.WANIPConnection2), "GetStatusInfo", "")))
 	req.Header.Set("SOAPAction", `"`+string(fake.WANIPConnection2)+`#GetStatusInfo"`)
-	fake.NewHandler(r, fake.ServerOptions{}).ServeHTTP(httptest.NewRecorder(), req)
+	srv.ServeHTTP(httptest.NewRecorder(), req)
 	if ran {
 		t.Error("a SOAPAction hook ran for a request whose context had ended")
 	}

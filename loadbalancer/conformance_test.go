@@ -2,6 +2,7 @@ package loadbalancer_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -23,7 +24,10 @@ import (
 
 // routerBackend sees a Service's load balancer as the router's mappings of
 // its ports (the suite's Services use distinct ports).
-type routerBackend struct{ r *fake.Router }
+type routerBackend struct {
+	r     *fake.Router
+	nodes []*v1.Node
+}
 
 func (b routerBackend) Exists(_ context.Context, svc *v1.Service) (bool, error) {
 	for _, m := range b.r.Mappings() {
@@ -34,6 +38,42 @@ func (b routerBackend) Exists(_ context.Context, svc *v1.Service) (bool, error) 
 		}
 	}
 	return false, nil
+}
+
+// Forwards reads the mappings of svc's ports (by external port) as
+// forwards to the node whose InternalIP is the mapping's internal client.
+func (b routerBackend) Forwards(_ context.Context, svc *v1.Service) ([]conformance.Forward, error) {
+	byIP := map[netip.Addr]string{}
+	for _, n := range b.nodes {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == v1.NodeInternalIP {
+				byIP[ip] = n.Name
+			}
+		}
+	}
+	var out []conformance.Forward
+	for _, m := range b.r.Mappings() {
+		for _, p := range svc.Spec.Ports {
+			if int32(m.ExternalPort) != p.Port || string(m.Protocol) != string(p.Protocol) {
+				continue
+			}
+			node, ok := byIP[m.InternalClient]
+			if !ok {
+				node = m.InternalClient.String() // no node's: shows as removed
+			}
+			out = append(out, conformance.Forward{Protocol: p.Protocol, Port: p.Port, NodePort: int32(m.InternalPort), Nodes: []string{node}})
+		}
+	}
+	return out, nil
+}
+
+// Leftovers is every mapping on the router.
+func (b routerBackend) Leftovers(context.Context) ([]string, error) {
+	var out []string
+	for _, m := range b.r.Mappings() {
+		out = append(out, fmt.Sprintf("%s %d -> %s:%d %q", m.Protocol, m.ExternalPort, m.InternalClient, m.InternalPort, m.Description))
+	}
+	return out, nil
 }
 
 // ccmkitSetup is ccmkit's load balancer over a fake router, serving only
@@ -95,10 +135,13 @@ func ccmkitSetup(t testing.TB, lazyRun bool) (conformance.LoadBalancerSetup, *fa
 	} else {
 		start()
 	}
+	backend := routerBackend{router, nodes}
 	return conformance.LoadBalancerSetup{
 		ProvokeRetry: provoke,
 		LoadBalancer: lb,
-		Backend:      routerBackend{router},
+		Backend:      backend,
+		Forwards:     backend.Forwards,
+		Leftovers:    backend.Leftovers,
 		Nodes:        nodes,
 		Service: func(namespace, name string, i int) *v1.Service {
 			s := conformance.DefaultService(namespace, name, i)

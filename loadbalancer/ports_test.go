@@ -69,7 +69,7 @@ func TestOnePortNotForwardedOthersAre(t *testing.T) {
 			if diff := cmp.Diff(want, portErrors(st)); diff != "" {
 				t.Errorf("Ensure's port errors (-want +got):\n%s", diff)
 			}
-			if len(st.Ingress) != 1 || st.Ingress[0].IP != e.router.ExternalIPAddr().String() {
+			if len(st.Ingress) != 1 || st.Ingress[0].IP != e.router.ExternalIP().String() {
 				t.Errorf("Ensure's ingress = %v, want the router's address", st.Ingress)
 			}
 			got, exists, err := e.lb.GetLoadBalancer(context.Background(), testCluster, svc)

@@ -14,7 +14,7 @@ import (
 // authors (fake/conformance) against this package's InstancesV2.
 func TestInstancesV2Conformance(t *testing.T) {
 	conformance.RunInstancesV2(t, func(t testing.TB) conformance.InstancesV2Setup {
-		inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+		inst, err := provider.NewInstancesV2("kit", provider.InstancesV2Config{Zone: "lab"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ import (
 // another cloud provider: the node is not one this provider may describe.
 var ErrForeignProviderID = errors.New("node's spec.providerID belongs to another cloud provider")
 
-// InstancesConfig configures NewInstancesV2. The zero value is valid: every
+// InstancesV2Config configures NewInstancesV2. The zero value is valid: every
 // node gets its ProviderID and keeps its own addresses and labels.
 //
 // A node's zone, region and instance type are, in order of preference: its
@@ -32,7 +32,7 @@ var ErrForeignProviderID = errors.New("node's spec.providerID belongs to another
 // node.kubernetes.io/instance-type or beta.kubernetes.io/instance-type),
 // which kubelet may set with --node-labels; the defaults below. Empty
 // everywhere means none, and no label is written.
-type InstancesConfig struct {
+type InstancesV2Config struct {
 	// Zone is the zone of nodes that have no zone of their own; "" = none.
 	Zone string
 	// Region is the region of nodes that have no region of their own;
@@ -54,17 +54,17 @@ type InstancesConfig struct {
 	AdoptSchemes []string
 }
 
-// NodeInstance is what InstancesConfig says about one node.
+// NodeInstance is what InstancesV2Config says about one node.
 type NodeInstance struct {
 	// Addresses replace the addresses the node reports itself; nil = use the
 	// node's own status addresses and the IPs kubelet was given with
 	// --node-ip.
 	Addresses []v1.NodeAddress
-	// Zone of the node; "" = see InstancesConfig.
+	// Zone of the node; "" = see InstancesV2Config.
 	Zone string
-	// Region of the node; "" = see InstancesConfig.
+	// Region of the node; "" = see InstancesV2Config.
 	Region string
-	// InstanceType of the node; "" = see InstancesConfig.
+	// InstanceType of the node; "" = see InstancesV2Config.
 	InstanceType string
 }
 
@@ -78,7 +78,7 @@ type NodeInstance struct {
 // provider's scheme ("NAME://"):
 //   - InstanceMetadata: ProviderID is the node's own spec.providerID when set,
 //     else NAME://<node-name>; addresses, zone, region and instance type as
-//     InstancesConfig describes.
+//     InstancesV2Config describes.
 //   - InstanceExists is always true. There is no inventory to consult, and a
 //     Node object the API server still serves stands for a machine nobody
 //     has removed; reporting it gone would make the cloud node lifecycle
@@ -88,7 +88,7 @@ type NodeInstance struct {
 //     machine that is off shows up as NotReady through kubelet.
 //
 // A node whose spec.providerID is SCHEME://<node-name> for a scheme of
-// InstancesConfig.AdoptSchemes follows the same rules and keeps its
+// InstancesV2Config.AdoptSchemes follows the same rules and keeps its
 // ProviderID.
 //
 // A node whose spec.providerID has another scheme belongs to another cloud
@@ -97,7 +97,7 @@ type NodeInstance struct {
 // neither initialized nor reported gone (and so never deleted).
 type InstancesV2 struct {
 	providerName string
-	cfg          InstancesConfig
+	cfg          InstancesV2Config
 }
 
 var _ cloudprovider.InstancesV2 = (*InstancesV2)(nil)
@@ -106,7 +106,7 @@ var _ cloudprovider.InstancesV2 = (*InstancesV2)(nil)
 // which must follow registry.ValidateName since it becomes the scheme of
 // every ProviderID. cfg is copied. Invalid configuration gives an error
 // naming the field.
-func NewInstancesV2(providerName string, cfg InstancesConfig) (*InstancesV2, error) {
+func NewInstancesV2(providerName string, cfg InstancesV2Config) (*InstancesV2, error) {
 	if err := registry.ValidateName(providerName); err != nil {
 		return nil, fmt.Errorf("new instances: %w", err)
 	}
@@ -123,10 +123,10 @@ func NewInstancesV2(providerName string, cfg InstancesConfig) (*InstancesV2, err
 	return &InstancesV2{providerName: providerName, cfg: cp}, nil
 }
 
-func (c InstancesConfig) validate(providerName string) error {
+func (c InstancesV2Config) validate(providerName string) error {
 	var errs []error
 	for i, scheme := range c.AdoptSchemes {
-		field := fmt.Sprintf("InstancesConfig.AdoptSchemes[%d]", i)
+		field := fmt.Sprintf("InstancesV2Config.AdoptSchemes[%d]", i)
 		if err := registry.ValidateName(scheme); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 		} else if scheme == providerName {
@@ -138,7 +138,7 @@ func (c InstancesConfig) validate(providerName string) error {
 			return
 		}
 		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("InstancesConfig.%s %q is not a valid label value: %s", field, v, strings.Join(msgs, "; ")))
+			errs = append(errs, fmt.Errorf("InstancesV2Config.%s %q is not a valid label value: %s", field, v, strings.Join(msgs, "; ")))
 		}
 	}
 	label("Zone", c.Zone)
@@ -148,13 +148,13 @@ func (c InstancesConfig) validate(providerName string) error {
 		n := c.Nodes[name]
 		base := fmt.Sprintf("Nodes[%q]", name)
 		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("InstancesConfig.%s: %q is not a node name: %s", base, name, strings.Join(msgs, "; ")))
+			errs = append(errs, fmt.Errorf("InstancesV2Config.%s: %q is not a node name: %s", base, name, strings.Join(msgs, "; ")))
 		}
 		label(base+".Zone", n.Zone)
 		label(base+".Region", n.Region)
 		label(base+".InstanceType", n.InstanceType)
 		for i, a := range n.Addresses {
-			field := fmt.Sprintf("InstancesConfig.%s.Addresses[%d]", base, i)
+			field := fmt.Sprintf("InstancesV2Config.%s.Addresses[%d]", base, i)
 			switch a.Type {
 			case v1.NodeInternalIP, v1.NodeExternalIP:
 				if _, err := netip.ParseAddr(a.Address); err != nil {
@@ -216,7 +216,7 @@ func (i *InstancesV2) InstanceShutdown(_ context.Context, node *v1.Node) (bool, 
 }
 
 // InstanceMetadata returns the node's ProviderID, addresses, zone, region
-// and instance type; see InstancesV2 and InstancesConfig for the rules. A
+// and instance type; see InstancesV2 and InstancesV2Config for the rules. A
 // malformed alpha.kubernetes.io/provided-node-ip annotation is an error
 // naming the node, since the cloud node controller would refuse it too.
 func (i *InstancesV2) InstanceMetadata(_ context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {

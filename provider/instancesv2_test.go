@@ -39,7 +39,7 @@ func internalIP(ip string) v1.NodeAddress {
 }
 func hostname(h string) v1.NodeAddress { return v1.NodeAddress{Type: v1.NodeHostName, Address: h} }
 
-func newTestInstances(t *testing.T, cfg InstancesConfig) *InstancesV2 {
+func newTestInstances(t *testing.T, cfg InstancesV2Config) *InstancesV2 {
 	t.Helper()
 	i, err := NewInstancesV2("edge", cfg)
 	if err != nil {
@@ -49,7 +49,7 @@ func newTestInstances(t *testing.T, cfg InstancesConfig) *InstancesV2 {
 }
 
 func TestInstanceMetadata(t *testing.T) {
-	cfg := InstancesConfig{
+	cfg := InstancesV2Config{
 		Zone: "default-zone", Region: "default-region", InstanceType: "default-type",
 		Nodes: map[string]NodeInstance{
 			"configured": {
@@ -166,7 +166,7 @@ func TestInstanceMetadata(t *testing.T) {
 }
 
 func TestInstanceMetadataNoConfig(t *testing.T) {
-	inst := newTestInstances(t, InstancesConfig{})
+	inst := newTestInstances(t, InstancesV2Config{})
 	got, err := inst.InstanceMetadata(context.Background(), testNode("n1", "", nil, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestInstanceMetadataNoConfig(t *testing.T) {
 }
 
 func TestInstanceMetadataBadNodeIPAnnotation(t *testing.T) {
-	inst := newTestInstances(t, InstancesConfig{})
+	inst := newTestInstances(t, InstancesV2Config{})
 	node := testNode("n1", "", nil, map[string]string{cloudproviderapi.AnnotationAlphaProvidedIPAddr: "not-an-ip"})
 	_, err := inst.InstanceMetadata(context.Background(), node)
 	if err == nil || !strings.Contains(err.Error(), `"n1"`) || !strings.Contains(err.Error(), cloudproviderapi.AnnotationAlphaProvidedIPAddr) {
@@ -215,7 +215,7 @@ func TestInstanceExistsAndShutdown(t *testing.T) {
 		{name: "adopted scheme, no separator", node: testNode("n1", "k3s:n1", nil, nil), wantErr: ErrForeignProviderID},
 		{name: "scheme not adopted", node: testNode("n1", "rke2://n1", nil, nil), wantErr: ErrForeignProviderID},
 	}
-	inst := newTestInstances(t, InstancesConfig{AdoptSchemes: []string{"k3s"}})
+	inst := newTestInstances(t, InstancesV2Config{AdoptSchemes: []string{"k3s"}})
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -252,7 +252,7 @@ func TestInstanceExistsAndShutdown(t *testing.T) {
 // TestInstanceMetadataAdoptedScheme: a k3s node keeps its ProviderID and gets
 // its metadata from the configuration and its labels like any other node.
 func TestInstanceMetadataAdoptedScheme(t *testing.T) {
-	inst := newTestInstances(t, InstancesConfig{
+	inst := newTestInstances(t, InstancesV2Config{
 		Region:       "home",
 		AdoptSchemes: []string{"k3s"},
 		Nodes:        map[string]NodeInstance{"pi": {Zone: "shelf"}},
@@ -275,7 +275,7 @@ func TestInstanceMetadataAdoptedScheme(t *testing.T) {
 }
 
 func TestInstancesNilNode(t *testing.T) {
-	inst := newTestInstances(t, InstancesConfig{})
+	inst := newTestInstances(t, InstancesV2Config{})
 	ctx := context.Background()
 	if _, err := inst.InstanceExists(ctx, nil); err == nil {
 		t.Error("InstanceExists(nil) succeeded")
@@ -292,19 +292,19 @@ func TestNewInstancesV2Invalid(t *testing.T) {
 	tests := []struct {
 		name     string
 		provider string
-		cfg      InstancesConfig
+		cfg      InstancesV2Config
 		contains string
 		is       error
 	}{
 		{name: "empty provider name", provider: "", is: registry.ErrInvalidName},
 		{name: "provider name with scheme characters", provider: "Edge:", is: registry.ErrInvalidName},
-		{name: "zone", provider: "edge", cfg: InstancesConfig{Zone: "a zone"}, contains: "InstancesConfig.Zone"},
-		{name: "node name", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"N_1": {}}}, contains: `InstancesConfig.Nodes["N_1"]`},
-		{name: "node instance type", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {InstanceType: "x/y"}}}, contains: `Nodes["n1"].InstanceType`},
-		{name: "address type", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{{Type: "IP", Address: "10.0.0.1"}}}}}, contains: `Nodes["n1"].Addresses[0].Type`},
-		{name: "adopted scheme", provider: "edge", cfg: InstancesConfig{AdoptSchemes: []string{"k3s://"}}, contains: "InstancesConfig.AdoptSchemes[0]", is: registry.ErrInvalidName},
-		{name: "adopted scheme is the provider's", provider: "edge", cfg: InstancesConfig{AdoptSchemes: []string{"k3s", "edge"}}, contains: "InstancesConfig.AdoptSchemes[1]"},
-		{name: "address IP", provider: "edge", cfg: InstancesConfig{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{internalIP("10.0.0.300")}}}}, contains: `Nodes["n1"].Addresses[0].Address`},
+		{name: "zone", provider: "edge", cfg: InstancesV2Config{Zone: "a zone"}, contains: "InstancesV2Config.Zone"},
+		{name: "node name", provider: "edge", cfg: InstancesV2Config{Nodes: map[string]NodeInstance{"N_1": {}}}, contains: `InstancesV2Config.Nodes["N_1"]`},
+		{name: "node instance type", provider: "edge", cfg: InstancesV2Config{Nodes: map[string]NodeInstance{"n1": {InstanceType: "x/y"}}}, contains: `Nodes["n1"].InstanceType`},
+		{name: "address type", provider: "edge", cfg: InstancesV2Config{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{{Type: "IP", Address: "10.0.0.1"}}}}}, contains: `Nodes["n1"].Addresses[0].Type`},
+		{name: "adopted scheme", provider: "edge", cfg: InstancesV2Config{AdoptSchemes: []string{"k3s://"}}, contains: "InstancesV2Config.AdoptSchemes[0]", is: registry.ErrInvalidName},
+		{name: "adopted scheme is the provider's", provider: "edge", cfg: InstancesV2Config{AdoptSchemes: []string{"k3s", "edge"}}, contains: "InstancesV2Config.AdoptSchemes[1]"},
+		{name: "address IP", provider: "edge", cfg: InstancesV2Config{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{internalIP("10.0.0.300")}}}}, contains: `Nodes["n1"].Addresses[0].Address`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,7 +323,7 @@ func TestNewInstancesV2Invalid(t *testing.T) {
 }
 
 func TestNewInstancesV2CopiesConfig(t *testing.T) {
-	cfg := InstancesConfig{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{internalIP("10.0.0.1")}}}}
+	cfg := InstancesV2Config{Nodes: map[string]NodeInstance{"n1": {Addresses: []v1.NodeAddress{internalIP("10.0.0.1")}}}}
 	inst := newTestInstances(t, cfg)
 	cfg.Nodes["n1"].Addresses[0].Address = "10.9.9.9"
 	cfg.Nodes["n2"] = NodeInstance{Zone: "z"}
@@ -361,7 +361,7 @@ func TestCloudNodeControllerInitializesNodes(t *testing.T) {
 		// A k3s node, whose ProviderID k3s's embedded controller set.
 		tainted(testNode("k3s-1", "k3s://k3s-1", nil, nil, internalIP("192.168.1.30"), hostname("k3s-1"))),
 	}
-	inst := newTestInstances(t, InstancesConfig{
+	inst := newTestInstances(t, InstancesV2Config{
 		Zone: "home", InstanceType: "sbc", AdoptSchemes: []string{"k3s"},
 		Nodes: map[string]NodeInstance{"nuc": {
 			Addresses: []v1.NodeAddress{internalIP("192.168.1.20"), {Type: v1.NodeExternalIP, Address: "203.0.113.20"}},
@@ -475,7 +475,7 @@ func TestCloudNodeLifecycleControllerKeepsNodes(t *testing.T) {
 	}
 	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], nodes[3], nodes[4])
 	factory := informers.NewSharedInformerFactory(client, 0)
-	asked := &askedInstances{InstancesV2: newTestInstances(t, InstancesConfig{AdoptSchemes: []string{"k3s"}}), calls: make(chan string, 16)}
+	asked := &askedInstances{InstancesV2: newTestInstances(t, InstancesV2Config{AdoptSchemes: []string{"k3s"}}), calls: make(chan string, 16)}
 	cloud, err := New("edge", Config{InstancesV2: asked})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -588,7 +588,7 @@ func sameAddresses(a, b []v1.NodeAddress) bool {
 // InstancesV2 for a cluster without a cloud API: the ProviderID comes from
 // the node's name, the zone from configuration.
 func ExampleNewInstancesV2() {
-	instances, err := NewInstancesV2("homelab", InstancesConfig{Zone: "attic"})
+	instances, err := NewInstancesV2("homelab", InstancesV2Config{Zone: "attic"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,7 +9,8 @@ import (
 // defaultRegistry backs the package-level functions. It is never replaced.
 var defaultRegistry = New()
 
-// Default returns the registry used by the package-level functions, for
+// Default returns the registry the package-level functions use, for what
+// they do not cover (Unregister, IsRegistered, PublishToUpstream) and for
 // code that takes a *Registry. It always returns the same Registry.
 func Default() *Registry { return defaultRegistry }
 
@@ -25,13 +26,6 @@ func MustRegister(name string, factory cloudprovider.Factory) {
 	defaultRegistry.MustRegister(name, factory)
 }
 
-// Unregister removes name from the default registry and reports whether it
-// was registered; see Registry.Unregister.
-func Unregister(name string) bool { return defaultRegistry.Unregister(name) }
-
-// IsRegistered reports whether name is registered in the default registry.
-func IsRegistered(name string) bool { return defaultRegistry.IsRegistered(name) }
-
 // Names returns the names registered in the default registry, sorted.
 func Names() []string { return defaultRegistry.Names() }
 
@@ -45,10 +39,4 @@ func Build(name string, config io.Reader) (cloudprovider.Interface, error) {
 // with its configuration read from path; see Registry.BuildFromFile.
 func BuildFromFile(name, path string) (cloudprovider.Interface, error) {
 	return defaultRegistry.BuildFromFile(name, path)
-}
-
-// PublishToUpstream publishes names from the default registry into
-// k8s.io/cloud-provider's global registry; see Registry.PublishToUpstream.
-func PublishToUpstream(names ...string) error {
-	return defaultRegistry.PublishToUpstream(names...)
 }

@@ -17,9 +17,12 @@
 // ("NAME://…"), so it must be a lowercase letter followed by lowercase
 // letters, digits and '-'; see [ValidateName].
 //
-// The package-level functions ([Register], [MustRegister], [Build], …) act on
-// a default Registry created with [New]; [Default] returns it. Tests should
-// create their own Registry with New.
+// A provider registers one way: registry.MustRegister(name, factory) from an
+// init function (or [Registry.Register] on a Registry of your own), with a
+// factory from provider.Factory or a provider package's own Factory. The
+// package-level functions ([Register], [MustRegister], [Names], [Build],
+// [BuildFromFile]) act on a default Registry created with [New]; [Default]
+// returns it, for the rest. Tests should create their own Registry with New.
 //
 // Errors can be told apart with errors.Is: [ErrInvalidName], [ErrNilFactory],
 // [ErrDuplicate], [ErrUnknown] and [ErrNilProvider].

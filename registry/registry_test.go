@@ -414,7 +414,7 @@ func TestBuildFromFile(t *testing.T) {
 // names and removes them.
 func TestDefaultRegistry(t *testing.T) {
 	const name = "ccmkit-test-default"
-	t.Cleanup(func() { registry.Unregister(name) })
+	t.Cleanup(func() { registry.Default().Unregister(name) })
 
 	if err := registry.Register(name, stubFactory(name)); err != nil {
 		t.Fatal(err)
@@ -422,7 +422,7 @@ func TestDefaultRegistry(t *testing.T) {
 	if err := registry.Register(name, stubFactory(name)); !errors.Is(err, registry.ErrDuplicate) {
 		t.Errorf("second Register = %v, want ErrDuplicate", err)
 	}
-	if !registry.IsRegistered(name) || !registry.Default().IsRegistered(name) {
+	if !registry.Default().IsRegistered(name) {
 		t.Error("IsRegistered = false after Register")
 	}
 	if !slices.Contains(registry.Names(), name) {
@@ -445,7 +445,7 @@ func TestDefaultRegistry(t *testing.T) {
 		}()
 		registry.MustRegister(name, stubFactory(name))
 	}()
-	if !registry.Unregister(name) || registry.IsRegistered(name) {
+	if !registry.Default().Unregister(name) || registry.Default().IsRegistered(name) {
 		t.Error("Unregister did not remove the name")
 	}
 }

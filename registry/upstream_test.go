@@ -145,8 +145,8 @@ func TestPublishAllToUpstream(t *testing.T) {
 func TestPublishDefaultToUpstream(t *testing.T) {
 	name := uniqueName(t)
 	registry.MustRegister(name, stubFactory(name))
-	t.Cleanup(func() { registry.Unregister(name) })
-	if err := registry.PublishToUpstream(name); err != nil {
+	t.Cleanup(func() { registry.Default().Unregister(name) })
+	if err := registry.Default().PublishToUpstream(name); err != nil {
 		t.Fatal(err)
 	}
 	if !cloudprovider.IsCloudProvider(name) {

@@ -12,8 +12,6 @@ import (
 	"io"
 	"os"
 
-	cloudprovider "k8s.io/cloud-provider"
-
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
@@ -21,28 +19,22 @@ import (
 )
 
 func init() {
-	registry.MustRegister("homelab", func(config io.Reader) (cloudprovider.Interface, error) {
+	registry.MustRegister("homelab", provider.Factory("homelab", func(config io.Reader) (provider.Config, error) {
 		router, err := igd.NewClient(igd.Config{}) // no I/O here: discovery is lazy and retried
 		if err != nil {
-			return nil, err
+			return provider.Config{}, err
 		}
 		lb, err := loadbalancer.New(loadbalancer.Config{Client: router, NodeName: os.Getenv("NODE_NAME")})
 		if err != nil {
-			return nil, err
+			return provider.Config{}, err
 		}
-		nodes, err := provider.NewInstancesV2("homelab", provider.InstancesConfig{Zone: "attic"})
+		nodes, err := provider.NewInstancesV2("homelab", provider.InstancesV2Config{Zone: "attic"})
 		if err != nil {
-			return nil, err
+			return provider.Config{}, err
 		}
 		// My cloud = this LoadBalancer + these InstancesV2 + nothing else.
-		cloud, err := provider.New("homelab", provider.Config{LoadBalancer: lb, InstancesV2: nodes, ClusterID: true})
-		if err != nil {
-			// Not `return cloud, err`: a nil *provider.Cloud in a
-			// cloudprovider.Interface is not a nil Interface.
-			return nil, err
-		}
-		return cloud, nil
-	})
+		return provider.Config{LoadBalancer: lb, InstancesV2: nodes, ClusterID: true}, nil
+	}))
 }
 
 // README:end

@@ -105,7 +105,7 @@ func demo(ctx context.Context, opts options, out io.Writer) (err error) {
 	// The provider, built by name from a cloud-config, as edge-ccm does.
 	cloudConfig := fmt.Sprintf("gateway:\n  url: %s\nloadBalancer:\n  lease: 10m\n  secureMode: %t\n  nodeName: %s\n", routerURL, secureMode, nodeName)
 	reg := registry.New()
-	if err := edge.Register(reg); err != nil {
+	if err := reg.Register(edge.ProviderName, edge.Factory); err != nil {
 		return err
 	}
 	cloud, err := reg.Build(edge.ProviderName, strings.NewReader(cloudConfig))

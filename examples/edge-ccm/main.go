@@ -35,16 +35,9 @@ func main() {
 }
 
 func run() int {
-	// Register the edge provider in ccmkit's registry; add your own providers
-	// the same way. Publishing them to k8s.io/cloud-provider's global
-	// registry as well lets code that builds providers through upstream's
-	// InitCloudProvider (k8s.io/cloud-provider/app/testing, the upstream
-	// sample) find them.
-	if err := edge.Register(registry.Default()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := registry.PublishToUpstream(edge.ProviderName); err != nil {
+	// Register the edge provider in ccmkit's registry; add your own
+	// providers the same way.
+	if err := registry.Register(edge.ProviderName, edge.Factory); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

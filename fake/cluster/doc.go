@@ -18,7 +18,8 @@
 //   - Admission, defaulting and validation: objects are stored as given,
 //     except that one without a UID gets a new one, as the API server
 //     gives.
-//   - Parallel harnesses: the wait for the service controller's first node
-//     sync reads a process-wide metric, so harnesses in one process must
-//     not run at the same time (no t.Parallel across them).
+//
+// Harnesses share no state: tests may run them in parallel. The
+// controllers log to Config.Logger, which discards by default; a node the
+// cloud cannot initialize shows the cloud's last error in the wait's error.
 package cluster

@@ -21,7 +21,7 @@ func ExampleStart() {
 	defer cancel()
 
 	lb := fake.NewLoadBalancer(fake.DefaultExternalIP) // your cloudprovider.LoadBalancer
-	instances, _ := provider.NewInstancesV2("mycloud", provider.InstancesConfig{})
+	instances, _ := provider.NewInstancesV2("mycloud", provider.InstancesV2Config{})
 	cloud, _ := provider.New("mycloud", provider.Config{LoadBalancer: lb, InstancesV2: instances, ClusterID: true})
 
 	h, err := cluster.Start(ctx, cluster.Config{

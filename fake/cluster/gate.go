@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -54,12 +55,43 @@ func through[T any](g *gate, call func() (T, error)) (T, error) {
 	return call()
 }
 
+// nodeErrors keeps the last error the cloud's InstancesV2 returned for
+// each node, by node name: upstream's cloud node controller records no
+// event when it cannot initialize a node, so a wait that times out says
+// why from here.
+type nodeErrors struct {
+	mu   sync.Mutex
+	last map[string]error
+}
+
+// record keeps err (when not nil) as node's last error.
+func (e *nodeErrors) record(node *v1.Node, op string, err error) {
+	if err == nil || node == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last == nil {
+		e.last = map[string]error{}
+	}
+	e.last[node.Name] = fmt.Errorf("%s: %w", op, err)
+}
+
+// get returns node's last error, or nil.
+func (e *nodeErrors) get(name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last[name]
+}
+
 // gatedCloud is the cloud as the controllers see it: its LoadBalancer,
-// InstancesV2 and Routes calls go through the gate. The deprecated
-// Instances and Zones are passed as they are.
+// InstancesV2 and Routes calls go through the gate, and InstancesV2's
+// errors are kept in errs. The deprecated Instances and Zones are passed as
+// they are.
 type gatedCloud struct {
 	cloudprovider.Interface
-	g *gate
+	g    *gate
+	errs *nodeErrors
 }
 
 func (c gatedCloud) LoadBalancer() (cloudprovider.LoadBalancer, bool) {
@@ -75,7 +107,7 @@ func (c gatedCloud) InstancesV2() (cloudprovider.InstancesV2, bool) {
 	if !ok || i == nil {
 		return i, ok
 	}
-	return gatedInstancesV2{i, c.g}, true
+	return gatedInstancesV2{i, c.g, c.errs}, true
 }
 
 func (c gatedCloud) Routes() (cloudprovider.Routes, bool) {
@@ -127,20 +159,33 @@ func (l gatedLoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, cluste
 }
 
 type gatedInstancesV2 struct {
-	i cloudprovider.InstancesV2
-	g *gate
+	i    cloudprovider.InstancesV2
+	g    *gate
+	errs *nodeErrors
 }
 
 func (i gatedInstancesV2) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
-	return through(i.g, func() (bool, error) { return i.i.InstanceExists(ctx, node) })
+	return through(i.g, func() (bool, error) {
+		ok, err := i.i.InstanceExists(ctx, node)
+		i.errs.record(node, "InstanceExists", err)
+		return ok, err
+	})
 }
 
 func (i gatedInstancesV2) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
-	return through(i.g, func() (bool, error) { return i.i.InstanceShutdown(ctx, node) })
+	return through(i.g, func() (bool, error) {
+		ok, err := i.i.InstanceShutdown(ctx, node)
+		i.errs.record(node, "InstanceShutdown", err)
+		return ok, err
+	})
 }
 
 func (i gatedInstancesV2) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
-	return through(i.g, func() (*cloudprovider.InstanceMetadata, error) { return i.i.InstanceMetadata(ctx, node) })
+	return through(i.g, func() (*cloudprovider.InstanceMetadata, error) {
+		md, err := i.i.InstanceMetadata(ctx, node)
+		i.errs.record(node, "InstanceMetadata", err)
+		return md, err
+	})
 }
 
 type gatedRoutes struct {

@@ -7,8 +7,10 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,7 @@ import (
 	servicecontroller "k8s.io/cloud-provider/controllers/service"
 	"k8s.io/component-base/featuregate"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
+	"k8s.io/klog/v2"
 	// The route controller asks the process's feature gate about a
 	// controller-manager feature, which must be registered there.
 	_ "k8s.io/controller-manager/pkg/features/register"
@@ -66,6 +69,22 @@ type Config struct {
 	// RouteReconciliationPeriod is how often the route controller matches
 	// the cloud's routes with the nodes' pod CIDRs; 0 = 1 s.
 	RouteReconciliationPeriod time.Duration
+	// AllowUntaggedCloud lets Start run a cloud whose HasClusterID is
+	// false, as the cloud-controller-manager's --allow-untagged-cloud does;
+	// false (the command's default) makes Start refuse such a cloud, as the
+	// command refuses to start.
+	AllowUntaggedCloud bool
+	// Logger receives what the controllers log through their context and
+	// the events they record; the zero value discards it, so tests stay
+	// quiet. For a test's own log, shown when it fails or with go test -v,
+	// at a verbosity of your choice, use k8s.io/klog/v2/ktesting:
+	// ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(4))).
+	//
+	// Upstream's controllers also log some lines through klog's
+	// process-wide functions, which no harness can tell apart: in a test
+	// binary, Start sends those nowhere unless klog's verbosity (its -v
+	// flag) is above 0.
+	Logger klog.Logger
 }
 
 const (
@@ -94,6 +113,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RouteReconciliationPeriod == 0 {
 		c.RouteReconciliationPeriod = time.Second
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = logr.Discard()
 	}
 }
 
@@ -126,30 +148,43 @@ type Harness struct {
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
 	gate      gate // between the controllers and the cloud
+	nodeErrs  nodeErrors
 
 	// Which controllers run, fixed by Start.
 	nodes, services bool
+	// serviceNodeEvents counts the node events passed to the service
+	// controller (see serviceNodeInformer).
+	serviceNodeEvents atomic.Uint64
 }
 
 // Start starts a fake cluster holding cfg.Objects and the controllers cfg.Cloud
 // supports: the cloud node and cloud node lifecycle controllers when it has
 // Instances or InstancesV2, the route controller when it has Routes and
 // cfg.ConfigureCloudRoutes is set (nodes get pod CIDRs from the PodCIDRs
-// option), the service controller when
-// it has a LoadBalancer. It returns once the nodes of cfg.Objects tainted as
-// uninitialized have been initialized and the service controller has synced
-// every node, and then creates the Services of cfg.Objects: a Service is
-// never synced during a node sync (upstream's service controller v0.37 has
-// a data race there: it writes its cached Service outside the lock its node
-// sync reads it under). On error,
-// everything started is stopped. The caller must call Stop.
+// option), the service controller when it has a LoadBalancer. It waits for
+// the nodes of cfg.Objects tainted as uninitialized to be initialized, then
+// starts the service controller, and creates the Services of cfg.Objects
+// once that controller's caches have synced. The service controller is not
+// handed the nodes present when it starts, only later changes: with no
+// Service yet, they would only start node syncs with nothing to do, and
+// such a sync racing with a Service's first sync is a data race in upstream's
+// service controller v0.37.
+//
+// Start refuses a cloud whose HasClusterID is false unless
+// cfg.AllowUntaggedCloud is set, as the cloud-controller-manager does.
+// Harnesses share no state (only klog's process-wide output is silenced,
+// once; see Config.Logger): they may run in parallel tests. On error, everything started is stopped. The caller must call Stop.
 //
 // ctx bounds Start's waits only; the controllers run until Stop.
 func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	if cfg.Cloud == nil {
 		return nil, errors.New("cluster: Config.Cloud is nil")
 	}
+	if !cfg.Cloud.HasClusterID() && !cfg.AllowUntaggedCloud {
+		return nil, fmt.Errorf("cluster: cloud provider %q has no cluster ID (HasClusterID is false): the cloud-controller-manager refuses to start it without --allow-untagged-cloud; set Config.AllowUntaggedCloud to run it anyway", cfg.Cloud.ProviderName())
+	}
 	cfg.setDefaults()
+	quietKlog()
 	cidrs, err := cfg.clusterCIDRs()
 	if err != nil {
 		return nil, err
@@ -167,7 +202,7 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	}
 	h.Client.PrependReactor("create", "*", assignUID)
 	h.factory = informers.NewSharedInformerFactory(h.Client, 0)
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), cfg.Logger))
 	h.cancel = cancel
 	cfg.Cloud.Initialize(ClientBuilder(h.Client), h.stopCloud)
 	if u, ok := cfg.Cloud.(cloudprovider.InformerUser); ok {
@@ -183,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) error {
 	metrics := controllersmetrics.NewControllerManagerMetrics("ccmkit-fake-cluster")
 	nodes := h.factory.Core().V1().Nodes()
-	cloud := gatedCloud{h.cfg.Cloud, &h.gate}
+	cloud := gatedCloud{h.cfg.Cloud, &h.gate, &h.nodeErrs}
 	_, v1ok := h.cfg.Cloud.InstancesV2()
 	_, v0ok := h.cfg.Cloud.Instances()
 	if v1ok || v0ok {
@@ -211,17 +246,27 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 		return err
 	}
 
-	var initial []string
 	for _, o := range h.cfg.Objects {
 		n, ok := o.(*v1.Node)
-		if !ok {
+		if !ok || !h.nodes || !uninitialized(n) {
 			continue
 		}
-		initial = append(initial, n.Name)
-		if h.nodes && uninitialized(n) {
-			if _, err := h.WaitForNodeInitialized(ctx, n.Name); err != nil {
-				return err
+		got, err := h.WaitForNodeInitialized(ctx, n.Name)
+		if err != nil {
+			return err
+		}
+		// The service controller is about to get the informer's nodes as
+		// its (ignored) initial list: the initialization must be in it, not
+		// arrive later as an update that starts a node sync.
+		_, err = poll(ctx, h.cfg.Timeout, "the node informer to see node "+n.Name+" initialized", func(context.Context) (struct{}, bool, func() string, error) {
+			c, err := nodes.Lister().Get(n.Name)
+			if err != nil {
+				return struct{}{}, false, nil, err
 			}
+			return struct{}{}, c.Spec.ProviderID == got.Spec.ProviderID && !uninitialized(c), func() string { return describeNode(c) }, nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 
@@ -230,26 +275,13 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 		return h.createServices(ctx)
 	}
 	h.services = true
-	before, err := nodeSyncs()
-	if err != nil {
-		return err
-	}
-	sc, err := servicecontroller.New(cloud, h.Client, h.factory.Core().V1().Services(), nodes, h.cfg.ClusterName, featuregate.NewFeatureGate())
+	sc, err := servicecontroller.New(cloud, h.Client, h.factory.Core().V1().Services(), serviceNodeInformer{nodes, &h.serviceNodeEvents}, h.cfg.ClusterName, featuregate.NewFeatureGate())
 	if err != nil {
 		return fmt.Errorf("cluster: starting the service controller: %w", err)
 	}
 	h.wg.Go(func() { sc.Run(runCtx, 1, metrics) })
 	h.factory.Start(runCtx.Done())
 	if err := h.waitForCaches(ctx); err != nil {
-		return err
-	}
-	// Each node the informer replays to the service controller is one
-	// node sync.
-	_, err = poll(ctx, h.cfg.Timeout, "the service controller's first sync of every node", func(context.Context) (uint64, bool, func() string, error) {
-		n, err := nodeSyncs()
-		return n, n-before >= uint64(len(initial)), func() string { return fmt.Sprintf("%d of %d node syncs", n-before, len(initial)) }, err
-	})
-	if err != nil {
 		return err
 	}
 	return h.createServices(ctx)
@@ -336,15 +368,12 @@ func (h *Harness) ClusterName() string { return h.cfg.ClusterName }
 
 // AddNode creates node and, when the node controllers run and it is tainted
 // as uninitialized, waits for it to be initialized; when the service
-// controller runs, it then waits until that controller has synced the node
-// and made no node sync for a moment (the creation and the ProviderID each
-// cause one), so a Service synced next does not meet a node sync. It
-// returns the node as last read.
+// controller runs, it then waits until that controller has been handed the
+// node's events (its creation and its initialization each cause one) and
+// none for a moment, so a Service created next is less likely to meet the
+// node sync they cause. It returns the node as last read.
 func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) {
-	before, err := nodeSyncs()
-	if err != nil {
-		return nil, err
-	}
+	before := h.serviceNodeEvents.Load()
 	n, err := h.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: creating node %s: %w", node.Name, err)
@@ -358,18 +387,18 @@ func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) 
 		return n, nil
 	}
 	last, still := before, 0
-	_, err = poll(ctx, h.cfg.Timeout, "the service controller to sync node "+node.Name, func(context.Context) (uint64, bool, func() string, error) {
-		c, err := nodeSyncs()
+	_, err = poll(ctx, h.cfg.Timeout, "the service controller to be handed node "+node.Name, func(context.Context) (uint64, bool, func() string, error) {
+		c := h.serviceNodeEvents.Load()
 		if c == last {
 			still++
 		} else {
 			last, still = c, 0
 		}
-		return c, c > before && still >= quietPolls, func() string { return fmt.Sprintf("%d node syncs since the node was created", c-before) }, err
+		return c, c > before && still >= quietPolls, func() string { return fmt.Sprintf("%d node events since the node was created", c-before) }, nil
 	})
 	return n, err
 }
 
-// quietPolls is how many polls without a node sync AddNode takes as "the
+// quietPolls is how many polls without a node event AddNode takes as "the
 // service controller is done with the node".
 const quietPolls = 5

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	cloudprovider "k8s.io/cloud-provider"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
@@ -22,7 +23,7 @@ import (
 // InstancesV2 named "kit".
 func newCloud(t *testing.T, lb cloudprovider.LoadBalancer) *provider.Cloud {
 	t.Helper()
-	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesV2Config{Zone: "lab"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestServiceAndNodeLifecycle(t *testing.T) {
 	if ip := got.Status.LoadBalancer.Ingress[0].IP; ip != fake.DefaultExternalIP.String() {
 		t.Errorf("ingress IP %s, want %s", ip, fake.DefaultExternalIP)
 	}
-	if _, err := h.WaitForFinalizer(ctx, "default", "web"); err != nil {
+	if _, err := h.WaitForService(ctx, "default", "web", "the finalizer", servicehelper.HasLBFinalizer); err != nil {
 		t.Fatal(err)
 	}
 
@@ -103,7 +104,7 @@ func (goneInstances) InstanceMetadata(context.Context, *v1.Node) (*cloudprovider
 }
 
 func TestNodeLifecycleDeletesGoneNode(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{InstancesV2: goneInstances{}})
+	cloud, err := provider.New("kit", provider.Config{InstancesV2: goneInstances{}, ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestWaitSaysWhatItSaw(t *testing.T) {
 func TestStopLeaksNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	// Every controller runs: node, node lifecycle, route and service.
-	inst, err := provider.NewInstancesV2("kit", provider.InstancesConfig{Zone: "lab"})
+	inst, err := provider.NewInstancesV2("kit", provider.InstancesV2Config{Zone: "lab"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestStartRejectsNilCloud(t *testing.T) {
 // new one, in Objects and through Client, and leaves the caller's objects
 // and given UIDs alone.
 func TestObjectsGetUIDs(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestObjectsGetUIDs(t *testing.T) {
 // Wait polls until its condition holds, outlives the condition's errors,
 // and on timeout names what it waited for and the last error.
 func TestWait(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP)})
+	cloud, err := provider.New("kit", provider.Config{LoadBalancer: fake.NewLoadBalancer(fake.DefaultExternalIP), ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestRoutes(t *testing.T) {
 }
 
 func TestBadClusterCIDR(t *testing.T) {
-	cloud, err := provider.New("kit", provider.Config{Routes: &memRoutes{}})
+	cloud, err := provider.New("kit", provider.Config{Routes: &memRoutes{}, ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestBadClusterCIDR(t *testing.T) {
 // startWithRoutes starts a harness whose cloud has only routes.
 func startWithRoutes(t *testing.T, routes cloudprovider.Routes, cfg cluster.Config) *cluster.Harness {
 	t.Helper()
-	cloud, err := provider.New("kit", provider.Config{Routes: routes})
+	cloud, err := provider.New("kit", provider.Config{Routes: routes, ClusterID: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	servicehelper "k8s.io/cloud-provider/service/helpers"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 )
 
@@ -85,23 +84,28 @@ func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*
 	})
 }
 
-// WaitForFinalizerGone waits until the Service no longer carries the
+// waitForFinalizerGone waits until the Service no longer carries the
 // service controller's finalizer (service.kubernetes.io/load-balancer-cleanup)
 // and returns it as last read.
-func (h *Harness) WaitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
+func (h *Harness) waitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, "no finalizer "+servicehelper.LoadBalancerCleanupFinalizer, func(s *v1.Service) bool {
 		return !servicehelper.HasLBFinalizer(s)
 	})
 }
 
 // WaitForFinalizer waits until the Service carries the service controller's
-// finalizer and returns it as last read.
+// finalizer and returns it as last read. It is kept while callers move to
+// WaitForService(ctx, namespace, name, "the finalizer",
+// servicehelper.HasLBFinalizer), servicehelper being
+// k8s.io/cloud-provider/service/helpers.
 func (h *Harness) WaitForFinalizer(ctx context.Context, namespace, name string) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, "the finalizer "+servicehelper.LoadBalancerCleanupFinalizer, servicehelper.HasLBFinalizer)
 }
 
 // WaitForService waits until done reports true for the Service, described
-// by what ("Service ns/name to have <what>"), and returns it as last read.
+// by what ("Service ns/name to have <what>"), and returns it as last read;
+// on timeout the error shows the Service as last read and its Warning
+// events. Wait is for conditions the cluster's objects do not show.
 func (h *Harness) WaitForService(ctx context.Context, namespace, name, what string, done func(*v1.Service) bool) (*v1.Service, error) {
 	return h.waitService(ctx, namespace, name, what, done)
 }
@@ -118,14 +122,24 @@ func (h *Harness) waitService(ctx context.Context, namespace, name, what string,
 
 // WaitForNodeInitialized waits until the cloud node controller has
 // initialized the node (the uninitialized taint is gone and it has a
-// ProviderID) and returns it as last read.
+// ProviderID) and returns it as last read. On timeout the error shows the
+// node as last read, its Warning events and the last error the cloud's
+// InstancesV2 returned for it (the cloud node controller records no event
+// when the cloud fails).
 func (h *Harness) WaitForNodeInitialized(ctx context.Context, name string) (*v1.Node, error) {
 	return poll(ctx, h.cfg.Timeout, fmt.Sprintf("node %s to be initialized (taint %s gone, spec.providerID set)", name, cloudproviderapi.TaintExternalCloudProvider), func(ctx context.Context) (*v1.Node, bool, func() string, error) {
 		n, err := h.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, false, nil, err
 		}
-		return n, !uninitialized(n) && n.Spec.ProviderID != "", h.seenNode(ctx, n), nil
+		seen := h.seenNode(ctx, n)
+		return n, !uninitialized(n) && n.Spec.ProviderID != "", func() string {
+			s := seen()
+			if err := h.nodeErrs.get(name); err != nil {
+				s += "; the cloud's last error for it: " + err.Error()
+			}
+			return s
+		}, nil
 	})
 }
 
@@ -177,7 +191,7 @@ func (h *Harness) DeleteService(ctx context.Context, namespace, name string) err
 			return fmt.Errorf("cluster: marking Service %s/%s for deletion: %w", namespace, name, err)
 		}
 	}
-	if _, err := h.WaitForFinalizerGone(ctx, namespace, name); err != nil {
+	if _, err := h.waitForFinalizerGone(ctx, namespace, name); err != nil {
 		return err
 	}
 	if err := services.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -253,24 +267,4 @@ func uninitialized(n *v1.Node) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool {
 		return t.Key == cloudproviderapi.TaintExternalCloudProvider
 	})
-}
-
-// nodeSyncs is how many node syncs the upstream service controllers of this
-// process have finished: the sample count of the
-// service_controller_nodesync_latency_seconds histogram, which upstream
-// registers in the legacy registry.
-func nodeSyncs() (uint64, error) {
-	families, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		return 0, fmt.Errorf("cluster: reading metrics: %w", err)
-	}
-	var n uint64
-	for _, f := range families {
-		if f.GetName() == "service_controller_nodesync_latency_seconds" {
-			for _, m := range f.GetMetric() {
-				n += m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,13 +24,14 @@ type memLB struct {
 	breaks  string // the promise to break; "" = none
 	mu      sync.Mutex
 	lbs     map[string]*v1.LoadBalancerStatus
+	fwd     map[string][]conformance.Forward // what the backend forwards, by Service
 	ensures int
 	retry   map[string]bool // Services whose next Ensure asks for a retry
 	last    string          // for breaking the concurrency promise
 }
 
 func newMemLB(breaks string) *memLB {
-	return &memLB{breaks: breaks, lbs: map[string]*v1.LoadBalancerStatus{}, retry: map[string]bool{}}
+	return &memLB{breaks: breaks, lbs: map[string]*v1.LoadBalancerStatus{}, fwd: map[string][]conformance.Forward{}, retry: map[string]bool{}}
 }
 
 // The promises, as the suite names them.
@@ -42,7 +44,23 @@ const (
 	readOnly       = "Services and Nodes passed in are never modified"
 	concurrent     = "Calls for different Services may run concurrently"
 	retryPromise   = "A RetryError is an *api.RetryError reachable with errors.As"
+	portChange     = "EnsureLoadBalancer after a port change forwards the new ports only"
+	nodeChange     = "UpdateLoadBalancer after a node change forwards to the nodes given only"
+	nothingLeft    = "EnsureLoadBalancerDeleted leaves nothing behind"
 )
+
+// forwards is what a load balancer for svc over nodes forwards.
+func forwards(svc *v1.Service, nodes []*v1.Node) []conformance.Forward {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	var out []conformance.Forward
+	for _, p := range svc.Spec.Ports {
+		out = append(out, conformance.Forward{Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort, Nodes: names})
+	}
+	return out
+}
 
 const elsewhereClass = "elsewhere"
 
@@ -103,11 +121,25 @@ func (m *memLB) EnsureLoadBalancer(_ context.Context, _ string, svc *v1.Service,
 		clear(m.lbs)
 		m.last = k
 	}
+	_, had := m.lbs[k]
 	m.lbs[k] = st
+	switch {
+	case m.breaks == portChange && had:
+		// Keeps the ports it was first given.
+	case m.breaks == nothingLeft && had:
+		// Adds the new ports, forgets the old ones without removing them.
+		m.fwd[k+"/leaked"] = m.fwd[k]
+		m.fwd[k] = forwards(svc, nodes)
+	default:
+		m.fwd[k] = forwards(svc, nodes)
+	}
 	return st.DeepCopy(), nil
 }
 
 func (m *memLB) UpdateLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) error {
+	if m.breaks == nodeChange {
+		return nil // keeps the nodes it was first given
+	}
 	_, err := m.EnsureLoadBalancer(ctx, cluster, svc, nodes)
 	return err
 }
@@ -123,7 +155,31 @@ func (m *memLB) EnsureLoadBalancerDeleted(_ context.Context, _ string, svc *v1.S
 		return nil
 	}
 	delete(m.lbs, k)
+	delete(m.fwd, k)
 	return nil
+}
+
+// Forwards is the backend's view of what it forwards for svc.
+func (m *memLB) Forwards(_ context.Context, svc *v1.Service) ([]conformance.Forward, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.fwd[svcKey(svc)]), nil
+}
+
+// Leftovers is everything the backend holds.
+func (m *memLB) Leftovers(context.Context) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for k, fs := range m.fwd {
+		for _, f := range fs {
+			out = append(out, fmt.Sprintf("%s %s %d->%d", k, f.Protocol, f.Port, f.NodePort))
+		}
+	}
+	for k := range m.lbs {
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // Exists is the backend view.
@@ -142,6 +198,8 @@ func memSetup(breaks string) conformance.LoadBalancerSetup {
 	return conformance.LoadBalancerSetup{
 		LoadBalancer: lb,
 		Backend:      lb,
+		Forwards:     lb.Forwards,
+		Leftovers:    lb.Leftovers,
 		Elsewhere:    other,
 		ProvokeRetry: func(ctx context.Context, svc *v1.Service) func() error {
 			lb.mu.Lock()
@@ -167,7 +225,7 @@ func TestLoadBalancerChecksFailOnBrokenPromises(t *testing.T) {
 	for _, c := range checks {
 		names[c.Promise] = true
 	}
-	for _, promise := range []string{idempotent, getAfterEnsure, deleteMissing, getAfterDelete, elsewhere, readOnly, concurrent, retryPromise} {
+	for _, promise := range []string{idempotent, getAfterEnsure, deleteMissing, getAfterDelete, elsewhere, readOnly, concurrent, retryPromise, portChange, nodeChange, nothingLeft} {
 		if !names[promise] {
 			t.Fatalf("the suite has no check named %q", promise)
 		}
@@ -201,11 +259,11 @@ func wantBroken(t *testing.T, err error, promise string) {
 
 func TestSkippedWithoutHooks(t *testing.T) {
 	for _, c := range conformance.LoadBalancerChecks() {
-		if c.Promise != elsewhere && c.Promise != retryPromise {
+		if c.Promise != elsewhere && c.Promise != retryPromise && c.Promise != portChange && c.Promise != nodeChange && c.Promise != nothingLeft {
 			continue
 		}
 		s := memSetup("")
-		s.Elsewhere, s.ProvokeRetry = nil, nil
+		s.Elsewhere, s.ProvokeRetry, s.Forwards, s.Leftovers, s.Backend = nil, nil, nil, nil, nil
 		if err := c.Run(t.Context(), s); !errors.Is(err, conformance.ErrSkipped) {
 			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
 		}
@@ -215,32 +273,42 @@ func TestSkippedWithoutHooks(t *testing.T) {
 // memInstances is an InstancesV2 over a fixed inventory that keeps its
 // promises unless told to break one.
 type memInstances struct {
-	breaks string
-	mu     sync.Mutex
-	calls  int
-	exists map[string]bool // by ProviderID
+	breaks   string
+	mu       sync.Mutex
+	calls    int
+	exists   map[string]bool // by ProviderID
+	shutdown map[string]bool // by ProviderID
 }
 
 const (
-	instExists   = "InstanceExists is true for instances that exist"
-	instGone     = "InstanceExists is false for instances that are gone"
-	instStable   = "InstanceMetadata is stable across calls"
-	instForeign  = "A foreign ProviderID is an error, never reported gone"
-	instReadOnly = "Nodes passed in are never modified"
+	instExists       = "InstanceExists is true for instances that exist"
+	instGone         = "InstanceExists is false for instances that are gone"
+	instStable       = "InstanceMetadata is stable across calls"
+	instForeign      = "A foreign ProviderID is an error, never reported gone"
+	instReadOnly     = "Nodes passed in are never modified"
+	instNoProviderID = "An existing node without spec.providerID is found"
+	instProviderID   = "InstanceMetadata's ProviderID is the node's spec.providerID"
+	instRunning      = "InstanceShutdown is false for running instances"
+	instShutdown     = "InstanceShutdown is true for instances shut down, which still exist"
 )
 
-func (m *memInstances) check(node *v1.Node) error {
-	if !strings.HasPrefix(node.Spec.ProviderID, "mem://") {
-		return fmt.Errorf("node %s: providerID %q is not ours", node.Name, node.Spec.ProviderID)
+// id returns the node's ProviderID, found by name when it has none.
+func (m *memInstances) id(node *v1.Node) (string, error) {
+	switch {
+	case node.Spec.ProviderID == "" && m.breaks != instNoProviderID:
+		return "mem://" + node.Name, nil
+	case !strings.HasPrefix(node.Spec.ProviderID, "mem://"):
+		return "", fmt.Errorf("node %s: providerID %q is not ours", node.Name, node.Spec.ProviderID)
 	}
-	return nil
+	return node.Spec.ProviderID, nil
 }
 
 func (m *memInstances) InstanceExists(_ context.Context, node *v1.Node) (bool, error) {
 	if m.breaks == instReadOnly {
 		node.Spec.ProviderID = strings.ToLower(node.Spec.ProviderID) + "/"
 	}
-	if err := m.check(node); err != nil {
+	id, err := m.id(node)
+	if err != nil {
 		if m.breaks == instForeign {
 			return false, nil
 		}
@@ -252,16 +320,30 @@ func (m *memInstances) InstanceExists(_ context.Context, node *v1.Node) (bool, e
 	case instGone:
 		return true, nil
 	}
-	return m.exists[node.Spec.ProviderID], nil
+	return m.exists[id], nil
 }
 
 func (m *memInstances) InstanceShutdown(_ context.Context, node *v1.Node) (bool, error) {
-	return false, m.check(node)
+	id, err := m.id(node)
+	if err != nil {
+		return false, err
+	}
+	switch m.breaks {
+	case instRunning:
+		return true, nil
+	case instShutdown:
+		return false, nil
+	}
+	return m.shutdown[id], nil
 }
 
 func (m *memInstances) InstanceMetadata(_ context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
-	if err := m.check(node); err != nil {
+	id, err := m.id(node)
+	if err != nil {
 		return nil, err
+	}
+	if m.breaks == instProviderID && node.Spec.ProviderID == "" {
+		id = "mem://i-" + node.Name // another ID than the node gets later
 	}
 	m.mu.Lock()
 	m.calls++
@@ -271,17 +353,23 @@ func (m *memInstances) InstanceMetadata(_ context.Context, node *v1.Node) (*clou
 	if m.breaks == instStable {
 		zone = fmt.Sprintf("zone-%d", n)
 	}
-	return &cloudprovider.InstanceMetadata{ProviderID: node.Spec.ProviderID, Zone: zone}, nil
+	return &cloudprovider.InstanceMetadata{ProviderID: id, Zone: zone}, nil
+}
+
+func memNode(name string) *v1.Node {
+	return &v1.Node{ObjectMeta: metaName(name), Spec: v1.NodeSpec{ProviderID: "mem://" + name}}
 }
 
 func memInstancesSetup(breaks string) conformance.InstancesV2Setup {
-	node := func(name string) *v1.Node {
-		return &v1.Node{ObjectMeta: metaName(name), Spec: v1.NodeSpec{ProviderID: "mem://" + name}}
-	}
 	return conformance.InstancesV2Setup{
-		Instances: &memInstances{breaks: breaks, exists: map[string]bool{"mem://alive": true}},
-		Existing:  []*v1.Node{node("alive")},
-		Gone:      []*v1.Node{node("dead")},
+		Instances: &memInstances{
+			breaks:   breaks,
+			exists:   map[string]bool{"mem://alive": true, "mem://sleeping": true},
+			shutdown: map[string]bool{"mem://sleeping": true},
+		},
+		Existing: []*v1.Node{memNode("alive")},
+		Gone:     []*v1.Node{memNode("dead")},
+		Shutdown: []*v1.Node{memNode("sleeping")},
 	}
 }
 
@@ -291,7 +379,7 @@ func TestInstancesV2SuitePassesOnACorrectInventory(t *testing.T) {
 
 func TestInstancesV2ChecksFailOnBrokenPromises(t *testing.T) {
 	checks := conformance.InstancesV2Checks()
-	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly} {
+	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly, instNoProviderID, instProviderID, instRunning, instShutdown} {
 		t.Run(promise, func(t *testing.T) {
 			found := false
 			for _, c := range checks {
@@ -304,6 +392,20 @@ func TestInstancesV2ChecksFailOnBrokenPromises(t *testing.T) {
 				t.Fatalf("the suite has no check named %q", promise)
 			}
 		})
+	}
+}
+
+// DefaultNodes are for load balancers and routes: as InstancesV2 nodes they
+// are a setup mistake, reported as such, never as a broken promise.
+func TestInstancesV2RefusesDefaultNodes(t *testing.T) {
+	s := memInstancesSetup("")
+	s.Existing = conformance.DefaultNodes()
+	for _, c := range conformance.InstancesV2Checks() {
+		err := c.Run(t.Context(), s)
+		var bp *conformance.BrokenPromise
+		if err == nil || errors.As(err, &bp) || !strings.Contains(err.Error(), "DefaultNodes") {
+			t.Errorf("%s: got %v, want a setup error naming DefaultNodes", c.Promise, err)
+		}
 	}
 }
 

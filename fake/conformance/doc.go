@@ -1,10 +1,14 @@
-// Package conformance checks a cloud provider's cloudprovider.LoadBalancer
-// and cloudprovider.InstancesV2 against the contract upstream's cloud
-// controllers rely on, in a unit test.
+// Package conformance checks a cloud provider's cloudprovider.LoadBalancer,
+// cloudprovider.InstancesV2 and cloudprovider.Routes against the contract
+// upstream's cloud controllers rely on, in a unit test.
 //
-// RunLoadBalancer and RunInstancesV2 run every check as a subtest named
-// after the promise it checks; a failure names that promise and what was
-// seen. The checks are also values (LoadBalancerChecks, InstancesV2Checks)
+// RunLoadBalancer, RunInstancesV2 and RunRoutes run every check as a
+// subtest named after the promise it checks; a failure names that promise
+// and what was seen, and a setup mistake is an error that is not a
+// *BrokenPromise. Checks with nothing to check in the setup given (no way
+// to inspect the backend, no shut-down node) are skipped, saying which
+// field would enable them. The checks are also values (LoadBalancerChecks,
+// InstancesV2Checks, RoutesChecks)
 // returning errors, so a suite can be run outside a *testing.T and its
 // own tests can show each check failing on an implementation that breaks
 // its promise.

@@ -38,12 +38,15 @@ func ExampleLoadBalancerChecks() {
 	// ok:   Services and Nodes passed in are never modified
 	// ok:   Calls for different Services may run concurrently
 	// skip: A RetryError is an *api.RetryError reachable with errors.As
+	// skip: EnsureLoadBalancer after a port change forwards the new ports only
+	// skip: UpdateLoadBalancer after a node change forwards to the nodes given only
+	// skip: EnsureLoadBalancerDeleted leaves nothing behind
 }
 
 // ccmkit's InstancesV2 has no inventory, so it cannot tell an instance is
 // gone; every other promise holds.
 func ExampleInstancesV2Checks() {
-	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesConfig{})
+	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesV2Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -69,4 +72,8 @@ func ExampleInstancesV2Checks() {
 	// ok:   InstanceMetadata is stable across calls
 	// ok:   A foreign ProviderID is an error, never reported gone
 	// ok:   Nodes passed in are never modified
+	// ok:   An existing node without spec.providerID is found
+	// ok:   InstanceMetadata's ProviderID is the node's spec.providerID
+	// ok:   InstanceShutdown is false for running instances
+	// skip: InstanceShutdown is true for instances shut down, which still exist
 }

@@ -2,7 +2,9 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,8 +20,16 @@ import (
 type InstancesV2Setup struct {
 	// Instances is the implementation under test. Required.
 	Instances cloudprovider.InstancesV2
-	// Existing are nodes whose instances exist. Required.
+	// Existing are nodes whose instances exist and run, as the cloud node
+	// controllers see them once initialized (spec.providerID set, unless
+	// your cloud finds its instances by node name). Required. The checks
+	// also ask about each without its spec.providerID, as the cloud node
+	// controller does before it initializes the node. They must be your
+	// cloud's nodes: DefaultNodes' conformance:// ProviderIDs are refused.
 	Existing []*v1.Node
+	// Shutdown are nodes whose instances exist but are shut down; nil =
+	// the implementation cannot tell, and that check is skipped.
+	Shutdown []*v1.Node
 	// Gone are nodes whose instances are really gone (deleted in the
 	// cloud); nil = the implementation cannot tell, and that check is
 	// skipped.
@@ -36,19 +46,55 @@ const (
 	promiseStable         = "InstanceMetadata is stable across calls"
 	promiseForeign        = "A foreign ProviderID is an error, never reported gone"
 	promiseNodesReadOnly  = "Nodes passed in are never modified"
+	promiseNoProviderID   = "An existing node without spec.providerID is found"
+	promiseProviderID     = "InstanceMetadata's ProviderID is the node's spec.providerID"
+	promiseRunning        = "InstanceShutdown is false for running instances"
+	promiseShutdown       = "InstanceShutdown is true for instances shut down, which still exist"
 	metadataCallsPerCheck = 3
 )
 
 // InstancesV2Checks returns the checks of the cloudprovider.InstancesV2
 // contract the cloud node controllers rely on, one per promise.
 func InstancesV2Checks() []Check[InstancesV2Setup] {
-	return []Check[InstancesV2Setup]{
+	checks := []Check[InstancesV2Setup]{
 		{promiseExists, checkExists},
 		{promiseGone, checkGone},
 		{promiseStable, checkStable},
 		{promiseForeign, checkForeign},
 		{promiseNodesReadOnly, checkNodesReadOnly},
+		{promiseNoProviderID, checkNoProviderID},
+		{promiseProviderID, checkProviderID},
+		{promiseRunning, checkRunning},
+		{promiseShutdown, checkShutdown},
 	}
+	for i := range checks {
+		c := checks[i].Run
+		checks[i].Run = func(ctx context.Context, s InstancesV2Setup) error {
+			if err := s.validate(); err != nil {
+				return err
+			}
+			return c(ctx, s)
+		}
+	}
+	return checks
+}
+
+// validate reports setup mistakes, which are not broken promises.
+func (s InstancesV2Setup) validate() error {
+	if s.Instances == nil {
+		return errors.New("InstancesV2Setup.Instances is nil")
+	}
+	if len(s.Existing) == 0 {
+		return errors.New("InstancesV2Setup.Existing is empty")
+	}
+	for field, nodes := range map[string][]*v1.Node{"Existing": s.Existing, "Gone": s.Gone, "Shutdown": s.Shutdown} {
+		for _, n := range nodes {
+			if strings.HasPrefix(n.Spec.ProviderID, defaultScheme) {
+				return fmt.Errorf("InstancesV2Setup.%s: node %s has providerID %q, DefaultNodes' own, which no cloud knows: give nodes of your cloud (cluster.Node with cluster.ProviderID)", field, n.Name, n.Spec.ProviderID)
+			}
+		}
+	}
+	return nil
 }
 
 // RunInstancesV2 runs InstancesV2Checks as subtests of t, each on a fresh
@@ -66,9 +112,6 @@ func (s InstancesV2Setup) foreign() []*v1.Node {
 }
 
 func checkExists(ctx context.Context, s InstancesV2Setup) error {
-	if len(s.Existing) == 0 {
-		return fmt.Errorf("InstancesV2Setup.Existing is empty")
-	}
 	for _, n := range s.Existing {
 		ok, err := retry(ctx, "InstanceExists "+n.Name, func() (bool, error) { return s.Instances.InstanceExists(ctx, n) })
 		if err != nil {
@@ -140,6 +183,102 @@ func checkNodesReadOnly(ctx context.Context, s InstancesV2Setup) error {
 		_, _ = s.Instances.InstanceMetadata(ctx, n)
 		if !apiequality.Semantic.DeepEqual(before, n) {
 			return broken(promiseNodesReadOnly, "a call modified node %s (-before +after):\n%s", n.Name, diff.Diff(before, n))
+		}
+	}
+	return nil
+}
+
+// withoutProviderID returns a copy of n as kubelet registers it, before the
+// cloud node controller sets its spec.providerID.
+func withoutProviderID(n *v1.Node) *v1.Node {
+	c := n.DeepCopy()
+	c.Spec.ProviderID = ""
+	return c
+}
+
+func checkNoProviderID(ctx context.Context, s InstancesV2Setup) error {
+	for _, orig := range s.Existing {
+		n := withoutProviderID(orig)
+		ok, err := retry(ctx, "InstanceExists "+n.Name, func() (bool, error) { return s.Instances.InstanceExists(ctx, n) })
+		if err != nil {
+			return broken(promiseNoProviderID, "InstanceExists of existing node %s without spec.providerID failed: %v", n.Name, err)
+		}
+		if !ok {
+			return broken(promiseNoProviderID, "InstanceExists reports existing node %s without spec.providerID gone: the lifecycle controller would delete it before it is initialized", n.Name)
+		}
+		md, err := retry(ctx, "InstanceMetadata "+n.Name, func() (*cloudprovider.InstanceMetadata, error) { return s.Instances.InstanceMetadata(ctx, n) })
+		if err != nil {
+			return broken(promiseNoProviderID, "InstanceMetadata of existing node %s without spec.providerID failed: %v: the cloud node controller could not initialize it", n.Name, err)
+		}
+		if md == nil || md.ProviderID == "" {
+			return broken(promiseNoProviderID, "InstanceMetadata of existing node %s without spec.providerID gives no ProviderID: %+v", n.Name, md)
+		}
+	}
+	return nil
+}
+
+func checkProviderID(ctx context.Context, s InstancesV2Setup) error {
+	for _, n := range s.Existing {
+		if n.Spec.ProviderID == "" {
+			continue
+		}
+		md, err := retry(ctx, "InstanceMetadata "+n.Name, func() (*cloudprovider.InstanceMetadata, error) { return s.Instances.InstanceMetadata(ctx, n) })
+		if err != nil {
+			return broken(promiseProviderID, "InstanceMetadata of node %s failed: %v", n.Name, err)
+		}
+		if md == nil || md.ProviderID != n.Spec.ProviderID {
+			return broken(promiseProviderID, "InstanceMetadata of node %s gives ProviderID %q, the node's spec.providerID is %q", n.Name, providerIDOf(md), n.Spec.ProviderID)
+		}
+		bare := withoutProviderID(n)
+		md, err = retry(ctx, "InstanceMetadata "+n.Name, func() (*cloudprovider.InstanceMetadata, error) { return s.Instances.InstanceMetadata(ctx, bare) })
+		if err != nil {
+			return broken(promiseProviderID, "InstanceMetadata of node %s without spec.providerID failed: %v", n.Name, err)
+		}
+		if md == nil || md.ProviderID != n.Spec.ProviderID {
+			return broken(promiseProviderID, "InstanceMetadata of node %s without spec.providerID gives ProviderID %q, which the cloud node controller would set; the node's own is %q", n.Name, providerIDOf(md), n.Spec.ProviderID)
+		}
+	}
+	return nil
+}
+
+func providerIDOf(md *cloudprovider.InstanceMetadata) string {
+	if md == nil {
+		return ""
+	}
+	return md.ProviderID
+}
+
+func checkRunning(ctx context.Context, s InstancesV2Setup) error {
+	for _, n := range s.Existing {
+		down, err := retry(ctx, "InstanceShutdown "+n.Name, func() (bool, error) { return s.Instances.InstanceShutdown(ctx, n) })
+		if err != nil {
+			return broken(promiseRunning, "InstanceShutdown of running node %s failed: %v", n.Name, err)
+		}
+		if down {
+			return broken(promiseRunning, "InstanceShutdown reports running node %s (providerID %q) shut down: the lifecycle controller would taint it", n.Name, n.Spec.ProviderID)
+		}
+	}
+	return nil
+}
+
+func checkShutdown(ctx context.Context, s InstancesV2Setup) error {
+	if len(s.Shutdown) == 0 {
+		return skipped(promiseShutdown, "InstancesV2Setup.Shutdown is empty")
+	}
+	for _, n := range s.Shutdown {
+		down, err := retry(ctx, "InstanceShutdown "+n.Name, func() (bool, error) { return s.Instances.InstanceShutdown(ctx, n) })
+		if err != nil {
+			return broken(promiseShutdown, "InstanceShutdown of shut-down node %s failed: %v", n.Name, err)
+		}
+		if !down {
+			return broken(promiseShutdown, "InstanceShutdown reports shut-down node %s (providerID %q) running: the lifecycle controller would not taint it", n.Name, n.Spec.ProviderID)
+		}
+		ok, err := retry(ctx, "InstanceExists "+n.Name, func() (bool, error) { return s.Instances.InstanceExists(ctx, n) })
+		if err != nil {
+			return broken(promiseShutdown, "InstanceExists of shut-down node %s failed: %v", n.Name, err)
+		}
+		if !ok {
+			return broken(promiseShutdown, "InstanceExists reports shut-down node %s gone: the lifecycle controller would delete a node that is only off", n.Name)
 		}
 	}
 	return nil

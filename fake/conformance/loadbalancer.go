@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -52,14 +54,41 @@ type LoadBalancerSetup struct {
 	// called again after its RetryAfter. Nil = the RetryError check is
 	// skipped.
 	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
+	// Forwards, when set, returns what the backend forwards for svc, one
+	// Forward per Service port it serves (none when it holds nothing for
+	// svc). Nil = the checks after a port or node change are skipped.
+	Forwards func(ctx context.Context, svc *v1.Service) ([]Forward, error)
+	// Leftovers, when set, describes everything the backend holds for any
+	// Service, each thing in a line of your choice (a router mapping, a
+	// cloud resource's ID). Nil = the check that nothing is left after
+	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone.
+	Leftovers func(ctx context.Context) ([]string, error)
 }
 
-// DefaultNodes returns two initialized Ready nodes, node-a (192.168.1.10)
-// and node-b (192.168.1.11).
+// Forward is one Service port as the backend forwards it.
+type Forward struct {
+	Protocol v1.Protocol
+	// Port is the port the load balancer serves, the Service port's Port.
+	Port int32
+	// NodePort is the port it forwards to on the nodes.
+	NodePort int32
+	// Nodes are the names of the nodes it forwards to, in any order.
+	Nodes []string
+}
+
+// defaultScheme is the ProviderID scheme of DefaultNodes, which no cloud
+// knows.
+const defaultScheme = "conformance://"
+
+// DefaultNodes returns two initialized Ready nodes for LoadBalancerSetup
+// and RoutesSetup: node-a (InternalIP 192.168.1.10, spec.providerID
+// conformance://node-a) and node-b (192.168.1.11, conformance://node-b).
+// Their ProviderIDs are of no real cloud, so they are no use as
+// InstancesV2Setup nodes, whose checks refuse them.
 func DefaultNodes() []*v1.Node {
 	return []*v1.Node{
-		cluster.Node("node-a", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.ProviderID("conformance://node-a")),
-		cluster.Node("node-b", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID("conformance://node-b")),
+		cluster.Node("node-a", cluster.Initialized(), cluster.InternalIP("192.168.1.10"), cluster.ProviderID(defaultScheme+"node-a")),
+		cluster.Node("node-b", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID(defaultScheme+"node-b")),
 	}
 }
 
@@ -79,6 +108,9 @@ const (
 	promiseReadOnly       = "Services and Nodes passed in are never modified"
 	promiseConcurrent     = "Calls for different Services may run concurrently"
 	promiseRetry          = "A RetryError is an *api.RetryError reachable with errors.As"
+	promisePortChange     = "EnsureLoadBalancer after a port change forwards the new ports only"
+	promiseNodeChange     = "UpdateLoadBalancer after a node change forwards to the nodes given only"
+	promiseNothingLeft    = "EnsureLoadBalancerDeleted leaves nothing behind"
 )
 
 // lbRun is a LoadBalancerSetup with its defaults filled in.
@@ -105,8 +137,12 @@ func (r lbRun) ensure(ctx context.Context, svc *v1.Service) (*v1.LoadBalancerSta
 }
 
 func (r lbRun) update(ctx context.Context, svc *v1.Service) error {
+	return r.updateWith(ctx, svc, r.Nodes)
+}
+
+func (r lbRun) updateWith(ctx context.Context, svc *v1.Service, nodes []*v1.Node) error {
 	_, err := retry(ctx, "UpdateLoadBalancer "+key(svc), func() (struct{}, error) {
-		return struct{}{}, r.LoadBalancer.UpdateLoadBalancer(ctx, r.ClusterName, svc, r.Nodes)
+		return struct{}{}, r.LoadBalancer.UpdateLoadBalancer(ctx, r.ClusterName, svc, nodes)
 	})
 	return err
 }
@@ -153,6 +189,9 @@ func LoadBalancerChecks() []Check[LoadBalancerSetup] {
 		{promiseReadOnly, checkReadOnly},
 		{promiseConcurrent, checkConcurrent},
 		{promiseRetry, checkRetry},
+		{promisePortChange, checkPortChange},
+		{promiseNodeChange, checkNodeChange},
+		{promiseNothingLeft, checkNothingLeft},
 	}
 }
 
@@ -395,4 +434,178 @@ func checkRetry(ctx context.Context, s LoadBalancerSetup) error {
 		return broken(promiseRetry, "the call ProvokeRetry returned for %s, retried after RetryAfter: %v", key(svc), err)
 	}
 	return r.delete(ctx, svc)
+}
+
+// forwards returns what Forwards says for svc, sorted, with each Forward's
+// nodes sorted.
+func (r lbRun) forwards(ctx context.Context, svc *v1.Service) ([]Forward, error) {
+	fs, err := r.Forwards(ctx, svc)
+	if err != nil {
+		return nil, fmt.Errorf("LoadBalancerSetup.Forwards of %s: %w", key(svc), err)
+	}
+	fs = slices.Clone(fs)
+	for i := range fs {
+		fs[i].Nodes = slices.Sorted(slices.Values(fs[i].Nodes))
+	}
+	slices.SortFunc(fs, func(a, b Forward) int {
+		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port), cmp.Compare(a.NodePort, b.NodePort))
+	})
+	return fs, nil
+}
+
+// ports returns the Service's ports as (protocol, port, node port) lines.
+func ports(svc *v1.Service) []string {
+	var out []string
+	for _, p := range svc.Spec.Ports {
+		out = append(out, fmt.Sprintf("%s %d->%d", p.Protocol, p.Port, p.NodePort))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func forwardedPorts(fs []Forward) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, fmt.Sprintf("%s %d->%d", f.Protocol, f.Port, f.NodePort))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func nodeNames(nodes []*v1.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func checkPortChange(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	if r.Forwards == nil {
+		return skipped(promisePortChange, "LoadBalancerSetup.Forwards is nil")
+	}
+	svc := r.Service("conformance", "port-change", 0)
+	if _, err := r.ensure(ctx, svc); err != nil {
+		return err
+	}
+	// The Service's ports become those of another Service of the suite,
+	// which no other Service of this check uses.
+	changed := svc.DeepCopy()
+	changed.Spec.Ports = r.Service("conformance", "port-change", 1).Spec.Ports
+	if slices.Equal(ports(svc), ports(changed)) {
+		return fmt.Errorf("LoadBalancerSetup.Service gives Services 0 and 1 the same ports %q", ports(svc))
+	}
+	// The service controller calls EnsureLoadBalancer when a Service's
+	// spec changes, and UpdateLoadBalancer on its next node sync.
+	for _, step := range []struct {
+		op string
+		f  func() error
+	}{
+		{"EnsureLoadBalancer", func() error { _, err := r.ensure(ctx, changed); return err }},
+		{"UpdateLoadBalancer", func() error { return r.update(ctx, changed) }},
+	} {
+		if err := step.f(); err != nil {
+			return err
+		}
+		fs, err := r.forwards(ctx, changed)
+		if err != nil {
+			return err
+		}
+		if got, want := forwardedPorts(fs), ports(changed); !slices.Equal(got, want) {
+			return broken(promisePortChange, "after %s of %s with ports changed from %q to %q, the backend forwards %q", step.op, key(svc), ports(svc), want, got)
+		}
+	}
+	return r.delete(ctx, changed)
+}
+
+func checkNodeChange(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	if r.Forwards == nil {
+		return skipped(promiseNodeChange, "LoadBalancerSetup.Forwards is nil")
+	}
+	if len(r.Nodes) < 2 {
+		return skipped(promiseNodeChange, "LoadBalancerSetup.Nodes has fewer than two nodes")
+	}
+	svc := r.Service("conformance", "node-change", 0)
+	if _, err := r.ensure(ctx, svc); err != nil {
+		return err
+	}
+	// A node leaves, then another: each time the forwards go to the
+	// nodes given, and to at least one.
+	for _, nodes := range [][]*v1.Node{r.Nodes[1:], r.Nodes[:1]} {
+		if err := r.updateWith(ctx, svc, nodes); err != nil {
+			return err
+		}
+		fs, err := r.forwards(ctx, svc)
+		if err != nil {
+			return err
+		}
+		if got, want := forwardedPorts(fs), ports(svc); !slices.Equal(got, want) {
+			return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards ports %q, want %q", key(svc), nodeNames(nodes), got, want)
+		}
+		given := nodeNames(nodes)
+		for _, f := range fs {
+			if len(f.Nodes) == 0 {
+				return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to no node", key(svc), given, f.Protocol, f.Port)
+			}
+			for _, n := range f.Nodes {
+				if !slices.Contains(given, n) {
+					return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to node %s, which was removed", key(svc), given, f.Protocol, f.Port, n)
+				}
+			}
+		}
+	}
+	return r.delete(ctx, svc)
+}
+
+func checkNothingLeft(ctx context.Context, s LoadBalancerSetup) error {
+	r := s.withDefaults()
+	if r.Forwards == nil && r.Leftovers == nil && r.Backend == nil {
+		return skipped(promiseNothingLeft, "LoadBalancerSetup has no Backend, Forwards or Leftovers to inspect the backend with")
+	}
+	svc := r.Service("conformance", "nothing-left", 0)
+	if _, err := r.ensure(ctx, svc); err != nil {
+		return err
+	}
+	// A Service's life: its ports change, a node leaves, it is deleted.
+	changed := svc.DeepCopy()
+	changed.Spec.Ports = r.Service("conformance", "nothing-left", 1).Spec.Ports
+	if _, err := r.ensure(ctx, changed); err != nil {
+		return err
+	}
+	if len(r.Nodes) > 1 {
+		if err := r.updateWith(ctx, changed, r.Nodes[1:]); err != nil {
+			return err
+		}
+	}
+	if err := r.delete(ctx, changed); err != nil {
+		return err
+	}
+	if ok, err := r.backendExists(ctx, changed, false); err != nil {
+		return fmt.Errorf("backend: %w", err)
+	} else if ok {
+		return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still has a load balancer for it", key(svc))
+	}
+	if r.Forwards != nil {
+		for _, v := range []*v1.Service{svc, changed} {
+			fs, err := r.forwards(ctx, v)
+			if err != nil {
+				return err
+			}
+			if len(fs) > 0 {
+				return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still forwards %q", key(svc), forwardedPorts(fs))
+			}
+		}
+	}
+	if r.Leftovers != nil {
+		left, err := r.Leftovers(ctx)
+		if err != nil {
+			return fmt.Errorf("LoadBalancerSetup.Leftovers: %w", err)
+		}
+		if len(left) > 0 {
+			return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s, the only Service, whose ports and nodes had changed, the backend still holds %q", key(svc), left)
+		}
+	}
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
-	"github.com/ccmkit/ccmkit/registry"
 )
 
 // ProviderName is the name the edge provider is registered under, the value
@@ -32,12 +31,9 @@ var (
 // API (spec.nodeName).
 const EnvNodeName = "NODE_NAME"
 
-// Register registers Factory under ProviderName in r.
-func Register(r *registry.Registry) error {
-	return r.Register(ProviderName, Factory)
-}
-
-// Factory is the cloudprovider.Factory of the edge provider. It reads the
+// Factory is the cloudprovider.Factory of the edge provider, to register
+// under ProviderName (registry.MustRegister(edge.ProviderName,
+// edge.Factory)). It reads the
 // cloud-config from config (nil = no file: all defaults; see ParseConfig),
 // takes the node name from $NODE_NAME when the config has none, and builds
 // the provider with New. It does no network I/O. It registers igd's and
@@ -145,12 +141,12 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 // embedded cloud controller gives every node "k3s://<node-name>" (RKE2's,
 // the same code, "rke2://<node-name>"). Such IDs name no machine of any
 // cloud, so a cluster that moves from the embedded controller to edge-ccm
-// keeps its nodes, which then get edge's metadata; see provider.InstancesConfig.
+// keeps its nodes, which then get edge's metadata; see provider.InstancesV2Config.
 var adoptedSchemes = []string{"k3s", "rke2"}
 
 // instancesConfig translates the "instances" section.
-func instancesConfig(in InstancesConfig) provider.InstancesConfig {
-	out := provider.InstancesConfig{Zone: in.Zone, Region: in.Region, InstanceType: in.InstanceType, AdoptSchemes: adoptedSchemes}
+func instancesConfig(in InstancesConfig) provider.InstancesV2Config {
+	out := provider.InstancesV2Config{Zone: in.Zone, Region: in.Region, InstanceType: in.InstanceType, AdoptSchemes: adoptedSchemes}
 	if len(in.Nodes) > 0 {
 		out.Nodes = make(map[string]provider.NodeInstance, len(in.Nodes))
 	}

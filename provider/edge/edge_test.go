@@ -185,9 +185,9 @@ instances:
 	}
 }
 
-func TestRegister(t *testing.T) {
+func TestRegisterFactory(t *testing.T) {
 	r := registry.New()
-	if err := Register(r); err != nil {
+	if err := r.Register(ProviderName, Factory); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
 	if got := r.Names(); !slices.Equal(got, []string{ProviderName}) {
@@ -200,7 +200,7 @@ func TestRegister(t *testing.T) {
 	if cloud.ProviderName() != ProviderName {
 		t.Errorf("built %q", cloud.ProviderName())
 	}
-	if err := Register(r); !errors.Is(err, registry.ErrDuplicate) {
+	if err := r.Register(ProviderName, Factory); !errors.Is(err, registry.ErrDuplicate) {
 		t.Errorf("second Register = %v, want ErrDuplicate", err)
 	}
 	if _, err := r.Build(ProviderName, strings.NewReader("lease: 2h\n")); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), `"edge"`) {

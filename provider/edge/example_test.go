@@ -10,9 +10,9 @@ import (
 
 // A cloud-controller-manager registers the edge provider and builds it by
 // name from its --cloud-config. Building it makes no network call.
-func ExampleRegister() {
+func ExampleFactory() {
 	r := registry.New()
-	if err := edge.Register(r); err != nil {
+	if err := r.Register(edge.ProviderName, edge.Factory); err != nil {
 		fmt.Println(err)
 		return
 	}
