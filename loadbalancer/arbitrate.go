@@ -32,30 +32,24 @@ func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() 
 	})
 }
 
-// arbitrate refuses k to req's Service when another Service of the cluster
-// that is served (selected, valid, not being deleted) holds k by its status,
-// or wants k while req's Service does not hold it by its own status: a key
-// no status lists goes to a Service only when no other wants it. Every
-// process reads the same Services live, so two of them (a fail-over overlap)
-// never both take a key, whatever changes between their reads (a Service
-// created, or updated to want the key); the router cannot tell them apart.
+// arbitrate refuses k, a key req's Service does not hold, when another
+// Service of the cluster that is served (selected, valid, not being deleted)
+// wants it too: a key goes to a Service only while no other wants it, and
+// two that want one neither holds both wait until one gives it up. Every
+// process reads the Services live after its own Service came to want k, so
+// of two processes (a fail-over overlap) that both took k, each would have
+// read before the other Service wanted it: impossible. The router cannot
+// tell them apart. A key the Service held until the router lost it is not
+// arbitrated (see converge): no other could take it meanwhile.
 func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*v1.Service, error)) error {
 	svcs, err := contenders()
 	if err != nil {
 		return err
 	}
 	me := req.svc
-	isMe := func(s *v1.Service) bool { return s.Namespace == me.Namespace && s.Name == me.Name }
-	mine := statusLists(me, k)
-	if i := slices.IndexFunc(svcs, isMe); i >= 0 {
-		mine = statusLists(svcs[i], k) // the live copy
-	}
 	for _, s := range svcs {
-		if isMe(s) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil || !selected(lb.cfg.Services, s) {
-			continue
-		}
-		holds, wants := statusLists(s, k), slices.Contains(specKeys(s), k)
-		if !holds && (!wants || mine) {
+		if (s.Namespace == me.Namespace && s.Name == me.Name) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil ||
+			!selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
 			continue
 		}
 		so := newOwner(req.owner.cluster, s.Namespace, s.Name)
@@ -65,24 +59,8 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 		if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
 			continue // nor is one asking for another address than the router's
 		}
-		why := "another Service of the cluster holds it (its status lists it)"
-		if !holds {
-			why = "another Service of the cluster wants it too, and neither holds it: delete one, or change its port"
-		}
 		return &PortError{Service: req.owner.key(), Key: k, Claimant: s.Namespace + "/" + s.Name,
-			Err: fmt.Errorf("%w: %s", ErrPortInUse, why)}
+			Err: fmt.Errorf("%w: another Service of the cluster wants it too, and neither holds it: delete one, or change its port", ErrPortInUse)}
 	}
 	return nil
-}
-
-// statusLists reports whether svc's status lists k as served.
-func statusLists(svc *v1.Service, k igd.Key) bool {
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		for _, p := range ing.Ports {
-			if pk, ok := portKey(p.Protocol, p.Port); ok && pk == k && p.Error == nil {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -270,6 +270,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 		logger.Error(err, "Load balancer pass failed")
 		return
 	}
+	lb.forgetGone(ctx, svcs)
 	// The listing is only a hint of where Services may hold mappings that
 	// nothing records: without it every Service is still served (renewed,
 	// repaired) at the keys its spec, status and this process know.

@@ -42,11 +42,26 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			retry = d
 		}
 	}
-	lb.update(o, func(s *serviceState) { // the read proves o holds nothing else
-		maps.DeleteFunc(s.held, func(k igd.Key, _ held) bool { _, ok := ours[k]; return !ok })
-		for k, h := range s.held { // and that what it holds is there
-			h.unconfirmed = false
-			s.held[k] = h
+	// The read proves o holds nothing else, and what it holds: a write it
+	// made stands only where the read shows it. A key it held, confirmed,
+	// that the read finds free was lost by the router (a reboot, a wiped
+	// table): o takes it back without arbitration, as no other Service
+	// could take it while o wanted it.
+	lost := make(map[igd.Key]bool)
+	lb.update(o, func(s *serviceState) {
+		for k, h := range s.held {
+			m, ok := ours[k]
+			_, taken := got[k]
+			switch {
+			case !ok:
+				lost[k] = !taken && !h.unconfirmed && h.written.InternalClient.IsValid()
+				delete(s.held, k)
+			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
+				s.held[k] = held{} // not (or no longer) what this process wrote
+			default:
+				h.unconfirmed = false
+				s.held[k] = h
+			}
 		}
 	})
 	// Withdraw first, even with no node to take the wanted ports: a port
@@ -72,7 +87,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
-			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders)
+			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, lost[p.key], contenders)
 			if pe := portRefusal(err); pe != nil && d == 0 { // a delay: our own mapping, retried
 				failed[p.key] = pe
 				continue
@@ -84,6 +99,18 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
 	return failed, errors.Join(errs...)
+}
+
+// sameTarget reports whether m, read at a key, points where w, written there,
+// did (w zero: nothing written, nothing to contradict). A router that
+// reports internal port 0 (miniupnpd 2.3.6) contradicts nothing about the
+// port when portZeroAgrees.
+func sameTarget(m, w igd.Mapping, portZeroAgrees bool) bool {
+	if !w.InternalClient.IsValid() {
+		return true
+	}
+	return m.InternalClient.Unmap() == w.InternalClient &&
+		(m.InternalPort == w.InternalPort || (portZeroAgrees && m.InternalPort == 0))
 }
 
 // upToDate reports whether our mapping m is what p wants on tgt, with enough
@@ -113,14 +140,17 @@ func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
 }
 
 // apply makes p's mapping point at tgt with p's description, from old, what
-// the read sent at readAt found at p's key (mine: the Service's own). A delay
-// returned asks the caller to retry then.
-func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, readAt time.Time, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
+// the read sent at readAt found at p's key (mine: the Service's own; lost:
+// free, but the Service held it until the router lost it). A delay returned
+// asks the caller to retry then.
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, readAt time.Time, mine, lost bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if !mine {
-		if err := lb.arbitrate(req, p.key, contenders); err != nil {
-			return 0, err
+		if !lost {
+			if err := lb.arbitrate(req, p.key, contenders); err != nil {
+				return 0, err
+			}
 		}
 		if err := lb.reserve(o, p.key); err != nil {
 			return 0, err
@@ -185,16 +215,26 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	}
 	// The router answered with a fault: one read says whether it stored the
 	// add anyway (then k stays held), or who holds k.
-	holder, gerr := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	var holder igd.Mapping
+	r, gerr := lb.read(ctx, []igd.Key{k}) // as every read of the Service's keys
+	if gerr == nil {
+		var ok bool
+		if holder, ok = r.mappings[k]; !ok {
+			gerr = igd.ErrNoSuchEntry
+		}
+	}
 	if errors.Is(gerr, igd.ErrNoSuchEntry) || (gerr == nil && !lb.owns(o, holder)) {
 		lb.update(o, func(s *serviceState) { delete(s.held, k) })
 	}
 	if want := lb.heldAt(o, k).written; gerr == nil && lb.owns(o, holder) &&
-		holder.InternalClient.Unmap() == want.InternalClient && lb.internalPort(o, holder) == want.InternalPort {
+		holder.InternalClient.Unmap() == want.InternalClient && holder.InternalPort == want.InternalPort {
 		return nil // stored as asked, whatever the answer said
 	}
 	if !errors.Is(err, igd.ErrConflict) {
 		return &PortError{Service: o.key(), Key: k, Err: err}
+	}
+	if gerr != nil && !errors.Is(gerr, igd.ErrNoSuchEntry) {
+		return &PortError{Service: o.key(), Key: k, Err: fmt.Errorf("%w (reading who holds the port failed: %w)", err, gerr)}
 	}
 	if gerr != nil {
 		if lb.cfg.SecureMode {

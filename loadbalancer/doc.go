@@ -24,17 +24,19 @@
 //     written: their keys fail with a *PortError naming the holder.
 //   - Before taking a key it does not hold, a Service reads the cluster's
 //     Services live (with Initialize; without, only this process's Services
-//     are arbitrated): it may take the key when its own status lists it (it
-//     was served it, as before a router reboot) and no other's does, or when
-//     no other served Service wants it. Two Services that want a key neither
-//     holds both wait (ErrPortInUse naming the other) until one gives it up.
-//     So two processes of one cluster never both take a key, whatever is
-//     created or updated between their reads. Clusters behind one router map
-//     to different nodes, so the router's 718 arbitrates them; they must use
+//     are arbitrated) and takes it only when no other served Service wants
+//     it: two that want a key neither holds both wait (ErrPortInUse naming
+//     the other) until one gives it up. So two processes of one cluster
+//     never both take a key. A key this process held for the Service until
+//     the router lost it (a reboot) is taken back without asking: no other
+//     Service could take it meanwhile. Clusters behind one router map to
+//     different nodes, so the router's 718 arbitrates them; they must use
 //     different --cluster-name values.
-//   - A key is held from just before its add until a read proves it is not
-//     the Service's (an add the router answers with a fault is read back
-//     once): an add whose reply was lost is found and removed later.
+//   - A key is held from just before its add, with what was sent, until a
+//     read shows otherwise (an add the router answers with a fault is read
+//     back at once): an add whose reply was lost is found and removed later.
+//     What was written stands only where a read shows it. A pass forgets the
+//     Services gone from the API server without EnsureLoadBalancerDeleted.
 //   - A mapping of ours with less than 5 s of lease left when its delete (or
 //     rewrite) would be sent, counted from when the read was sent, is left
 //     to expire and the operation retried (api.RetryError): a host may take

@@ -6,9 +6,12 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -153,6 +156,44 @@ func (lb *LoadBalancer) pruneDeleted() {
 	maps.DeleteFunc(lb.services, func(_ string, s *serviceState) bool {
 		return s.deleted && s.gate == nil && len(s.held) == 0 && now.Sub(s.deletedAt) > deletedTTL
 	})
+}
+
+// forgetGone drops the state of Services that are not in svcs (the pass's
+// list) and, read live, not in the API server either: deleted with their
+// finalizer removed by hand, so no EnsureLoadBalancerDeleted came. Their held
+// keys would otherwise reserve ports and be probed forever; their mappings
+// run out with their leases.
+func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
+	client := lb.bg.apiClient()
+	if client == nil {
+		return
+	}
+	listed := make(map[string]bool, len(svcs))
+	for _, s := range svcs {
+		listed[s.Namespace+"/"+s.Name] = true
+	}
+	lb.mu.Lock()
+	var names []string
+	for _, s := range lb.services {
+		if s.gate == nil && !s.deleted && !listed[s.name] {
+			names = append(names, s.name)
+		}
+	}
+	cluster := lb.cluster
+	lb.mu.Unlock()
+	for _, name := range names {
+		ns, n, _ := strings.Cut(name, "/")
+		if _, err := client.CoreV1().Services(ns).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			continue
+		}
+		o := newOwner(cluster, ns, n)
+		lb.mu.Lock()
+		if s := lb.services[o.token]; s != nil && s.gate == nil {
+			heldKeys.Add(-int64(len(s.held)))
+			delete(lb.services, o.token)
+		}
+		lb.mu.Unlock()
+	}
 }
 
 // knownKeys returns every key where o may hold a mapping (unsorted, maybe
