@@ -66,6 +66,9 @@ type Config struct {
 	// RouteReconciliationPeriod is how often the route controller matches
 	// the cloud's routes with the nodes' pod CIDRs; 0 = 1 s.
 	RouteReconciliationPeriod time.Duration
+	// Classes are load balancer class controllers to run beside upstream's
+	// (see Class); nil = none.
+	Classes []Class
 }
 
 const (
@@ -225,6 +228,9 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 		}
 	}
 
+	if err := h.startClasses(ctx, runCtx); err != nil {
+		return err
+	}
 	lb, ok := h.cfg.Cloud.LoadBalancer()
 	if !ok || lb == nil {
 		return h.createServices(ctx)

@@ -163,8 +163,9 @@ func (h *Harness) WaitForNodeDeleted(ctx context.Context, name string) error {
 
 // DeleteService deletes a Service as the API server does one with
 // finalizers, which the fake clientset does not: it sets the deletion
-// timestamp, waits for the service controller to remove its finalizer
-// (after the cloud deleted the load balancer), then deletes the object.
+// timestamp, waits for the controllers to remove their finalizers (the
+// service controller's, and class controllers' of Config.Classes, after
+// their clouds deleted the load balancers), then deletes the object.
 func (h *Harness) DeleteService(ctx context.Context, namespace, name string) error {
 	services := h.Client.CoreV1().Services(namespace)
 	s, err := services.Get(ctx, name, metav1.GetOptions{})
@@ -177,7 +178,7 @@ func (h *Harness) DeleteService(ctx context.Context, namespace, name string) err
 			return fmt.Errorf("cluster: marking Service %s/%s for deletion: %w", namespace, name, err)
 		}
 	}
-	if _, err := h.WaitForFinalizerGone(ctx, namespace, name); err != nil {
+	if _, err := h.waitService(ctx, namespace, name, "no finalizers", func(s *v1.Service) bool { return len(s.Finalizers) == 0 }); err != nil {
 		return err
 	}
 	if err := services.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

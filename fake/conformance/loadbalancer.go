@@ -52,6 +52,11 @@ type LoadBalancerSetup struct {
 	// called again after its RetryAfter. Nil = the RetryError check is
 	// skipped.
 	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
+	// Class, when set, is the spec.loadBalancerClass of every Service the
+	// checks use (Service's and Elsewhere), as a load balancer served by a
+	// class controller (provider/lbclass) sees them; "" = Services as
+	// Service and Elsewhere return them.
+	Class string
 }
 
 // DefaultNodes returns two initialized Ready nodes, node-a (192.168.1.10)
@@ -94,6 +99,19 @@ func (s *LoadBalancerSetup) withDefaults() lbRun {
 	}
 	if r.Service == nil {
 		r.Service = DefaultService
+	}
+	if r.Class != "" {
+		class := r.Class
+		service := r.Service
+		r.Service = func(namespace, name string, i int) *v1.Service {
+			svc := service(namespace, name, i).DeepCopy()
+			svc.Spec.LoadBalancerClass = &class
+			return svc
+		}
+		if r.Elsewhere != nil {
+			r.Elsewhere = r.Elsewhere.DeepCopy()
+			r.Elsewhere.Spec.LoadBalancerClass = &class
+		}
 	}
 	return r
 }
