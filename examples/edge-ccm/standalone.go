@@ -119,19 +119,23 @@ unless loadBalancer.services is "all".`,
 
 // run serves until ctx ends or, with leader election, leadership is lost.
 func (o *standaloneOptions) run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
 	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load-balancer: --kubeconfig %q: %w", o.kubeconfig, err)
 	}
-	restCfg = rest.AddUserAgent(restCfg, "edge-load-balancer")
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("load-balancer: API client: %w", err)
-	}
 	cloud, err := buildEdge(o.cloudConfig)
 	if err != nil {
 		return err
+	}
+	return o.runWith(ctx, rest.AddUserAgent(restCfg, "edge-load-balancer"), cloud)
+}
+
+// runWith is run with the API server's config and the edge provider built.
+func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, cloud *provider.Cloud) error {
+	logger := klog.FromContext(ctx)
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("load-balancer: API client: %w", err)
 	}
 	// Checked before taking the Lease: a bad flag fails at once.
 	if _, err := lbclass.New(o.classConfig(cloud, client, informers.NewSharedInformerFactory(client, 0))); err != nil {
