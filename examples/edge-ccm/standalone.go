@@ -52,6 +52,7 @@ type standaloneOptions struct {
 	class       string
 	classless   bool
 	workers     int
+	resync      time.Duration
 
 	leaderElect    bool
 	leaseNamespace string
@@ -78,7 +79,7 @@ func runStandalone(args []string) int {
 // flags set.
 func standaloneCmd() (*cobra.Command, *standaloneOptions) {
 	o := &standaloneOptions{
-		clusterName: "kubernetes", class: DefaultClass, workers: 1,
+		clusterName: "kubernetes", class: DefaultClass, workers: 1, resync: loadbalancer.DefaultMaxRenewInterval,
 		leaderElect: true, leaseNamespace: "kube-system", leaseName: "edge-load-balancer",
 		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 	}
@@ -108,6 +109,7 @@ unless loadBalancer.services is "all".`,
 	fs.StringVar(&o.class, "load-balancer-class", o.class, "the spec.loadBalancerClass served")
 	fs.BoolVar(&o.classless, "classless", o.classless, "also serve Services with no loadBalancerClass (only when no other load balancer serves them: k3s servicelb off, no cloud-controller-manager)")
 	fs.IntVar(&o.workers, "workers", o.workers, "Services synced at once")
+	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, renewing its mappings' leases (the load balancer's background work renews classless Services only); at most half the cloud-config's loadBalancer.lease")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "take a Lease before serving, so one replica is active")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", o.leaseNamespace, "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "name of the Lease")
@@ -210,6 +212,7 @@ func (o *standaloneOptions) classConfig(cloud *provider.Cloud, client kubernetes
 		ClusterName:  o.clusterName,
 		Component:    "edge-load-balancer",
 		Workers:      o.workers,
+		ResyncPeriod: o.resync,
 	}
 }
 

@@ -53,6 +53,12 @@ type Config struct {
 	Component string
 	// Workers is how many Services are synced at once; 0 = 1.
 	Workers int
+	// ResyncPeriod, when positive, ensures every Service served again that
+	// often, without Normal events, for a load balancer whose resources
+	// need renewing and that does not renew those of classed Services by
+	// itself (ccmkit's loadbalancer renews leases in its background work
+	// for classless Services only); 0 = never, as upstream.
+	ResyncPeriod time.Duration
 	// MinRetryDelay and MaxRetryDelay bound the per-Service exponential
 	// backoff after a failed sync; 0 = 5 s and 300 s, as upstream.
 	MinRetryDelay, MaxRetryDelay time.Duration
@@ -89,6 +95,9 @@ func (c *Config) validate() error {
 		errs = append(errs, field.Invalid(field.NewPath("Finalizer"), c.Finalizer, "is the service controller's, which cleans up every Service carrying it"))
 	} else if c.Class != "" {
 		errs = append(errs, apivalidation.ValidateFinalizerName(c.Finalizer, field.NewPath("Finalizer"))...)
+	}
+	if c.ResyncPeriod < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("ResyncPeriod"), c.ResyncPeriod, "must not be negative"))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("Workers"), c.Workers, "must not be negative"))
@@ -143,6 +152,9 @@ type served struct {
 	// current is true when the load balancer is up to date with svc and
 	// nodes; false after a failure, so the next sync ensures again.
 	current bool
+	// resync is true when current was cleared by the periodic resync: the
+	// next ensure is quiet (no Normal events).
+	resync bool
 }
 
 // New returns a Controller for cfg and registers its event handlers with
@@ -205,6 +217,20 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("lbclass: waiting for the informers' caches: %w", context.Cause(ctx))
 	}
 	var wg sync.WaitGroup
+	if c.cfg.ResyncPeriod > 0 {
+		wg.Go(func() {
+			t := time.NewTicker(c.cfg.ResyncPeriod)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					c.resyncAll()
+				}
+			}
+		})
+	}
 	for range c.cfg.Workers {
 		wg.Go(func() {
 			for c.next(ctx) {
@@ -265,6 +291,18 @@ func (c *Controller) nodesChanged() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key := range c.served {
+		c.queue.Add(key)
+	}
+}
+
+// resyncAll makes every Service served ensure again, quietly.
+func (c *Controller) resyncAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, s := range c.served {
+		if s.current {
+			s.current, s.resync = false, true
+		}
 		c.queue.Add(key)
 	}
 }

@@ -609,3 +609,38 @@ func ExampleNew() {
 	fmt.Println(c != nil, err)
 	// Output: true <nil>
 }
+
+// TestResync: with ResyncPeriod, an unchanged Service is ensured again and
+// again (its load balancer renewed) without Normal events after the first.
+func TestResync(t *testing.T) {
+	client := k8sfake.NewClientset(svc("a", class(testClass)), node("n1"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	lb := fake.NewLoadBalancer(netip.MustParseAddr(ingressIP))
+	c, err := New(Config{Class: testClass, LoadBalancer: lb, Client: client, Informers: factory, ResyncPeriod: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record.NewFakeRecorder(1000)
+	c.recorder = rec
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, waitBound, true, func(context.Context) (bool, error) {
+		return lb.CallCount(fake.MethodEnsureLoadBalancer) >= 3, nil
+	})
+	cancel()
+	if rerr := <-done; rerr != nil {
+		t.Errorf("Run: %v", rerr)
+	}
+	if err != nil {
+		t.Fatalf("the Service was not ensured again: %d Ensure calls", lb.CallCount(fake.MethodEnsureLoadBalancer))
+	}
+	var events []string
+	for len(rec.Events) > 0 {
+		f := strings.Fields(<-rec.Events)
+		events = append(events, f[0]+" "+f[1])
+	}
+	assert.Equal(t, []string{"Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"}, events, "events")
+}

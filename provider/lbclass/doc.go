@@ -44,6 +44,9 @@
 //   - Node changes are applied by the Service's own worker (through the
 //     Service queue), so EnsureLoadBalancer and UpdateLoadBalancer are never
 //     called at once for one Service.
+//   - Config.ResyncPeriod can ensure every Service served again
+//     periodically, quietly, for load balancers whose resources need
+//     renewing (upstream ensures only on changes).
 //   - An api.RetryError gets no Warning event: it means "not yet", not a
 //     failure (upstream reports SyncLoadBalancerFailed for it too).
 //

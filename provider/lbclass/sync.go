@@ -69,8 +69,12 @@ func (c *Controller) serve(ctx context.Context, key string, svc *v1.Service) err
 	}
 
 	logger := klog.FromContext(ctx)
-	logger.V(2).Info("Ensuring load balancer", "service", klog.KObj(svc))
-	c.recorder.Event(svc, v1.EventTypeNormal, "EnsuringLoadBalancer", "Ensuring load balancer")
+	// A periodic resync of an unchanged Service is quiet.
+	quiet := prev != nil && prev.resync && !needsEnsure(prev.svc, svc)
+	logger.V(2).Info("Ensuring load balancer", "service", klog.KObj(svc), "resync", quiet)
+	if !quiet {
+		c.recorder.Event(svc, v1.EventTypeNormal, "EnsuringLoadBalancer", "Ensuring load balancer")
+	}
 	if err := c.patchFinalizers(ctx, svc, true); err != nil {
 		return c.syncFailed(svc, fmt.Errorf("add load balancer cleanup finalizer: %w", err))
 	}
@@ -78,8 +82,11 @@ func (c *Controller) serve(ctx context.Context, key string, svc *v1.Service) err
 		c.recorder.Event(svc, v1.EventTypeWarning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer")
 	}
 	// Remembered before the call, so a failed Ensure is still cleaned up
-	// if the Service goes away.
+	// if the Service goes away; a failed quiet one stays quiet.
 	c.remember(key, svc, nodes, false)
+	if quiet {
+		c.markResync(key)
+	}
 	previous := svc.Status.LoadBalancer.DeepCopy()
 	status, err := c.cfg.LoadBalancer.EnsureLoadBalancer(ctx, c.cfg.ClusterName, svc, nodes)
 	switch {
@@ -93,7 +100,9 @@ func (c *Controller) serve(ctx context.Context, key string, svc *v1.Service) err
 	case status == nil:
 		return c.syncFailed(svc, errors.New("ensure load balancer: the load balancer returned a nil status"))
 	}
-	c.recorder.Event(svc, v1.EventTypeNormal, "EnsuredLoadBalancer", "Ensured load balancer")
+	if !quiet {
+		c.recorder.Event(svc, v1.EventTypeNormal, "EnsuredLoadBalancer", "Ensured load balancer")
+	}
 	c.remember(key, svc, nodes, true)
 	if err := c.patchStatus(ctx, svc, previous, status); err != nil {
 		c.markStale(key)
@@ -232,6 +241,15 @@ func (c *Controller) remember(key string, svc *v1.Service, nodes []*v1.Node, cur
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.served[key] = &served{svc: svc.DeepCopy(), nodes: nodes, current: current}
+}
+
+// markResync makes the next ensure of key quiet.
+func (c *Controller) markResync(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.served[key]; ok {
+		s.resync = true
+	}
 }
 
 // markStale makes the next sync of key ensure again.
