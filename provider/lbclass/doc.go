@@ -34,8 +34,10 @@
 //   - The finalizer is the controller's own (Config.Finalizer, by default the
 //     class name), not service.kubernetes.io/load-balancer-cleanup. Upstream's
 //     controller cleans up every Service that carries that finalizer and is
-//     being deleted or is no longer of type LoadBalancer, whatever its class:
-//     it would remove the finalizer before this controller cleaned up, and
+//     being deleted or is no longer of type LoadBalancer, whatever its class
+//     (fake/cluster's TestUpstreamCleansClassedServicesWithItsFinalizer; k3s's
+//     servicelb and every cloud-controller-manager run that controller): it
+//     would remove the finalizer before this controller cleaned up, and
 //     mappings would leak. An own finalizer also tells two class controllers
 //     apart, so a Service handed from one to another is cleaned by the first
 //     and served by the second, each holding its own finalizer.
