@@ -152,6 +152,34 @@ func TestStandaloneE2E(t *testing.T) {
 	}
 	t.Logf("served: %s:45080 -> %s:%d", lab.ExternalIP, want.InternalClient, want.InternalPort)
 
+	// Hand-over: ClusterIP (the API server drops the class with the type),
+	// then LoadBalancer under another class: cleaned up here first.
+	svc.Spec.Type = v1.ServiceTypeClusterIP
+	svc.Spec.Ports[0].NodePort = 0
+	if svc, err = services.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.LoadBalancerClass != nil {
+		t.Errorf("the API server kept class %q on a ClusterIP Service", *svc.Spec.LoadBalancerClass)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
+		svc, err = services.Get(ctx, "e2e-web", metav1.GetOptions{})
+		return err == nil && len(svc.Finalizers) == 0 && len(svc.Status.LoadBalancer.Ingress) == 0, err
+	})
+	if err != nil {
+		t.Fatalf("not cleaned up after ClusterIP: %v; finalizers %v, status %+v", err, svc.Finalizers, svc.Status)
+	}
+	if table, err = igd.ReadTable(ctx, router); err != nil || len(table) != 0 {
+		t.Errorf("router table after ClusterIP: %+v (%v)", table, err)
+	}
+	svc.Spec.Type, svc.Spec.LoadBalancerClass = v1.ServiceTypeLoadBalancer, ptr.To("example.com/other")
+	if svc, err = services.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(svc.Finalizers, DefaultClass) {
+		t.Errorf("finalizers %v after the hand-over", svc.Finalizers)
+	}
+
 	// Deleting it: the real API server waits for the finalizer.
 	if err := services.Delete(ctx, "e2e-web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -165,6 +193,39 @@ func TestStandaloneE2E(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the Service was never deleted: %v", err)
+	}
+	// Served once more, under the class, and deleted while served.
+	svc, err = services.Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-web"},
+		Spec: v1.ServiceSpec{
+			Type:              v1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: ptr.To(DefaultClass),
+			Selector:          map[string]string{"app": "web"},
+			Ports:             []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 45080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
+		svc, err = services.Get(ctx, "e2e-web", metav1.GetOptions{})
+		return err == nil && len(svc.Status.LoadBalancer.Ingress) == 1, err
+	})
+	if err != nil {
+		t.Fatalf("no ingress the second time: %v", err)
+	}
+	if err := services.Delete(ctx, "e2e-web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
+		_, err := services.Get(ctx, "e2e-web", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatalf("the served Service was never deleted: %v", err)
 	}
 	table, err = igd.ReadTable(ctx, router)
 	if err != nil {
