@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test demo build cross lint vet fmt staticcheck bench bench-smoke fuzz-smoke tools
+.PHONY: test demo build cross image-tar lint vet fmt staticcheck bench bench-smoke fuzz-smoke tools
 
 ## Version stamped into edge-ccm through k8s.io/component-base/version (what
 ## --version prints and the CCM logs at start). It must parse as a semantic
@@ -35,6 +35,15 @@ cross:
 	@set -e; for arch in $(CROSS_ARCHES); do \
 		echo "GOOS=linux GOARCH=$$arch go build ./examples/edge-ccm"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/edge-ccm-linux-$$arch ./examples/edge-ccm; \
+	done
+
+## image-tar: bin/edge-ccm-linux-ARCH.tar for each of CROSS_ARCHES: an image tarball (the static
+## binary on an empty base) for `k3s ctr images import` / `docker load`, built without a Docker engine.
+IMAGE_REF ?= localhost/edge-ccm:dev
+image-tar: cross
+	@set -e; for arch in $(CROSS_ARCHES); do \
+		$(GO) run ./examples/edge-ccm/image-tar -binary bin/edge-ccm-linux-$$arch -arch $$arch -ref $(IMAGE_REF) -o bin/edge-ccm-linux-$$arch.tar; \
+		echo "bin/edge-ccm-linux-$$arch.tar ($(IMAGE_REF))"; \
 	done
 
 ## lint: go vet, gofmt and staticcheck, as CI runs them.

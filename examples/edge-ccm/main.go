@@ -8,6 +8,10 @@
 //
 // See cloud-config.yaml for the configuration, manifests/ for deployment and
 // Dockerfile for the image.
+//
+// `edge-ccm load-balancer` is the standalone mode: the edge load balancer
+// alone, for the Services of a loadBalancerClass, as a Deployment beside a
+// cluster left as it is (standalone.go, manifests/standalone/).
 package main
 
 import (
@@ -35,6 +39,9 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == standaloneCommand {
+		return runStandalone(os.Args[2:])
+	}
 	// Register the edge provider in ccmkit's registry; add your own
 	// providers the same way.
 	if err := registry.Register(edge.ProviderName, edge.Factory); err != nil {

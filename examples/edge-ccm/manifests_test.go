@@ -329,6 +329,7 @@ func TestManifests(t *testing.T) {
 		for _, taint := range []v1.Taint{
 			{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule},
 			{Key: "node-role.kubernetes.io/control-plane", Effect: v1.TaintEffectNoSchedule},
+			{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoSchedule},
 		} {
 			if !slices.ContainsFunc(pod.Tolerations, func(tol v1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
 				t.Errorf("no toleration for taint %s", taint.ToString())

@@ -85,6 +85,9 @@ type Config struct {
 	// binary, Start sends those nowhere unless klog's verbosity (its -v
 	// flag) is above 0.
 	Logger klog.Logger
+	// Classes are load balancer class controllers to run beside upstream's
+	// (see Class); nil = none.
+	Classes []Class
 }
 
 const (
@@ -270,6 +273,9 @@ func (h *Harness) start(ctx, runCtx context.Context, clusterCIDRs []*net.IPNet) 
 		}
 	}
 
+	if err := h.startClasses(ctx, runCtx); err != nil {
+		return err
+	}
 	lb, ok := h.cfg.Cloud.LoadBalancer()
 	if !ok || lb == nil {
 		return h.createServices(ctx)

@@ -84,15 +84,6 @@ func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*
 	})
 }
 
-// waitForFinalizerGone waits until the Service no longer carries the
-// service controller's finalizer (service.kubernetes.io/load-balancer-cleanup)
-// and returns it as last read.
-func (h *Harness) waitForFinalizerGone(ctx context.Context, namespace, name string) (*v1.Service, error) {
-	return h.waitService(ctx, namespace, name, "no finalizer "+servicehelper.LoadBalancerCleanupFinalizer, func(s *v1.Service) bool {
-		return !servicehelper.HasLBFinalizer(s)
-	})
-}
-
 // WaitForFinalizer waits until the Service carries the service controller's
 // finalizer and returns it as last read. It is kept while callers move to
 // WaitForService(ctx, namespace, name, "the finalizer",
@@ -177,8 +168,9 @@ func (h *Harness) WaitForNodeDeleted(ctx context.Context, name string) error {
 
 // DeleteService deletes a Service as the API server does one with
 // finalizers, which the fake clientset does not: it sets the deletion
-// timestamp, waits for the service controller to remove its finalizer
-// (after the cloud deleted the load balancer), then deletes the object.
+// timestamp, waits for the controllers to remove their finalizers (the
+// service controller's, and class controllers' of Config.Classes, after
+// their clouds deleted the load balancers), then deletes the object.
 func (h *Harness) DeleteService(ctx context.Context, namespace, name string) error {
 	services := h.Client.CoreV1().Services(namespace)
 	s, err := services.Get(ctx, name, metav1.GetOptions{})
@@ -191,7 +183,7 @@ func (h *Harness) DeleteService(ctx context.Context, namespace, name string) err
 			return fmt.Errorf("cluster: marking Service %s/%s for deletion: %w", namespace, name, err)
 		}
 	}
-	if _, err := h.waitForFinalizerGone(ctx, namespace, name); err != nil {
+	if _, err := h.waitService(ctx, namespace, name, "no finalizers", func(s *v1.Service) bool { return len(s.Finalizers) == 0 }); err != nil {
 		return err
 	}
 	if err := services.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -63,6 +63,11 @@ type LoadBalancerSetup struct {
 	// cloud resource's ID). Nil = the check that nothing is left after
 	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone.
 	Leftovers func(ctx context.Context) ([]string, error)
+	// Class, when set, is the spec.loadBalancerClass of every Service the
+	// checks use (Service's and Elsewhere), as a load balancer served by a
+	// class controller (provider/lbclass) sees them; "" = Services as
+	// Service and Elsewhere return them.
+	Class string
 }
 
 // Forward is one Service port as the backend forwards it.
@@ -126,6 +131,19 @@ func (s *LoadBalancerSetup) withDefaults() lbRun {
 	}
 	if r.Service == nil {
 		r.Service = DefaultService
+	}
+	if r.Class != "" {
+		class := r.Class
+		service := r.Service
+		r.Service = func(namespace, name string, i int) *v1.Service {
+			svc := service(namespace, name, i).DeepCopy()
+			svc.Spec.LoadBalancerClass = &class
+			return svc
+		}
+		if r.Elsewhere != nil {
+			r.Elsewhere = r.Elsewhere.DeepCopy()
+			r.Elsewhere.Spec.LoadBalancerClass = &class
+		}
 	}
 	return r
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/component-base/logs"
+
+	"github.com/ccmkit/ccmkit/provider/edge"
+)
+
+const standaloneDir = "manifests/standalone"
+
+// standaloneNeeds is every permission the standalone mode uses, and so the
+// whole of what its RBAC may grant (namespace "" = cluster-wide).
+var standaloneNeeds = []struct{ group, resource, verb, namespace string }{
+	{"", "services", "get", ""}, {"", "services", "list", ""}, {"", "services", "watch", ""},
+	{"", "services/status", "patch", ""},
+	{"", "nodes", "get", ""}, {"", "nodes", "list", ""}, {"", "nodes", "watch", ""},
+	{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
+	{"", "events", "create", ""}, {"", "events", "patch", ""},
+	{"coordination.k8s.io", "leases", "get", "edge-load-balancer"},
+	{"coordination.k8s.io", "leases", "create", "edge-load-balancer"},
+	{"coordination.k8s.io", "leases", "update", "edge-load-balancer"},
+}
+
+// TestStandaloneManifests checks manifests/standalone: the kustomization
+// lists every manifest and names the image, the RBAC grants exactly what
+// the mode needs to the Deployment's service account, and the Deployment's
+// arguments are the mode's flags with a cloud-config that parses.
+func TestStandaloneManifests(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(standaloneDir, kustomizationFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		kustomization
+		Namespace string `json:"namespace"`
+	}
+	k.kustomization, err = decodeKustomization([]byte(strings.Replace(string(data), "namespace: edge-load-balancer\n", "", 1)))
+	if err != nil {
+		t.Fatalf("%s: %v", kustomizationFile, err)
+	}
+	if got, want := slices.Sorted(slices.Values(k.Resources)), manifestFiles(t, standaloneDir); !slices.Equal(got, want) {
+		t.Errorf("%s lists %q, want every manifest %q", kustomizationFile, got, want)
+	}
+	if !slices.ContainsFunc(k.Images, func(i kustomizeImage) bool { return i.Name == "edge-ccm" }) {
+		t.Errorf("%s has no images entry for edge-ccm", kustomizationFile)
+	}
+
+	const ns = "edge-load-balancer" // the kustomization's namespace
+	var (
+		dep   *appsv1.Deployment
+		cm    *v1.ConfigMap
+		sa    *v1.ServiceAccount
+		roles = map[string][]rbacv1.PolicyRule{}
+		bound = map[string]bool{}
+	)
+	for _, obj := range decodeManifests(t, standaloneDir) {
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			dep = o
+		case *v1.ConfigMap:
+			cm = o
+		case *v1.ServiceAccount:
+			sa = o
+		case *v1.Namespace:
+		case *rbacv1.ClusterRole:
+			roles["ClusterRole//"+o.Name] = o.Rules
+		case *rbacv1.Role:
+			roles["Role/"+ns+"/"+o.Name] = o.Rules
+		case *rbacv1.ClusterRoleBinding, *rbacv1.RoleBinding:
+			var subjects []rbacv1.Subject
+			var ref rbacv1.RoleRef
+			roleNS := ""
+			if b, ok := o.(*rbacv1.ClusterRoleBinding); ok {
+				subjects, ref = b.Subjects, b.RoleRef
+			} else {
+				b := o.(*rbacv1.RoleBinding)
+				subjects, ref = b.Subjects, b.RoleRef
+				if ref.Kind == "Role" {
+					roleNS = ns
+				}
+			}
+			for _, s := range subjects {
+				if s.Kind == "ServiceAccount" && s.Name == "edge-load-balancer" && s.Namespace == ns {
+					bound[ref.Kind+"/"+roleNS+"/"+ref.Name] = true
+				}
+			}
+		default:
+			t.Errorf("unexpected object %T", obj)
+		}
+	}
+	if dep == nil || cm == nil || sa == nil {
+		t.Fatal("the standalone manifests lack a Deployment, ConfigMap or ServiceAccount")
+	}
+
+	t.Run("RBAC is what the mode needs", func(t *testing.T) {
+		for _, n := range standaloneNeeds {
+			if !allowed(roles, bound, n.group, n.resource, n.verb, n.namespace) {
+				t.Errorf("no rule allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
+			}
+		}
+		for key, rules := range roles {
+			for _, r := range rules {
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						for _, v := range r.Verbs {
+							_, rest, _ := strings.Cut(key, "/")
+							roleNS, _, _ := strings.Cut(rest, "/")
+							if !slices.ContainsFunc(standaloneNeeds, func(n struct{ group, resource, verb, namespace string }) bool {
+								return n.group == g && n.resource == res && n.verb == v && n.namespace == roleNS
+							}) {
+								t.Errorf("%s grants %s %s.%s, which the mode does not use", key, v, res, g)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("Deployment", func(t *testing.T) {
+		pod := dep.Spec.Template.Spec
+		if pod.ServiceAccountName != sa.Name || !pod.HostNetwork {
+			t.Errorf("pod runs as %q with hostNetwork %v, want %q and true", pod.ServiceAccountName, pod.HostNetwork, sa.Name)
+		}
+		if len(pod.Containers) != 1 || len(pod.Containers[0].Args) == 0 || pod.Containers[0].Args[0] != standaloneCommand {
+			t.Fatalf("want one container running %q", standaloneCommand)
+		}
+		c := pod.Containers[0]
+		cmd, o := standaloneCmd()
+		logs.AddFlags(cmd.PersistentFlags()) // as cli.Run does
+		if err := cmd.ParseFlags(c.Args[1:]); err != nil {
+			t.Fatalf("args %q: %v", c.Args[1:], err)
+		}
+		if o.class != DefaultClass || !o.leaderElect || o.clusterName == "kubernetes" {
+			t.Errorf("class %q, leader election %v, cluster name %q; want %q, true and a name of its own", o.class, o.leaderElect, o.clusterName, DefaultClass)
+		}
+		if o.leaseNamespace != "$(POD_NAMESPACE)" || !slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
+			return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+		}) {
+			t.Errorf("the Lease's namespace %q is not the pod's own", o.leaseNamespace)
+		}
+		if filepath.Dir(o.cloudConfig) != c.VolumeMounts[0].MountPath || pod.Volumes[0].ConfigMap.Name != cm.Name {
+			t.Errorf("--cloud-config=%s is not in the mounted ConfigMap %s", o.cloudConfig, cm.Name)
+		}
+		if _, err := edge.ParseConfig(strings.NewReader(cm.Data[filepath.Base(o.cloudConfig)])); err != nil {
+			t.Errorf("ConfigMap %s: %v", cm.Name, err)
+		}
+	})
+}
