@@ -79,32 +79,34 @@ func buildCCM(t *testing.T) string {
 	return binary
 }
 
-// runCCM runs the binary with args and returns its combined output and exit
-// code, failing the test if it does not exit before the test binary's
-// deadline (gobuild.Context).
-func runCCM(t *testing.T, args ...string) (string, int) {
+// runCCM runs the binary with args and returns its standard output, its
+// standard error and its exit code, failing the test if it does not exit
+// before the test binary's deadline (gobuild.Context). Built with -race, the
+// binary logs a line saying so on standard error.
+func runCCM(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	bin := buildCCM(t)
 	ctx := gobuild.Context(t)
 	cmd := exec.CommandContext(ctx, bin, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("edge-ccm %v did not exit before the test binary's deadline: %v; output:\n%s", args, err, out.String())
+		t.Fatalf("edge-ccm %v did not exit before the test binary's deadline: %v; output:\n%s%s", args, err, out.String(), errOut.String())
 	}
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatalf("running %v: %v", args, err)
 	}
-	return out.String(), cmd.ProcessState.ExitCode()
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 }
 
 // TestHelp runs the built command with --help: it exits 0 and lists the
 // standard cloud-controller-manager flags, with edge as the default provider.
 func TestHelp(t *testing.T) {
-	out, code := runCCM(t, "--help")
+	stdout, stderr, code := runCCM(t, "--help")
+	out := stdout + stderr
 	if code != 0 {
 		t.Fatalf("edge-ccm --help exited %d; output:\n%s", code, out)
 	}
@@ -132,14 +134,14 @@ func TestHelp(t *testing.T) {
 // TestVersion runs the built command with --version and --version=raw: they
 // print the version, commit and build date stamped with -ldflags.
 func TestVersion(t *testing.T) {
-	out, code := runCCM(t, "--version")
+	out, stderr, code := runCCM(t, "--version")
 	if code != 0 {
-		t.Fatalf("edge-ccm --version exited %d; output:\n%s", code, out)
+		t.Fatalf("edge-ccm --version exited %d; output:\n%s%s", code, out, stderr)
 	}
 	if got, want := strings.TrimSpace(out), "edge-ccm "+testVersion; got != want {
 		t.Errorf("edge-ccm --version printed %q, want %q", got, want)
 	}
-	raw, code := runCCM(t, "--version=raw")
+	raw, _, code := runCCM(t, "--version=raw")
 	if code != 0 {
 		t.Fatalf("edge-ccm --version=raw exited %d; output:\n%s", code, raw)
 	}
@@ -253,7 +255,8 @@ current-context: none
 	if err := os.WriteFile(cloudConfig, []byte("loadBalancer:\n  lease: 1 hour\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runCCM(t, "--kubeconfig="+kubeconfig, "--secure-port=0", "--leader-elect=false", "--cloud-config="+cloudConfig)
+	stdout, stderr, code := runCCM(t, "--kubeconfig="+kubeconfig, "--secure-port=0", "--leader-elect=false", "--cloud-config="+cloudConfig)
+	out := stdout + stderr
 	if code == 0 {
 		t.Fatalf("edge-ccm with a bad cloud-config exited 0; output:\n%s", out)
 	}
