@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,13 +22,22 @@ import (
 // root, miniupnpd, upnpc, nft and ip; without them they skip, except when
 // CI=true, where they fail.
 
+// labBound is the lab clients' CallTimeout and DiscoveryTimeout. A lab
+// call takes milliseconds, but these tests run on busy machines (two cores
+// compiling beside them), where one can take seconds: the client's defaults
+// are bounds for noticing a dead router, and a test that is not about them
+// must not fail because the machine is slow. labBound only stops a hang.
+const labBound = 2 * time.Minute
+
 // labConfig returns a Config that acts from node i of lab, discovering by
-// SSDP (byURL false) or from the root description URL.
+// SSDP (byURL false) or from the root description URL, with labBound for
+// its bounds.
 func labConfig(lab *igdtest.Lab, i int, byURL bool) igd.Config {
 	cfg := lab.ClientConfig(i)
 	if !byURL {
 		cfg.RootDescURL = ""
 	}
+	cfg.CallTimeout, cfg.DiscoveryTimeout = labBound, labBound
 	return cfg
 }
 
@@ -40,10 +50,62 @@ func labClient(t testing.TB, lab *igdtest.Lab, i int, byURL bool) *igd.UPnPClien
 	return c
 }
 
+// countingClient is labClient whose SOAP calls are counted by action: a
+// daemonised router (igdtest.Options.Daemonize) keeps no log to count them
+// in.
+func countingClient(t *testing.T, lab *igdtest.Lab, i int) (*igd.UPnPClient, *soapCounter) {
+	t.Helper()
+	cfg := labConfig(lab, i, true)
+	counter := &soapCounter{next: &http.Transport{DialContext: cfg.DialContext, DisableKeepAlives: true}}
+	cfg.HTTPClient = &http.Client{Transport: counter}
+	c, err := igd.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, counter
+}
+
+// soapCounter is an http.RoundTripper that counts SOAP requests by action.
+type soapCounter struct {
+	next http.RoundTripper
+
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *soapCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	// SOAPAction: "urn:schemas-upnp-org:service:WANIPConnection:2#AddPortMapping",
+	// under a key goupnp spells in capitals, which Header.Get does not find.
+	for key, values := range req.Header {
+		if !strings.EqualFold(key, "SOAPAction") || len(values) == 0 {
+			continue
+		}
+		if _, action, ok := strings.Cut(strings.Trim(values[0], `"`), "#"); ok {
+			s.mu.Lock()
+			if s.n == nil {
+				s.n = map[string]int{}
+			}
+			s.n[action]++
+			s.mu.Unlock()
+		}
+	}
+	return s.next.RoundTrip(req)
+}
+
+// count returns how many requests for action were sent so far.
+func (s *soapCounter) count(action string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[action]
+}
+
+// testContext returns the test's context with a logger. It has no wall
+// clock of its own: the client's bounds and the test binary's -timeout
+// stop a hang, and a slow machine only makes the test slower.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -110,6 +172,7 @@ func TestLabMappings(t *testing.T) {
 				{Protocol: igd.UDP, ExternalPort: 8053, InternalClient: node, InternalPort: 30053, Description: "ccmkit default/dns"},
 				{Protocol: igd.TCP, ExternalPort: 8443, InternalClient: node, InternalPort: 30443, Description: "ccmkit default/tls", Lease: time.Hour},
 			}
+			added := time.Now()
 			for _, m := range want {
 				got, err := c.AddPortMapping(ctx, m)
 				if err != nil {
@@ -124,7 +187,7 @@ func TestLabMappings(t *testing.T) {
 				if err != nil {
 					t.Fatalf("GetPortMapping(%s): %v", m.Key(), err)
 				}
-				assertSameMapping(t, got, m)
+				assertSameMapping(t, got, m, added)
 			}
 			list, err := igd.ReadTable(ctx, c)
 			if err != nil {
@@ -143,7 +206,7 @@ func TestLabMappings(t *testing.T) {
 					t.Errorf("ListPortMappings() lacks %s", m.Key())
 					continue
 				}
-				assertSameMapping(t, got, m)
+				assertSameMapping(t, got, m, added)
 			}
 
 			// A peer client sees our mappings with their descriptions.
@@ -180,11 +243,13 @@ func TestLabMappings(t *testing.T) {
 // TestLabListPagesThroughFullAnswers reads a real miniupnpd's table with
 // pages of 8 entries instead of 1000, so that the range halving that lists
 // past 1000 mappings runs against the real router's paging and order
-// (newest first) with a table of 42.
+// (newest first) with a table of 42. The router runs daemonised, as routers
+// run: in the foreground its debug log makes every call cost in proportion
+// to the table.
 func TestLabListPagesThroughFullAnswers(t *testing.T) {
-	lab := igdtest.Start(t, igdtest.Options{})
+	lab := igdtest.Start(t, igdtest.Options{Daemonize: true})
 	ctx := testContext(t)
-	c := labClient(t, lab, 0, true)
+	c, counter := countingClient(t, lab, 0)
 	igd.SetListPage(c, 8)
 	node := lab.Nodes[0].Addr
 	want := map[igd.Key]bool{}
@@ -207,12 +272,12 @@ func TestLabListPagesThroughFullAnswers(t *testing.T) {
 	for i := range 12 {
 		add(igd.UDP, uint16(40000+i*3))
 	}
-	before := strings.Count(lab.Log(), "#GetListOfPortMappings")
+	before := counter.count("GetListOfPortMappings")
 	list, err := igd.ReadTable(ctx, c)
 	if err != nil {
 		t.Fatalf("ListPortMappings: %v", err)
 	}
-	calls := strings.Count(lab.Log(), "#GetListOfPortMappings") - before
+	calls := counter.count("GetListOfPortMappings") - before
 	got := map[igd.Key]bool{}
 	for _, m := range list {
 		if got[m.Key()] {
@@ -239,22 +304,30 @@ func TestLabListPagesThroughFullAnswers(t *testing.T) {
 	t.Logf("%d mappings in %d GetListOfPortMappings calls of at most 8 entries", len(list), calls)
 }
 
-// assertSameMapping compares what the router returned with what was added;
-// the lease counts down on the router (and 0 reads back as MaxLease).
-func assertSameMapping(t *testing.T, got, want igd.Mapping) {
+// assertSameMapping compares what the router returned with what was added
+// at added; the lease counts down on the router (and 0 reads back as
+// MaxLease), by at most the time since added.
+func assertSameMapping(t *testing.T, got, want igd.Mapping, added time.Time) {
 	t.Helper()
 	wantLease := want.Lease
 	if wantLease == 0 {
 		wantLease = igd.MaxLease
 	}
-	if got.Lease > wantLease || got.Lease < wantLease-time.Minute {
-		t.Errorf("%s lease = %s, want about %s", want.Key(), got.Lease, wantLease)
+	if !leaseAbout(got.Lease, wantLease, added) {
+		t.Errorf("%s lease = %s, want %s less the %s since it was added", want.Key(), got.Lease, wantLease, time.Since(added).Round(time.Second))
 	}
 	got.Lease, want.Lease = 0, 0
 	want.Enabled = true
 	if got != want {
 		t.Errorf("mapping = %v, want %v", got, want)
 	}
+}
+
+// leaseAbout reports whether a lease read back is what was stored at
+// stored, counted down by no more than the time since (the router counts in
+// whole seconds). It is no timing assertion: a slow machine only widens it.
+func leaseAbout(read, want time.Duration, stored time.Time) bool {
+	return read <= want && read >= want-time.Since(stored)-time.Second
 }
 
 func TestLabErrorCodes(t *testing.T) {
@@ -329,6 +402,7 @@ func TestLabSecureMode(t *testing.T) {
 	}
 	// Mapping to itself works.
 	m := igd.Mapping{Protocol: igd.UDP, ExternalPort: 9100, InternalClient: self, InternalPort: 30080, Description: "ccmkit self"}
+	added := time.Now()
 	if _, err := c.AddPortMapping(ctx, m); err != nil {
 		t.Fatalf("AddPortMapping(to itself) in secure mode: %v", err)
 	}
@@ -336,7 +410,7 @@ func TestLabSecureMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertSameMapping(t, got, m)
+	assertSameMapping(t, got, m, added)
 
 	// Listing shows the whole table, other hosts' mappings included.
 	c1 := labClient(t, lab, 1, true)
@@ -375,6 +449,7 @@ func TestLabLeases(t *testing.T) {
 	} {
 		t.Run(tt.lease.String(), func(t *testing.T) {
 			m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9200, InternalClient: node, InternalPort: 30080, Lease: tt.lease}
+			added := time.Now()
 			got, err := c.AddPortMapping(ctx, m)
 			if err != nil {
 				t.Fatal(err)
@@ -386,8 +461,8 @@ func TestLabLeases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if read.Lease > tt.stored || read.Lease < tt.stored-10*time.Second {
-				t.Errorf("stored lease = %s, want about %s", read.Lease, tt.stored)
+			if !leaseAbout(read.Lease, tt.stored, added) {
+				t.Errorf("stored lease = %s, want %s less the %s since it was added", read.Lease, tt.stored, time.Since(added).Round(time.Second))
 			}
 			if err := c.DeletePortMapping(ctx, igd.TCP, 9200); err != nil {
 				t.Fatal(err)
@@ -464,11 +539,14 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 // miniupnpd 2.3.1 (nftables) dies with a heap overflow when one
 // GetListOfPortMappings range holds more than 128 mappings of its protocol.
 // The client must list 300 mappings without ever sending such a range, and
-// the daemon must still be alive afterwards.
+// the daemon must still be alive afterwards. The router runs daemonised, as
+// routers run: in the foreground its debug log (a line per rule on every
+// request) makes each of the walk's 300 calls cost in proportion to the
+// table.
 func TestLabListingDoesNotCrashMiniupnpd(t *testing.T) {
-	lab := igdtest.Start(t, igdtest.Options{})
+	lab := igdtest.Start(t, igdtest.Options{Daemonize: true})
 	ctx := testContext(t)
-	c := labClient(t, lab, 0, true)
+	c, counter := countingClient(t, lab, 0)
 	gw, err := c.Discover(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -494,9 +572,11 @@ func TestLabListingDoesNotCrashMiniupnpd(t *testing.T) {
 
 	alive := func(when string) {
 		t.Helper()
+		// glibc aborts the daemon on the overflow ("realloc(): invalid next
+		// size", to a syslog the daemonised lab does not have).
 		pid := lab.PID()
-		if pid == 0 || syscall.Kill(pid, 0) != nil || strings.Contains(lab.Log(), "realloc") {
-			t.Fatalf("miniupnpd (pid %d) died %s; log tail:\n%s", pid, when, tail(lab.Log(), 2000))
+		if pid == 0 || syscall.Kill(pid, 0) != nil {
+			t.Fatalf("miniupnpd (pid %d) died %s", pid, when)
 		}
 		if _, err := c.ExternalIP(ctx); err != nil {
 			t.Fatalf("miniupnpd does not answer %s: %v", when, err)
@@ -521,7 +601,7 @@ func TestLabListingDoesNotCrashMiniupnpd(t *testing.T) {
 		}
 	}
 	for _, read := range []string{"first ReadTable (learns the table)", "second ReadTable (ranges from what it learnt)"} {
-		before := strings.Count(lab.Log(), "#GetListOfPortMappings")
+		list, entries := counter.count("GetListOfPortMappings"), counter.count("GetGenericPortMappingEntry")
 		start := time.Now()
 		got, err := igd.ReadTable(ctx, c)
 		took := time.Since(start)
@@ -530,8 +610,8 @@ func TestLabListingDoesNotCrashMiniupnpd(t *testing.T) {
 			t.Fatalf("%s: %v", read, err)
 		}
 		check(read, got, want)
-		t.Logf("%s: %d mappings in %s, %d GetListOfPortMappings calls", read, len(got), took.Round(time.Millisecond),
-			strings.Count(lab.Log(), "#GetListOfPortMappings")-before)
+		t.Logf("%s: %d mappings in %s, %d GetListOfPortMappings and %d GetGenericPortMappingEntry calls", read, len(got), took.Round(time.Millisecond),
+			counter.count("GetListOfPortMappings")-list, counter.count("GetGenericPortMappingEntry")-entries)
 	}
 	rng := igd.PortRange{First: 20010, Last: 20139}
 	got, err := c.ListPortMappings(ctx, igd.UDP, rng)

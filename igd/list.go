@@ -252,6 +252,14 @@ const walkAttempts = 3
 // many deletions as insertions, all away from the ends) go unnoticed.
 // miniupnpd puts new mappings at one end, so on it an insertion that hides
 // a deletion is seen.
+//
+// An entry read that passes Config.CallTimeout is read once more before the
+// walk fails (walkOnce): a router's reads slow down as its table grows (on
+// miniupnpd each read costs in proportion to the table), and a walk of n
+// entries would otherwise fail n times as often as one call, so the bigger
+// the table the less often a load balancer's pass could read it. The same
+// entry timing out twice in a row fails the walk. A router slower than
+// CallTimeout on every read needs a larger CallTimeout.
 func (c *UPnPClient) walk(ctx context.Context, gw *gateway) ([]Mapping, error) {
 	done, err := c.holdWrites(ctx, "GetGenericPortMappingEntry")
 	if err != nil {
@@ -314,6 +322,10 @@ func (c *UPnPClient) walkOnce(ctx context.Context, gw *gateway) ([]Mapping, erro
 			return nil, fmt.Errorf("GetGenericPortMappingEntry: router still answering at index %d; stopped at Config.MaxListEntries=%d", i, c.cfg.MaxListEntries)
 		}
 		m, ok, err := c.entryAt(ctx, gw, i)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// One slow read does not fail the walk (see walk).
+			m, ok, err = c.entryAt(ctx, gw, i)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -15,11 +15,6 @@ import (
 	"github.com/ccmkit/ccmkit/examples/internal/gobuild"
 )
 
-// buildFlags are the test binary's own build flags that change how packages
-// compile (race_test.go adds -race), so the command's build reuses the
-// packages this test binary was built from.
-var buildFlags []string
-
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -41,7 +36,7 @@ func buildCCM(t *testing.T) string {
 		if binDir, buildErr = os.MkdirTemp("", "ccm-test-"); buildErr != nil {
 			return
 		}
-		buildErr = gobuild.Build(t, nil, append(buildFlags, "-o", filepath.Join(binDir, "ccm"), ".")...)
+		buildErr = gobuild.Build(t, "-o", filepath.Join(binDir, "ccm"), ".") // with the test binary's own flags
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

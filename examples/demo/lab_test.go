@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ccmkit/ccmkit/examples/internal/gobuild"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
@@ -14,11 +12,12 @@ import (
 // TestDemoAgainstMiniupnpd runs the demo binary with -router-url inside a
 // lab node's network namespace, against a real miniupnpd, with and without
 // secure mode. Another host's mapping must survive. Needs root and
-// miniupnpd (skipped otherwise, mandatory when CI=true).
+// miniupnpd (skipped otherwise, mandatory when CI=true). The demo is built
+// like this test binary (gobuild.Build), so the build only links.
 func TestDemoAgainstMiniupnpd(t *testing.T) {
 	igdtest.Require(t)
 	bin := filepath.Join(t.TempDir(), "demo")
-	if err := gobuild.Build(t, nil, "-o", bin, "."); err != nil {
+	if err := gobuild.Build(t, "-o", bin, "."); err != nil {
 		t.Fatal(err)
 	}
 	for _, secure := range []bool{false, true} {
@@ -28,15 +27,14 @@ func TestDemoAgainstMiniupnpd(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			lab := igdtest.Start(t, igdtest.Options{SecureMode: secure, Nodes: 2})
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			ctx := gobuild.Context(t)
 			// Another host's mapping, made with the peer client.
 			foreignHost := lab.Nodes[1].Addr.String()
 			if out, err := lab.Upnpc(ctx, 1, "-e", "someone else", "-a", foreignHost, "45022", "45022", "TCP"); err != nil || !strings.Contains(out, "is redirected to internal") {
 				t.Fatalf("upnpc -a: %v\n%s", err, out)
 			}
 
-			out, err := lab.ExecNode(ctx, 0, bin, "-router-url", lab.RootDescURL, "-timeout", "90s")
+			out, err := lab.ExecNode(ctx, 0, bin, "-router-url", lab.RootDescURL, "-timeout", demoTimeout)
 			if err != nil {
 				t.Fatalf("demo failed: %v\noutput:\n%s\nminiupnpd log:\n%s", err, out, lab.Log())
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"maps"
@@ -50,13 +51,13 @@ var versionVars = map[string]string{
 	"k8s.io/component-base/version/verflag.programName": "edge-ccm",
 }
 
-// buildCCM builds this command once per test binary, the way the Dockerfile
-// does (static: CGO_ENABLED=0, -trimpath, the version stamped with
-// -ldflags), and returns the binary's path.
-// The build is bounded by the test binary's deadline only (go test
-// -timeout): a cold build of the cloud-provider tree on a busy machine can
-// take many minutes. Every test that needs the binary reports the build's
-// error.
+// buildCCM builds this command once per test binary, with the test
+// binary's own build flags (gobuild.Build: under make test, -race with cgo,
+// so it only links what the test build compiled) and the version stamped
+// with -ldflags as the Makefile and the Dockerfile stamp it, and returns the
+// binary's path. The static build the image ships is checked by
+// TestStaticBinary on what `make cross` builds. Every test that needs the
+// binary reports the build's error.
 func buildCCM(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -70,7 +71,7 @@ func buildCCM(t *testing.T) string {
 		for _, name := range slices.Sorted(maps.Keys(versionVars)) {
 			ldflags = append(ldflags, "-X", name+"="+versionVars[name])
 		}
-		buildErr = gobuild.Build(t, []string{"CGO_ENABLED=0"}, "-trimpath", "-ldflags", strings.Join(ldflags, " "), "-o", binary, ".")
+		buildErr = gobuild.Build(t, "-ldflags", strings.Join(ldflags, " "), "-o", binary, ".")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -78,38 +79,34 @@ func buildCCM(t *testing.T) string {
 	return binary
 }
 
-// runCCM runs the binary with args and returns its combined output and exit
-// code, failing the test if it does not exit within a minute.
-func runCCM(t *testing.T, args ...string) (string, int) {
+// runCCM runs the binary with args and returns its standard output, its
+// standard error and its exit code, failing the test if it does not exit
+// before the test binary's deadline (gobuild.Context). Built with -race, the
+// binary logs a line saying so on standard error.
+func runCCM(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(buildCCM(t), args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	bin := buildCCM(t)
+	ctx := gobuild.Context(t)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("edge-ccm %v did not exit before the test binary's deadline: %v; output:\n%s%s", args, err, out.String(), errOut.String())
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("running %v: %v", args, err)
-		}
-		return out.String(), cmd.ProcessState.ExitCode()
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("edge-ccm %v did not exit within a minute; output:\n%s", args, out.String())
-		return "", 0
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running %v: %v", args, err)
 	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 }
 
 // TestHelp runs the built command with --help: it exits 0 and lists the
 // standard cloud-controller-manager flags, with edge as the default provider.
 func TestHelp(t *testing.T) {
-	out, code := runCCM(t, "--help")
+	stdout, stderr, code := runCCM(t, "--help")
+	out := stdout + stderr
 	if code != 0 {
 		t.Fatalf("edge-ccm --help exited %d; output:\n%s", code, out)
 	}
@@ -137,14 +134,14 @@ func TestHelp(t *testing.T) {
 // TestVersion runs the built command with --version and --version=raw: they
 // print the version, commit and build date stamped with -ldflags.
 func TestVersion(t *testing.T) {
-	out, code := runCCM(t, "--version")
+	out, stderr, code := runCCM(t, "--version")
 	if code != 0 {
-		t.Fatalf("edge-ccm --version exited %d; output:\n%s", code, out)
+		t.Fatalf("edge-ccm --version exited %d; output:\n%s%s", code, out, stderr)
 	}
 	if got, want := strings.TrimSpace(out), "edge-ccm "+testVersion; got != want {
 		t.Errorf("edge-ccm --version printed %q, want %q", got, want)
 	}
-	raw, code := runCCM(t, "--version=raw")
+	raw, _, code := runCCM(t, "--version=raw")
 	if code != 0 {
 		t.Fatalf("edge-ccm --version=raw exited %d; output:\n%s", code, raw)
 	}
@@ -197,18 +194,45 @@ func TestDockerfileCrossCompiles(t *testing.T) {
 	}
 }
 
-// TestStaticBinary checks that the binary built like the Dockerfile's needs
-// no dynamic loader, so it runs on a distroless/static image.
+// releaseBinaries names, separated by spaces, the release binaries
+// TestStaticBinary checks; `make cross` sets it to the ones it built.
+const releaseBinaries = "EDGE_CCM_BINARIES"
+
+// TestStaticBinary checks that the binaries built like the Dockerfile's
+// (by `make cross`, which runs this test on them) were built with
+// CGO_ENABLED=0 and -trimpath and need no dynamic loader, so they run on a
+// distroless/static image. make test builds no release binary (the
+// commands its tests run are built like the test binaries, see buildCCM),
+// so there it skips.
 func TestStaticBinary(t *testing.T) {
-	f, err := elf.Open(buildCCM(t))
-	if err != nil {
-		t.Skipf("not an ELF binary on this platform: %v", err)
+	paths := strings.Fields(os.Getenv(releaseBinaries))
+	if len(paths) == 0 {
+		t.Skipf("%s is not set: `make cross` runs this test on the binaries it builds", releaseBinaries)
 	}
-	t.Cleanup(func() { _ = f.Close() })
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Fatal("the binary has a program interpreter: it is dynamically linked")
-		}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			info, err := buildinfo.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			settings := map[string]string{}
+			for _, s := range info.Settings {
+				settings[s.Key] = s.Value
+			}
+			if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
+				t.Errorf("built with CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
+			}
+			f, err := elf.Open(path)
+			if err != nil {
+				t.Fatalf("not an ELF binary: %v", err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+			for _, p := range f.Progs {
+				if p.Type == elf.PT_INTERP {
+					t.Fatal("the binary has a program interpreter: it is dynamically linked")
+				}
+			}
+		})
 	}
 }
 
@@ -231,7 +255,8 @@ current-context: none
 	if err := os.WriteFile(cloudConfig, []byte("loadBalancer:\n  lease: 1 hour\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runCCM(t, "--kubeconfig="+kubeconfig, "--secure-port=0", "--leader-elect=false", "--cloud-config="+cloudConfig)
+	stdout, stderr, code := runCCM(t, "--kubeconfig="+kubeconfig, "--secure-port=0", "--leader-elect=false", "--cloud-config="+cloudConfig)
+	out := stdout + stderr
 	if code == 0 {
 		t.Fatalf("edge-ccm with a bad cloud-config exited 0; output:\n%s", out)
 	}
