@@ -36,6 +36,9 @@ const (
 	EventReasonExternalIPNotPublic = "ExternalIPNotPublic"
 	// EventReasonOptInRequired is a Normal event's, once per process, for a Service Config.Services does not select.
 	EventReasonOptInRequired = "OptInRequired"
+	// EventReasonMappedPort is a Normal event's, once per port each time its
+	// mapping is added or moves: which node and nodePort it forwards to.
+	EventReasonMappedPort = "MappedPort"
 )
 
 // watch is the background work's view of the cluster.

@@ -201,6 +201,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	msg, v := "Added port mapping", 0
 	if mine && !moved && !relabel {
 		msg, v = "Renewed port mapping", 2
+	} else {
+		lb.tell(req.svc, v1.EventTypeNormal, EventReasonMappedPort, "Mapped %s to %s:%d (%s)", p.key, tgt.name, p.nodePort, tgt.addr)
 	}
 	logger.V(v).Info(msg, "service", o.key(), "key", p.key, "node", tgt.name, "internalClient", tgt.addr, "nodePort", p.nodePort)
 	return 0, nil

@@ -210,3 +210,10 @@ func notForwarded(lb *LoadBalancer, svc *v1.Service, err error) error {
 	}
 	return joinPortErrors(lb.failedPorts(newOwner(testCluster, svc.Namespace, svc.Name)))
 }
+
+// nodeName is the node lb knows at address a ("" when none).
+func (lb *LoadBalancer) nodeName(a netip.Addr) string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.nodeAddrs[a]
+}

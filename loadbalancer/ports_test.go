@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -142,5 +143,43 @@ func TestPortNotForwardedIsRetried(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d %s events, want 1", n, EventReasonPortNotForwarded)
+	}
+}
+
+// Each port mapped gets a Normal event naming where it forwards (with
+// background work running, whose recorder it is); renewals get none.
+func TestMappedPortEvents(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	objs := []k8sruntime.Object{svc}
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	bg := startBackground(t, e, objs...)
+	e.mustEnsure(t, svc, nodes)
+	e.mustEnsure(t, svc, nodes) // nothing changes: no event
+	var got []string
+	eventually(t, "the MappedPort event", func() bool {
+		evs, err := bg.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		for _, ev := range evs.Items {
+			if ev.Reason == EventReasonMappedPort {
+				got = append(got, ev.Message)
+			}
+		}
+		return len(got) > 0
+	})
+	m, err := e.router.Client(addrA).GetPortMapping(ctx, igd.TCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{fmt.Sprintf("Mapped TCP/80 to %s:30080 (%s)", e.lb.nodeName(m.InternalClient), m.InternalClient)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MappedPort events (-want +got):\n%s", diff)
 	}
 }
