@@ -39,8 +39,8 @@ func (lb *LoadBalancer) contendersOnce(ctx context.Context, req request) func() 
 // process reads the Services live after its own Service came to want k, so
 // of two processes (a fail-over overlap) that both took k, each would have
 // read before the other Service wanted it: impossible. The router cannot
-// tell them apart. A key the Service held until the router lost it is not
-// arbitrated (see converge): no other could take it meanwhile.
+// tell them apart. A key the router lost (a reboot) is arbitrated again: a
+// process's memory of holding it may be stale.
 func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*v1.Service, error)) error {
 	svcs, err := contenders()
 	if err != nil {

@@ -196,7 +196,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	for {
 		if retry == nil && lb.anyFailedPorts() {
-			retry = lb.cfg.Clock.After(lb.cfg.RetryAfter)
+			retry = lb.cfg.Clock.After(max(lb.cfg.RetryAfter, portRetryInterval))
 		}
 		onlyFailed := false
 		select {

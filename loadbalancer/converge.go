@@ -43,18 +43,14 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		}
 	}
 	// The read proves o holds nothing else, and what it holds: a write it
-	// made stands only where the read shows it. A key it held, confirmed,
-	// that the read finds free was lost by the router (a reboot, a wiped
-	// table): o takes it back without arbitration, as no other Service
-	// could take it while o wanted it.
-	lost := make(map[igd.Key]bool)
+	// made stands only where the read shows it. A key the router lost (a
+	// reboot) is arbitrated again like any other: this process's memory
+	// of holding it may be stale (another process may have given it away).
 	lb.update(o, func(s *serviceState) {
 		for k, h := range s.held {
 			m, ok := ours[k]
-			_, taken := got[k]
 			switch {
 			case !ok:
-				lost[k] = !taken && !h.unconfirmed && h.written.InternalClient.IsValid()
 				delete(s.held, k)
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
 				s.held[k] = held{} // not (or no longer) what this process wrote
@@ -87,7 +83,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
-			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, lost[p.key], contenders)
+			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders)
 			if pe := portRefusal(err); pe != nil && d == 0 { // a delay: our own mapping, retried
 				failed[p.key] = pe
 				continue
@@ -140,17 +136,14 @@ func (lb *LoadBalancer) internalPort(o owner, m igd.Mapping) uint16 {
 }
 
 // apply makes p's mapping point at tgt with p's description, from old, what
-// the read sent at readAt found at p's key (mine: the Service's own; lost:
-// free, but the Service held it until the router lost it). A delay returned
-// asks the caller to retry then.
-func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, readAt time.Time, mine, lost bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
+// the read sent at readAt found at p's key (mine: the Service's own). A delay
+// returned asks the caller to retry then.
+func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt target, old igd.Mapping, readAt time.Time, mine bool, contenders func() ([]*v1.Service, error)) (time.Duration, error) {
 	logger := klog.FromContext(ctx)
 	o := req.owner
 	if !mine {
-		if !lost {
-			if err := lb.arbitrate(req, p.key, contenders); err != nil {
-				return 0, err
-			}
+		if err := lb.arbitrate(req, p.key, contenders); err != nil {
+			return 0, err
 		}
 		if err := lb.reserve(o, p.key); err != nil {
 			return 0, err

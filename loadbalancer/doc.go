@@ -27,9 +27,9 @@
 //     are arbitrated) and takes it only when no other served Service wants
 //     it: two that want a key neither holds both wait (ErrPortInUse naming
 //     the other) until one gives it up. So two processes of one cluster
-//     never both take a key. A key this process held for the Service until
-//     the router lost it (a reboot) is taken back without asking: no other
-//     Service could take it meanwhile. Clusters behind one router map to
+//     never both take a key. A key the router lost (a reboot) is arbitrated
+//     again: after a reboot, two Services that both want a key wait, even
+//     the one that held it, until one gives it up. Clusters behind one router map to
 //     different nodes, so the router's 718 arbitrates them; they must use
 //     different --cluster-name values.
 //   - A key is held from just before its add, with what was sent, until a
@@ -89,8 +89,10 @@
 // IP that is not IPv4, unspecified or not public (unless
 // Config.AllowNonPublicExternalIP) is never reported, and the IP reported is
 // asked of the router by each operation, never taken from a cache: ErrExternalIPNotUsable
-// with an api.RetryError and a Warning event. Router failures are plain
-// errors, so that the service controller backs off. All methods are safe
+// with an api.RetryError and a Warning event. A router's refusal of some
+// of a Service's ports is reported per port (see PortErrorInUse); failing
+// to reach the router, or refusing every port, is a plain error, so that
+// the service controller backs off. All methods are safe
 // for concurrent use; no lock is held across a router or API call.
 // DESIGN.md beside this file has the rationale and the measurements.
 //

@@ -78,8 +78,20 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if err != nil {
 		return nil, false, err
 	}
+	// The external IP is asked while the keys are read: a Get costs about
+	// one read, as the service controller asks it before every delete.
+	type answer struct {
+		ip  netip.Addr
+		err error
+	}
+	extC := make(chan answer, 1)
+	go func() {
+		ip, err := lb.refreshExternalIP(ctx)
+		extC <- answer{ip, err}
+	}()
 	got, err := lb.read(ctx, lb.knownKeys(o, service, nil))
 	t.release()
+	ext := <-extC
 	if err != nil {
 		return nil, false, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
 	}
@@ -100,17 +112,16 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		}
 	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
-	ext, err := lb.refreshExternalIP(ctx)
-	if errors.Is(err, ErrExternalIPNotUsable) {
+	if errors.Is(ext.err, ErrExternalIPNotUsable) {
 		// The address is never reported, but the mappings exist: the
 		// service controller asks this before it cleans up, and must
 		// be able to.
 		return &v1.LoadBalancerStatus{}, true, nil
 	}
-	if err != nil {
-		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), err)
+	if ext.err != nil {
+		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), ext.err)
 	}
-	return status(ext, plans, portReasons(failed)), true, nil
+	return status(ext.ip, plans, portReasons(failed)), true, nil
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to

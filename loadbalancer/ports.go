@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -12,7 +13,7 @@ import (
 
 // Values of status.loadBalancer.ingress[].ports[].error for a port of a
 // Service that could not be forwarded while its other ports were. The
-// Service is retried in the background every Config.RetryAfter.
+// Service is retried in the background every Config.RetryAfter, at least 30 s.
 const (
 	// PortErrorInUse: another host, cluster or Service holds or takes the
 	// port (ErrPortInUse).
@@ -27,6 +28,11 @@ const (
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
 )
+
+// portRetryInterval is the least time between background retries of the
+// ports not forwarded: each retry costs each such Service a read and an
+// external-IP call.
+const portRetryInterval = 30 * time.Second
 
 // EventReasonPortNotForwarded is a Warning's: one port of a Service could not
 // be forwarded while its other ports were; the message says why and what to do.

@@ -123,7 +123,7 @@ func TestPortNotForwardedIsRetried(t *testing.T) {
 			break
 		}
 		before := e.lb.passes.Load()
-		e.clock.Step(e.lb.cfg.RetryAfter)
+		e.clock.Step(max(e.lb.cfg.RetryAfter, portRetryInterval))
 		for deadline := time.Now().Add(2 * time.Second); e.lb.passes.Load() == before && time.Now().Before(deadline); {
 			time.Sleep(2 * time.Millisecond)
 		}

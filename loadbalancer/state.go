@@ -175,7 +175,7 @@ func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
 	lb.mu.Lock()
 	var names []string
 	for _, s := range lb.services {
-		if s.gate == nil && !s.deleted && !listed[s.name] {
+		if s.gate == nil && !listed[s.name] { // deleted-marked too: no pass serves them
 			names = append(names, s.name)
 		}
 	}
