@@ -19,8 +19,9 @@ CROSS_ARCHES ?= amd64 arm64
 ## test: the whole test suite, race detector on (real-router tests need root and miniupnpd).
 ## The commands tests run (edge-ccm, the demo) are built with the test binaries' own flags
 ## (examples/internal/gobuild), so a cold run compiles the Kubernetes tree once, with -race:
-## about MEASURED from a fresh clone with an empty build cache on 2 busy cores. -timeout bounds
-## each test binary; it is not a speed target.
+## 23 CPU-minutes from a fresh clone with an empty build cache (41 min of wall time measured on
+## 2 cores with a CPU hog and other builds beside it; see README). -timeout bounds each test
+## binary; it is not a speed target.
 test:
 	$(GO) test -race -count=1 -timeout 60m ./...
 
