@@ -16,7 +16,6 @@ import (
 	"k8s.io/cloud-provider/api"
 
 	"github.com/ccmkit/ccmkit/fake"
-	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -129,17 +128,7 @@ func TestSameSecondServicesNeverBothTakeAKey(t *testing.T) {
 	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
 	a.CreationTimestamp, b.CreationTimestamp = created, created
 	cluster := k8sfake.NewClientset(node, b) // a is not created yet
-	process := func(host netip.Addr) *LoadBalancer {
-		lb, err := New(Config{Client: r.Client(host)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
-			t.Fatal(err)
-		}
-		return lb
-	}
-	p1, p2 := process(addrB), process(addrC)
+	p1, p2 := twoProcesses(t, r, cluster)
 
 	// p1 serves b: it lists the Services (a does not exist yet) and reads
 	// TCP/80 free; just before its add, a is created and p2 serves it.

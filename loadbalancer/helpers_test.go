@@ -11,9 +11,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -216,4 +218,22 @@ func (lb *LoadBalancer) nodeName(a netip.Addr) string {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	return lb.nodeAddrs[a]
+}
+
+// twoProcesses returns two LoadBalancers of one cluster, as two CCM
+// processes in a fail-over overlap: each talks to r from its own host
+// (node-b's and node-c's addresses) and reads the Services of cluster.
+func twoProcesses(t *testing.T, r *fake.Router, cluster *k8sfake.Clientset) (p1, p2 *LoadBalancer) {
+	t.Helper()
+	process := func(host netip.Addr) *LoadBalancer {
+		lb, err := New(Config{Client: r.Client(host)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Initialize(context.Background(), fakecluster.ClientBuilder(cluster)); err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	return process(addrB), process(addrC)
 }

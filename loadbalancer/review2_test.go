@@ -132,17 +132,7 @@ func TestReview2ServiceOptedBackInAndAnotherNeverBothTakeAKey(t *testing.T) {
 	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
 	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 	cluster := k8sfake.NewClientset(node, b)
-	process := func(host netip.Addr) *LoadBalancer {
-		lb, err := New(Config{Client: r.Client(host)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
-			t.Fatal(err)
-		}
-		return lb
-	}
-	p1, p2 := process(addrB), process(addrC)
+	p1, p2 := twoProcesses(t, r, cluster)
 	st, err := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
 	if err != nil {
 		t.Fatal(err)

@@ -30,17 +30,7 @@ func TestReview3LostTakeBackByAnOldLeaderAndTheNewOneNeverBothSucceed(t *testing
 	nodes := []*v1.Node{node}
 	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 	cluster := k8sfake.NewClientset(node, a)
-	process := func(host netip.Addr) *LoadBalancer {
-		lb, err := New(Config{Client: r.Client(host)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
-			t.Fatal(err)
-		}
-		return lb
-	}
-	p1, p2 := process(addrB), process(addrC)
+	p1, p2 := twoProcesses(t, r, cluster)
 	st, err := p1.EnsureLoadBalancer(ctx, testCluster, a, nodes)
 	if err != nil {
 		t.Fatal(err)

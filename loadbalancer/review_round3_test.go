@@ -34,17 +34,7 @@ func TestReviewUpdatedOlderServiceAndYoungerNeverBothTakeAKey(t *testing.T) {
 	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
 	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
 	cluster := k8sfake.NewClientset(node, a, b)
-	process := func(host netip.Addr) *LoadBalancer {
-		lb, err := New(Config{Client: r.Client(host)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
-			t.Fatal(err)
-		}
-		return lb
-	}
-	p1, p2 := process(addrB), process(addrC)
+	p1, p2 := twoProcesses(t, r, cluster)
 	var errA error
 	fired := false
 	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
