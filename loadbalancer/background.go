@@ -220,11 +220,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		}
 		// A pass ends before the next is due; igd bounds each router call.
 		passCtx, cancel := context.WithTimeout(ctx, lb.cfg.RenewInterval)
-		if onlyFailed {
-			lb.passOver(passCtx, w, true)
-		} else {
-			lb.pass(passCtx, w)
-		}
+		lb.passOver(passCtx, w, onlyFailed)
 		cancel()
 		lb.passes.Add(1)
 	}

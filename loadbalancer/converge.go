@@ -221,8 +221,8 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	if errors.Is(gerr, igd.ErrNoSuchEntry) || (gerr == nil && !lb.owns(o, holder)) {
 		lb.update(o, func(s *serviceState) { delete(s.held, k) })
 	}
-	if want := lb.heldAt(o, k).written; gerr == nil && lb.owns(o, holder) &&
-		holder.InternalClient.Unmap() == want.InternalClient && holder.InternalPort == want.InternalPort {
+	if want := lb.heldAt(o, k).written; gerr == nil && lb.owns(o, holder) && want.InternalClient.IsValid() &&
+		sameTarget(holder, want, false) {
 		return nil // stored as asked, whatever the answer said
 	}
 	if !errors.Is(err, igd.ErrConflict) {

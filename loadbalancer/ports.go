@@ -115,14 +115,10 @@ func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*
 	if len(reasons) > 0 {
 		lb.bg.poke() // retried in the background
 	}
-	ph, w := lb.bg.now()
-	if ph != phaseRunning {
-		return
-	}
 	slices.SortFunc(fresh, compareKeys)
 	for _, k := range fresh {
 		why := reasons[k]
-		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
+		lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
 			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why))
 	}
 }
