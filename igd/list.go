@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -248,10 +249,13 @@ const walkAttempts = 3
 // differs, the table changed under it and it walks again, up to
 // walkAttempts times; then it fails. It never returns a partial table.
 //
-// Residual risk: changes by others that keep the size and both ends (as
-// many deletions as insertions, all away from the ends) go unnoticed.
-// miniupnpd puts new mappings at one end, so on it an insertion that hides
-// a deletion is seen.
+// An entry read twice is a change too (repeated): rows moved under the
+// walk, even when the size and both ends are as before.
+//
+// Residual risk: changes by others that keep the size and both ends, and
+// read no entry twice (as many deletions as insertions of other keys, all
+// away from the ends) go unnoticed. miniupnpd puts new mappings at one end,
+// so on it an insertion that hides a deletion is seen.
 //
 // An entry read that passes Config.CallTimeout is read once more before the
 // walk fails (walkOnce): a router's reads slow down as its table grows (on
@@ -289,7 +293,10 @@ func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, erro
 				return nil, err
 			}
 		}
+		dup := repeated(raw)
 		switch {
+		case dup != "":
+			changed = dup
 		case len(raw) != n:
 			changed = fmt.Sprintf("it held %d entries before the walk and %d during it", n, len(raw))
 		case n > 0 && (raw[0].Key() != first || !ok || again.Key() != first):
@@ -311,6 +318,28 @@ func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, erro
 			"location", gw.info.Location, "change", changed)
 	}
 	return nil, fmt.Errorf("GetGenericPortMappingEntry: the table changed during each of %d walks (last time %s); not returning a partial table", walkAttempts, changed)
+}
+
+// repeated says which entry a walk read twice, or "" when none was. Rows
+// move under a walk: an add puts its entry at one end (the front on
+// miniupnpd), a delete closes its gap, and a walk that reads an entry twice
+// has seen rows move up under it, which a deletion behind it can hide from
+// the size and both ends while the walk skips a row. Two entries of one key
+// with different remote hosts are two mappings, not a change.
+func repeated(raw []Mapping) string {
+	type entry struct {
+		key    Key
+		remote netip.Addr
+	}
+	at := make(map[entry]int, len(raw))
+	for i, m := range raw {
+		e := entry{m.Key(), m.RemoteHost}
+		if j, ok := at[e]; ok {
+			return fmt.Sprintf("it listed %s at index %d and again at index %d", m.Key(), j, i)
+		}
+		at[e] = i
+	}
+	return ""
 }
 
 // walkOnce reads entries from index 0 until the router says there are no

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,6 +272,45 @@ func TestWalkSurvivesAnotherHostDeleting(t *testing.T) {
 				t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
 			}
 		})
+	}
+}
+
+// Another host deletes two mappings during the walk and adds them again in
+// their old order: the table's size and both ends are as before, while the
+// adds at the front (where miniupnpd and the fake put new entries) and the
+// deletions moved rows under the walk. The walk must notice (it read an
+// entry twice) and walk again, not return the table without the row it
+// skipped.
+func TestWalkSeesADeleteAndReAddBehindIt(t *testing.T) {
+	r, _, c := newIGD1(t, 30)
+	other := r.Client(netip.MustParseAddr("192.0.2.99"))
+	var once sync.Once
+	r.Intercept(fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+		// The size search never reads index 10 of 30; the walk does.
+		m, err := next(ctx, i)
+		if err != nil || i != 10 {
+			return m, err
+		}
+		var errs []error
+		once.Do(func() {
+			// Re-add an older mapping, then the newest: the first
+			// entry is as before.
+			for _, p := range []uint16{20005, 20029} {
+				errs = append(errs, other.DeletePortMapping(ctx, igd.TCP, p))
+				_, err := other.AddPortMapping(ctx, quirkMapping(igd.TCP, p))
+				errs = append(errs, err)
+			}
+		})
+		return m, errors.Join(errs...)
+	}})
+	got, err := igd.ReadTable(testContext(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys, _ := keysOf(r.Mappings())
+	keys, dups := keysOf(got)
+	if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
+		t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
 	}
 }
 
