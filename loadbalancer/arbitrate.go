@@ -48,8 +48,8 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 	}
 	me := req.svc
 	for _, s := range svcs {
-		if (s.Namespace == me.Namespace && s.Name == me.Name) || !wantsLoadBalancer(s) || s.DeletionTimestamp != nil ||
-			!selected(lb.cfg.Services, s) || !slices.Contains(specKeys(s), k) {
+		if (s.Namespace == me.Namespace && s.Name == me.Name) || !lb.handed(s) || s.DeletionTimestamp != nil ||
+			!lb.optedIn(s) || !slices.Contains(specKeys(s), k) {
 			continue
 		}
 		so := newOwner(req.owner.cluster, s.Namespace, s.Name)

@@ -150,7 +150,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	onSlice := func(obj any) {
 		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
 			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
-			if err == nil && wantsLoadBalancer(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+			if err == nil && lb.handed(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 				trigger()
 			}
 		}
@@ -241,11 +241,6 @@ func nodeChanged(o, n *v1.Node) bool {
 	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
 }
 
-// wantsLoadBalancer is the service controller's own test.
-func wantsLoadBalancer(svc *v1.Service) bool {
-	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
-}
-
 // pass refreshes the external IP, serves every Service again as
 // EnsureLoadBalancer would and patches the statuses that differ. Errors are logged.
 func (lb *LoadBalancer) pass(ctx context.Context, w *watch) { lb.passOver(ctx, w, false) }
@@ -288,12 +283,12 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 		switch {
 		case ctx.Err() != nil:
 			return
-		case !wantsLoadBalancer(svc) || svc.DeletionTimestamp != nil:
+		case !lb.handed(svc) || svc.DeletionTimestamp != nil:
 			continue
-		case !selected(lb.cfg.Services, svc):
+		case !lb.optedIn(svc):
 			lb.hintOptIn(svc) // Ensure may have come before the recorder existed
 			continue
-		case !servicehelper.HasLBFinalizer(svc):
+		case !lb.finalized(svc):
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
@@ -353,8 +348,8 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 		return nil
 	case err != nil:
 		return fmt.Errorf("loadbalancer: re-read service %s/%s: %w", svc.Namespace, svc.Name, err)
-	case live.UID != svc.UID || live.DeletionTimestamp != nil || !servicehelper.HasLBFinalizer(live) ||
-		!wantsLoadBalancer(live) || !selected(lb.cfg.Services, live):
+	case live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.finalized(live) ||
+		!lb.handed(live) || !lb.optedIn(live):
 		return nil
 	}
 	svc = live

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/utils/clock"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -86,6 +90,24 @@ type Config struct {
 	// AnnotatedServices: a Service is exposed only when it opts in.
 	Services ServiceSelection
 
+	// Class, when not "", says a class controller (provider/lbclass) hands
+	// this LoadBalancer the Services of that spec.loadBalancerClass, and
+	// classless ones only with Classless. "" says the cloud-controller-
+	// manager's service controller does, which hands it classless Services
+	// only. Choosing the class is a Service's opt-in (Services selects among
+	// classless ones). Background passes renew and repair, and arbitration
+	// weighs, exactly the Services handed to this LoadBalancer: a classed
+	// Service left out would not be repaired after a router reboot, and a
+	// classless one another process serves would not be weighed.
+	Class string
+	// Classless: with Class, classless Services are handed over too.
+	Classless bool
+	// Finalizer marks the Services whose load balancer the caller set up;
+	// background passes serve only those. "" = Class when Class is set (as
+	// lbclass.Config.Finalizer), else service.kubernetes.io/load-balancer-
+	// cleanup, the service controller's.
+	Finalizer string
+
 	// NodeName is the node this process runs on (the downward API's
 	// spec.nodeName), used only with SecureMode: mappings target its
 	// InternalIP. Empty means the one node reporting this host's address
@@ -137,6 +159,23 @@ func (c Config) withDefaults() (Config, error) {
 		c.ProbeInterval = min(DefaultProbeInterval, c.RenewInterval)
 	case c.ProbeInterval < 0 || (c.RenewInterval > 0 && c.ProbeInterval > c.RenewInterval):
 		bad("ProbeInterval", fmt.Sprintf("%s must be positive and at most RenewInterval (%s)", c.ProbeInterval, c.RenewInterval))
+	}
+	if c.Class != "" {
+		if errs := validation.IsDomainPrefixedPath(field.NewPath("Class"), c.Class); len(errs) > 0 {
+			bad("Class", fmt.Sprintf("%q: %s", c.Class, errs.ToAggregate()))
+		}
+	} else if c.Classless {
+		bad("Classless", "needs Class: without a class every Service handed over is classless")
+	}
+	switch {
+	case c.Finalizer == "" && c.Class != "":
+		c.Finalizer = c.Class
+	case c.Finalizer == "":
+		c.Finalizer = servicehelper.LoadBalancerCleanupFinalizer
+	default:
+		if errs := apivalidation.ValidateFinalizerName(c.Finalizer, field.NewPath("Finalizer")); len(errs) > 0 {
+			bad("Finalizer", fmt.Sprintf("%q: %s", c.Finalizer, errs.ToAggregate()))
+		}
 	}
 	if c.Services != AllServices && c.Services != AnnotatedServices {
 		bad("Services", fmt.Sprintf("%s is not AllServices or AnnotatedServices", c.Services))

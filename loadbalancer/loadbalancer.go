@@ -135,7 +135,7 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	if err != nil {
 		return nil, err
 	}
-	if !selected(lb.cfg.Services, service) {
+	if !lb.optedIn(service) {
 		lb.hintOptIn(service)
 		if !lb.untouched(o, service) {
 			if err := lb.withdraw(ctx, o, service); err != nil {
@@ -180,7 +180,7 @@ func (lb *LoadBalancer) EnsureLoadBalancerDeleted(ctx context.Context, clusterNa
 // ports nor this process record a key where it may own a mapping (a mapping
 // added just before opting out, not yet in the status, stays till its lease ends).
 func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
-	if selected(lb.cfg.Services, svc) {
+	if lb.optedIn(svc) {
 		return false
 	}
 	for _, ing := range svc.Status.LoadBalancer.Ingress {

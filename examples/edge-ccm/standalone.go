@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -20,12 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/component-base/cli"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
 
-	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
 	"github.com/ccmkit/ccmkit/provider/edge"
 	"github.com/ccmkit/ccmkit/provider/lbclass"
@@ -79,7 +76,7 @@ func runStandalone(args []string) int {
 // flags set.
 func standaloneCmd() (*cobra.Command, *standaloneOptions) {
 	o := &standaloneOptions{
-		clusterName: "kubernetes", class: DefaultClass, workers: 1, resync: loadbalancer.DefaultMaxRenewInterval,
+		clusterName: "kubernetes", class: DefaultClass, workers: 1,
 		leaderElect: true, leaseNamespace: "kube-system", leaseName: "edge-load-balancer",
 		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 	}
@@ -109,7 +106,7 @@ unless loadBalancer.services is "all".`,
 	fs.StringVar(&o.class, "load-balancer-class", o.class, "the spec.loadBalancerClass served")
 	fs.BoolVar(&o.classless, "classless", o.classless, "also serve Services with no loadBalancerClass (only when no other load balancer serves them: k3s servicelb off, no cloud-controller-manager)")
 	fs.IntVar(&o.workers, "workers", o.workers, "Services synced at once")
-	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, renewing its mappings' leases (the load balancer's background work renews classless Services only); at most half the cloud-config's loadBalancer.lease")
+	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, as a periodic resync; 0 = never: the load balancer's own background work renews leases and repairs the router's table for every Service it serves")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "take a Lease before serving, so one replica is active")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", o.leaseNamespace, "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "name of the Lease")
@@ -125,7 +122,7 @@ func (o *standaloneOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load-balancer: --kubeconfig %q: %w", o.kubeconfig, err)
 	}
-	cloud, err := buildEdge(o.cloudConfig)
+	cloud, err := buildEdge(o.cloudConfig, edge.Options{Class: o.class, Classless: o.classless})
 	if err != nil {
 		return err
 	}
@@ -206,7 +203,7 @@ func (o *standaloneOptions) classConfig(cloud *provider.Cloud, client kubernetes
 	return lbclass.Config{
 		Class:        o.class,
 		Classless:    o.classless,
-		LoadBalancer: classOptIn{LoadBalancer: lb, class: o.class},
+		LoadBalancer: lb,
 		Client:       client,
 		Informers:    factory,
 		ClusterName:  o.clusterName,
@@ -217,8 +214,8 @@ func (o *standaloneOptions) classConfig(cloud *provider.Cloud, client kubernetes
 }
 
 // buildEdge builds the edge provider from the cloud-config at path ("" =
-// defaults); NODE_NAME fills loadBalancer.nodeName as in the CCM.
-func buildEdge(path string) (*provider.Cloud, error) {
+// defaults) with opts; NODE_NAME fills loadBalancer.nodeName as in the CCM.
+func buildEdge(path string, opts edge.Options) (*provider.Cloud, error) {
 	var r io.Reader = strings.NewReader("")
 	if path != "" {
 		f, err := os.Open(path)
@@ -228,51 +225,16 @@ func buildEdge(path string) (*provider.Cloud, error) {
 		defer f.Close()
 		r = f
 	}
-	cloud, err := edge.Factory(r)
+	cfg, err := edge.ParseConfig(r)
 	if err != nil {
 		return nil, fmt.Errorf("load-balancer: %w", err)
 	}
-	pc, ok := cloud.(*provider.Cloud)
-	if !ok {
-		return nil, fmt.Errorf("load-balancer: the edge provider is a %T, not a *provider.Cloud", cloud)
+	if cfg.LoadBalancer.NodeName == "" {
+		cfg.LoadBalancer.NodeName = os.Getenv(edge.EnvNodeName)
 	}
-	return pc, nil
-}
-
-// classOptIn hands the load balancer the Services of its class as opted in
-// (annotated): choosing the class is the opt-in. Others (classless ones)
-// pass as they are, so the opt-in annotation still selects them under
-// loadBalancer.services: annotated.
-type classOptIn struct {
-	cloudprovider.LoadBalancer
-	class string
-}
-
-func (l classOptIn) optIn(svc *v1.Service) *v1.Service {
-	if svc == nil || svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass != l.class ||
-		svc.Annotations[loadbalancer.AnnotationLoadBalancerType] == loadbalancer.AnnotationValue {
-		return svc
+	cloud, err := edge.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("load-balancer: %w", err)
 	}
-	svc = svc.DeepCopy()
-	if svc.Annotations == nil {
-		svc.Annotations = map[string]string{}
-	}
-	svc.Annotations[loadbalancer.AnnotationLoadBalancerType] = loadbalancer.AnnotationValue
-	return svc
-}
-
-func (l classOptIn) GetLoadBalancer(ctx context.Context, clusterName string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
-	return l.LoadBalancer.GetLoadBalancer(ctx, clusterName, l.optIn(svc))
-}
-
-func (l classOptIn) EnsureLoadBalancer(ctx context.Context, clusterName string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
-	return l.LoadBalancer.EnsureLoadBalancer(ctx, clusterName, l.optIn(svc), nodes)
-}
-
-func (l classOptIn) UpdateLoadBalancer(ctx context.Context, clusterName string, svc *v1.Service, nodes []*v1.Node) error {
-	return l.LoadBalancer.UpdateLoadBalancer(ctx, clusterName, l.optIn(svc), nodes)
-}
-
-func (l classOptIn) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, svc *v1.Service) error {
-	return l.LoadBalancer.EnsureLoadBalancerDeleted(ctx, clusterName, l.optIn(svc))
+	return cloud, nil
 }

@@ -92,11 +92,11 @@ func TestStandaloneE2E(t *testing.T) {
 	cfg := edge.Default()
 	cfg.LoadBalancer.SecureMode = true
 	cfg.LoadBalancer.NodeName = nodeName
-	cloud, err := edge.New(cfg, edge.Options{Client: router})
+	_, o := standaloneCmd()
+	cloud, err := edge.New(cfg, edge.Options{Client: router, Class: o.class})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, o := standaloneCmd()
 	o.clusterName, o.leaseNamespace = "e2e", ns
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

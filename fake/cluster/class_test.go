@@ -39,8 +39,10 @@ func startClassCluster(t *testing.T, classless bool, objs ...k8sruntime.Object) 
 	t.Helper()
 	router := fake.NewRouter(fake.RouterConfig{})
 	lb, err := loadbalancer.New(loadbalancer.Config{
-		Client:   router.Client(netip.MustParseAddr("192.168.1.2")),
-		Services: loadbalancer.AllServices,
+		Client:    router.Client(netip.MustParseAddr("192.168.1.2")),
+		Services:  loadbalancer.AllServices,
+		Class:     routerClass,
+		Classless: classless,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,12 @@ type Options struct {
 	// Client talks to the router. Nil means an igd.UPnPClient configured
 	// from cfg.Gateway (which finds the router lazily, on first use).
 	Client igd.Client
+	// Class, when not "", serves the Services of that loadBalancerClass
+	// for a class controller (provider/lbclass), and classless ones only
+	// with Classless: see loadbalancer.Config.Class. "" = the
+	// cloud-controller-manager's service controller.
+	Class     string
+	Classless bool
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
@@ -118,6 +124,8 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		Lease:                    lease,
 		RenewInterval:            cfg.LoadBalancer.RenewInterval.Duration,
 		Services:                 services,
+		Class:                    opts.Class,
+		Classless:                opts.Classless,
 		NodeName:                 cfg.LoadBalancer.NodeName,
 		SecureMode:               cfg.LoadBalancer.SecureMode,
 		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,

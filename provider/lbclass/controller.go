@@ -55,9 +55,9 @@ type Config struct {
 	Workers int
 	// ResyncPeriod, when positive, ensures every Service served again that
 	// often, without Normal events, for a load balancer whose resources
-	// need renewing and that does not renew those of classed Services by
-	// itself (ccmkit's loadbalancer renews leases in its background work
-	// for classless Services only); 0 = never, as upstream.
+	// need renewing and that does not renew them by itself (ccmkit's
+	// loadbalancer does, for the Services of loadbalancer.Config.Class);
+	// 0 = never, as upstream.
 	ResyncPeriod time.Duration
 	// MinRetryDelay and MaxRetryDelay bound the per-Service exponential
 	// backoff after a failed sync; 0 = 5 s and 300 s, as upstream.
