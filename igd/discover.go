@@ -481,6 +481,7 @@ func choose(found []probed) (*gateway, bool) {
 		info: Gateway{
 			Candidate:        best.cand,
 			PublicExternalIP: IsPublic(best.cand.ExternalIP),
+			GuardedListing:   crashesOnLongLists(best.cand.Server),
 			Reason:           reason(best.cand, len(usable)),
 			Candidates:       all,
 			DiscoveredAt:     time.Now(),

@@ -234,6 +234,11 @@ type Gateway struct {
 	// false, the router is itself behind NAT (private or CGNAT address) and
 	// its mappings are not reachable from the internet: tell the user.
 	PublicExternalIP bool
+	// GuardedListing reports whether this client lists the router's table
+	// only in ranges known to hold at most SafeListWidth mappings: its
+	// daemon is one that dies on longer GetListOfPortMappings answers
+	// (miniupnpd before 2.3.4, or one that gives no version).
+	GuardedListing bool
 	// Reason says why this service was chosen among the candidates.
 	Reason string
 	// Candidates is every service discovery found, the chosen one included,

@@ -1,0 +1,368 @@
+// Package routercheck tells what the router this host finds allows, before a
+// load balancer is deployed on it: which router and daemon, which IGD
+// service, whether its external IP is public, whether it lists its table,
+// whether it lets this host map to other LAN hosts (secure mode), ports
+// below 1024 and finite leases. Each finding says what to do about it: the
+// edge cloud-config key to set, or the router setting to change.
+//
+// # Safety
+//
+// Run writes only probe mappings of its own, and never touches another's:
+// each probe reads its key first and uses only a free one, carries a
+// description unique to the run ("ccmkit-check" and random hex), has a short
+// lease (Options.Lease) and is removed at once, after reading it back shows
+// it is still the probe's (same internal client and description). UPnP has
+// no conditional write, so a residual window stays: a process on this same
+// host that adds the very key between the probe's read and its write (or
+// its check and its delete) is overwritten or removed. Probe keys are drawn
+// at random from Options.Ports, a range the load balancer does not use
+// unless a Service asks for it, which makes that a coincidence of
+// milliseconds on one key of a thousand.
+package routercheck
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// The outcomes, from good to bad. Only Fail stops a deployment: the load
+// balancer will not work with the configuration as given.
+const (
+	OK      Status = "ok"
+	Skipped Status = "skipped"
+	Warn    Status = "warn"
+	Fail    Status = "fail"
+)
+
+// The checks' names, stable for scripts (Finding.Check).
+const (
+	CheckRouter     = "router"
+	CheckService    = "igd-service"
+	CheckExternalIP = "external-ip"
+	CheckListing    = "listing"
+	CheckMapSelf    = "map-this-host"
+	CheckLease      = "finite-lease"
+	CheckSecureMode = "secure-mode"
+	CheckLowPorts   = "ports-below-1024"
+	CheckIPv6       = "ipv6-pinholes"
+	CheckPCP        = "pcp"
+)
+
+// Finding is what one check learnt.
+type Finding struct {
+	// Check is the check's name, one of the Check* constants.
+	Check string `json:"check"`
+	// Status is the outcome.
+	Status Status `json:"status"`
+	// Detail says what the router answered.
+	Detail string `json:"detail"`
+	// Fix says what to do when Status is Warn or Fail: the cloud-config key
+	// to set or the router setting to change; empty otherwise.
+	Fix string `json:"fix,omitempty"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	// Gateway is the router the client found.
+	Gateway igd.Gateway `json:"gateway"`
+	// Findings are in the order of the Check* constants.
+	Findings []Finding `json:"findings"`
+}
+
+// Problem returns the first finding that failed, or nil when the load
+// balancer will work with the configuration the Options describe.
+func (r Report) Problem() *Finding {
+	for i := range r.Findings {
+		if r.Findings[i].Status == Fail {
+			return &r.Findings[i]
+		}
+	}
+	return nil
+}
+
+// Options are the configuration the load balancer will run with, against
+// which findings are judged, and how to probe. The zero value is the edge
+// cloud-config's defaults.
+type Options struct {
+	// SecureMode, PermanentLease and AllowNonPublicExternalIP are the
+	// cloud-config's loadBalancer keys of those names.
+	SecureMode, PermanentLease, AllowNonPublicExternalIP bool
+	// OtherHost is a LAN address other than this host's, the target of the
+	// secure-mode probe (a mapping to a closed port, removed at once). The
+	// zero value is the router's own LAN address.
+	OtherHost netip.Addr
+	// Ports is where probe keys are drawn from. The zero value is
+	// DefaultPorts. It must lie at or above 1024.
+	Ports igd.PortRange
+	// Lease is the probe mappings' lease. Zero is DefaultLease.
+	Lease time.Duration
+}
+
+// Defaults of Options.
+var (
+	DefaultPorts = igd.PortRange{First: 61000, Last: 61999}
+	DefaultLease = 2 * time.Minute
+)
+
+// lowPorts is where the probe for ports below 1024 draws its key: ports
+// no common service a Service would expose uses.
+var lowPorts = igd.PortRange{First: 1000, Last: 1023}
+
+// Run checks the router c finds and reports what it allows. It returns an
+// error only when no router answers (or o is invalid); everything the
+// router refuses is a Finding.
+func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
+	if o.Ports == (igd.PortRange{}) {
+		o.Ports = DefaultPorts
+	}
+	if o.Ports.First < 1024 || o.Ports.First > o.Ports.Last {
+		return Report{}, fmt.Errorf("routercheck: Options.Ports %d-%d: must be a range at or above 1024", o.Ports.First, o.Ports.Last)
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease < time.Second || o.Lease > igd.MaxLease {
+		return Report{}, fmt.Errorf("routercheck: Options.Lease %s: must be between 1s and %s", o.Lease, igd.MaxLease)
+	}
+	gw, err := c.Discover(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("routercheck: find the router: %w", err)
+	}
+	self, err := c.LocalAddr(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("routercheck: this host's address toward the router: %w", err)
+	}
+	other := o.OtherHost
+	if !other.IsValid() {
+		other = gw.Addr
+	}
+	r := &run{c: c, o: o, tag: "ccmkit-check " + randomHex()}
+	rep := Report{Gateway: gw}
+	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
+	add(router(gw))
+	add(service(gw))
+	add(externalIP(gw, o))
+	add(r.listing(ctx))
+	self1, lease := r.mapSelf(ctx, self)
+	add(self1)
+	if self1.Status == Fail {
+		for _, name := range []string{CheckLease, CheckSecureMode, CheckLowPorts} {
+			add(Finding{Check: name, Status: Skipped, Detail: "not probed: the router refused this host's own mapping"})
+		}
+	} else {
+		add(lease)
+		add(r.secureMode(ctx, self, other))
+		add(r.lowPorts(ctx, self))
+	}
+	add(Finding{Check: CheckIPv6, Status: Skipped, Detail: "not probed: the load balancer maps IPv4 only"})
+	add(Finding{Check: CheckPCP, Status: Skipped, Detail: "not probed: this client speaks UPnP IGD only"})
+	return rep, nil
+}
+
+func router(gw igd.Gateway) Finding {
+	d := fmt.Sprintf("%q at %s", gw.FriendlyName, gw.Location)
+	if gw.Server != "" {
+		d += fmt.Sprintf(", server %q", gw.Server)
+	}
+	if gw.GuardedListing {
+		d += fmt.Sprintf("; a daemon that dies on long table listings (miniupnpd before 2.3.4, or no version): listed only in ranges of at most %d mappings", igd.SafeListWidth)
+	}
+	return Finding{Check: CheckRouter, Status: OK, Detail: d}
+}
+
+func service(gw igd.Gateway) Finding {
+	var others []string
+	for _, c := range gw.Candidates {
+		if c.ServiceType != gw.ServiceType || c.Location != gw.Location {
+			others = append(others, c.String())
+		}
+	}
+	d := "uses " + gw.ServiceType + " (" + gw.Reason + ")"
+	if len(others) > 0 {
+		d += "; also found: " + strings.Join(others, "; ")
+	}
+	if gw.ServiceType != igd.ServiceWANIPConnection2 {
+		d += "; an IGD:1 service: the table is read entry by entry"
+	}
+	return Finding{Check: CheckService, Status: OK, Detail: d}
+}
+
+func externalIP(gw igd.Gateway, o Options) Finding {
+	f := Finding{Check: CheckExternalIP, Status: OK, Detail: fmt.Sprintf("%s, public", gw.ExternalIP)}
+	if gw.PublicExternalIP {
+		return f
+	}
+	f.Detail = fmt.Sprintf("%s is not public: the router is itself behind NAT (a carrier's CGNAT, or another router), so its mappings are not reachable from the internet", gw.ExternalIP)
+	if o.AllowNonPublicExternalIP {
+		f.Status = Warn
+		f.Fix = "nothing to set (loadBalancer.allowNonPublicExternalIP is true): Services get this address, reachable from the upstream network only"
+		return f
+	}
+	f.Status = Fail
+	f.Fix = "ask the ISP for a public IPv4 address (or put the upstream router in bridge mode); or set loadBalancer.allowNonPublicExternalIP: true to serve the upstream network only"
+	return f
+}
+
+// run is one Run's probing state.
+type run struct {
+	c   *igd.UPnPClient
+	o   Options
+	tag string // the description of every probe mapping
+}
+
+func (r *run) listing(ctx context.Context) Finding {
+	k, err := r.freeKey(ctx, r.o.Ports)
+	if err != nil {
+		return Finding{Check: CheckListing, Status: Warn, Detail: err.Error(), Fix: "see the router's log"}
+	}
+	_, err = r.c.ListPortMappings(ctx, k.Protocol, igd.PortRange{First: k.ExternalPort, Last: k.ExternalPort})
+	switch {
+	case err == nil:
+		return Finding{Check: CheckListing, Status: OK, Detail: "lists its table (GetListOfPortMappings)"}
+	case errors.Is(err, igd.ErrNotSupported):
+		return Finding{Check: CheckListing, Status: OK, Detail: "does not list its table; it is read entry by entry (slower with many mappings): " + err.Error()}
+	}
+	return Finding{Check: CheckListing, Status: Warn, Detail: "listing failed: " + err.Error(), Fix: "see the router's log"}
+}
+
+// mapSelf probes a mapping to this host, with a finite lease unless the
+// configuration asks for permanent ones, and returns that finding and the
+// lease's.
+func (r *run) mapSelf(ctx context.Context, self netip.Addr) (Finding, Finding) {
+	lease := r.o.Lease
+	if r.o.PermanentLease {
+		lease = 0
+	}
+	got, err := r.probe(ctx, r.o.Ports, self, lease)
+	if err != nil {
+		f := Finding{Check: CheckMapSelf, Status: Fail, Detail: fmt.Sprintf("mapping to this host (%s): %v", self, err),
+			Fix: "turn UPnP on in the router (OpenWrt: uci set upnpd.config.enabled=1; miniupnpd.conf: enable_upnp=yes) and allow this host's address in its permission rules (OpenWrt: a perm_rule with action allow; miniupnpd.conf: an allow line before the deny)"}
+		return f, Finding{}
+	}
+	mapped := Finding{Check: CheckMapSelf, Status: OK, Detail: fmt.Sprintf("maps %s to this host (%s)", got.Key(), self)}
+	switch {
+	case r.o.PermanentLease:
+		return mapped, Finding{Check: CheckLease, Status: Skipped, Detail: "not probed: loadBalancer.permanentLease is true"}
+	case got.Lease == 0:
+		return mapped, Finding{Check: CheckLease, Status: Warn,
+			Detail: "keeps only permanent mappings (refused a lease of " + lease.String() + "): mappings outlive a load balancer that stops without deleting them",
+			Fix:    "set loadBalancer.permanentLease: true to skip the refused first try of every add"}
+	}
+	return mapped, Finding{Check: CheckLease, Status: OK, Detail: "accepts a lease of " + lease.String()}
+}
+
+func (r *run) secureMode(ctx context.Context, self, other netip.Addr) Finding {
+	f := Finding{Check: CheckSecureMode}
+	if other == self {
+		f.Status, f.Detail = Skipped, fmt.Sprintf("not probed: Options.OtherHost %s is this host", other)
+		return f
+	}
+	_, err := r.probe(ctx, r.o.Ports, other, r.leaseFor())
+	switch {
+	case err == nil && r.o.SecureMode:
+		f.Status, f.Detail = OK, fmt.Sprintf("maps to another LAN host (%s): not in secure mode", other)
+		f.Fix = "optional: set loadBalancer.secureMode: false to spread Services over the nodes"
+	case err == nil:
+		f.Status, f.Detail = OK, fmt.Sprintf("maps to another LAN host (%s): not in secure mode", other)
+	case (errors.Is(err, igd.ErrConflict) || errors.Is(err, igd.ErrNotAuthorized)) && r.o.SecureMode:
+		f.Status, f.Detail = OK, fmt.Sprintf("secure mode: refused a mapping to another LAN host (%s): %v; loadBalancer.secureMode is true", other, err)
+	case errors.Is(err, igd.ErrConflict) || errors.Is(err, igd.ErrNotAuthorized):
+		f.Status, f.Detail = Fail, fmt.Sprintf("secure mode: refused a mapping to another LAN host (%s): %v; Services hashed to another node would fail", other, err)
+		f.Fix = "set loadBalancer.secureMode: true (every Service then maps to the node this process runs on); or turn secure mode off on the router (OpenWrt: uci set upnpd.config.secure_mode=0; uci commit upnpd; miniupnpd.conf: secure_mode=no)"
+	default:
+		f.Status, f.Detail = Warn, fmt.Sprintf("could not tell: a mapping to another LAN host (%s) failed: %v", other, err)
+		f.Fix = "give Options.OtherHost (doctor: --other-host) the address of another node"
+	}
+	return f
+}
+
+func (r *run) lowPorts(ctx context.Context, self netip.Addr) Finding {
+	got, err := r.probe(ctx, lowPorts, self, r.leaseFor())
+	switch {
+	case err == nil:
+		return Finding{Check: CheckLowPorts, Status: OK, Detail: fmt.Sprintf("maps %s, below 1024", got.Key())}
+	case errors.Is(err, igd.ErrNotAuthorized) || errors.Is(err, igd.ErrConflict):
+		return Finding{Check: CheckLowPorts, Status: Warn,
+			Detail: "refuses external ports below 1024: " + err.Error() + "; a Service's port below 1024 gets the error ccmkit.io/NotAuthorized in its status, its other ports are served",
+			Fix:    "give Services ports at or above 1024; or allow the ports on the router (OpenWrt: a perm_rule with action allow and ext_ports '80 443' before the default deny; miniupnpd.conf: allow 80-443 <LAN>/24 0-65535 above the deny line)"}
+	}
+	return Finding{Check: CheckLowPorts, Status: Warn, Detail: "could not tell: " + err.Error(), Fix: "see the router's log"}
+}
+
+func (r *run) leaseFor() time.Duration {
+	if r.o.PermanentLease {
+		return 0
+	}
+	return r.o.Lease
+}
+
+// probe adds a probe mapping to target at a free key of ports, reads it
+// back and removes it. It returns the mapping as the router stored it (Lease
+// 0 when it keeps only permanent ones) or the router's refusal.
+func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr, lease time.Duration) (igd.Mapping, error) {
+	k, err := r.freeKey(ctx, ports)
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	// The internal port is one of the nodePort range, as the load
+	// balancer's are: routers' permission rules bound internal ports too.
+	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
+		InternalPort: 30000 + k.ExternalPort%2768, Description: r.tag, Lease: lease, Enabled: true}
+	sent, err := r.c.AddPortMapping(ctx, m)
+	if err != nil {
+		return igd.Mapping{}, err
+	}
+	stored, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	if err != nil {
+		return igd.Mapping{}, fmt.Errorf("read the probe %s back: %w", k, err)
+	}
+	if stored.InternalClient != target || stored.Description != r.tag {
+		return igd.Mapping{}, fmt.Errorf("probe %s was taken by %s (%q) before it could be removed; left alone", k, stored.InternalClient, stored.Description)
+	}
+	if err := r.c.DeletePortMapping(ctx, k.Protocol, k.ExternalPort); err != nil {
+		return igd.Mapping{}, fmt.Errorf("remove the probe %s (its lease ends it): %w", k, err)
+	}
+	stored.Lease = sent.Lease
+	return stored, nil
+}
+
+// freeKeyTries bounds the keys read before giving up on finding a free one.
+const freeKeyTries = 8
+
+// freeKey returns a TCP key of ports that holds no mapping, read just now.
+func (r *run) freeKey(ctx context.Context, ports igd.PortRange) (igd.Key, error) {
+	width := int64(ports.Last) - int64(ports.First) + 1
+	for range freeKeyTries {
+		n, err := rand.Int(rand.Reader, big.NewInt(width))
+		if err != nil {
+			return igd.Key{}, err
+		}
+		k := igd.Key{Protocol: igd.TCP, ExternalPort: ports.First + uint16(n.Int64())}
+		_, err = r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+		switch {
+		case errors.Is(err, igd.ErrNoSuchEntry):
+			return k, nil
+		case err != nil:
+			return igd.Key{}, fmt.Errorf("read %s: %w", k, err)
+		}
+	}
+	return igd.Key{}, fmt.Errorf("no free key found in TCP/%d-%d after %d tries", ports.First, ports.Last, freeKeyTries)
+}
+
+func randomHex() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,163 @@
+package routercheck_test
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/routercheck"
+)
+
+var lanHost = netip.MustParseAddr("192.0.2.99")
+
+// refuseLowPorts makes the router answer 606 to adds below 1024, as
+// miniupnpd's default permission rules do.
+var refuseLowPorts = fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	if m.ExternalPort < 1024 {
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+	}
+	return next(ctx, m)
+}}
+
+// refuseAll makes the router answer 606 to every add, as one whose
+// permission rules leave this host out does.
+var refuseAll = fake.RouterHooks{AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
+	return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+}}
+
+// statuses is each finding's status by check.
+func statuses(r routercheck.Report) map[string]routercheck.Status {
+	out := map[string]routercheck.Status{}
+	for _, f := range r.Findings {
+		out[f.Check] = f.Status
+	}
+	return out
+}
+
+func TestRunJudgesTheRouterAgainstTheConfig(t *testing.T) {
+	const (
+		ok   = routercheck.OK
+		warn = routercheck.Warn
+		fail = routercheck.Fail
+		skip = routercheck.Skipped
+	)
+	all := func(mapSelf, lease, secure, low routercheck.Status) map[string]routercheck.Status {
+		return map[string]routercheck.Status{
+			routercheck.CheckRouter: ok, routercheck.CheckService: ok, routercheck.CheckExternalIP: ok,
+			routercheck.CheckListing: ok, routercheck.CheckMapSelf: mapSelf, routercheck.CheckLease: lease,
+			routercheck.CheckSecureMode: secure, routercheck.CheckLowPorts: low,
+			routercheck.CheckIPv6: skip, routercheck.CheckPCP: skip,
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		router  fake.RouterConfig
+		svc     fake.UPnPService
+		hooks   *fake.RouterHooks
+		opts    routercheck.Options
+		want    map[string]routercheck.Status
+		problem string
+	}{
+		{name: "open router", want: all(ok, ok, ok, ok)},
+		{name: "IGD:1", svc: fake.WANIPConnection1, want: all(ok, ok, ok, ok)},
+		{name: "refuses ports below 1024", hooks: &refuseLowPorts, want: all(ok, ok, ok, warn)},
+		{name: "secure mode, not configured", router: fake.RouterConfig{SecureMode: true},
+			want: all(ok, ok, fail, ok), problem: routercheck.CheckSecureMode},
+		{name: "secure mode, configured", router: fake.RouterConfig{SecureMode: true},
+			opts: routercheck.Options{SecureMode: true}, want: all(ok, ok, ok, ok)},
+		{name: "permanent leases only", router: fake.RouterConfig{OnlyPermanentLeases: true}, want: all(ok, warn, ok, ok)},
+		{name: "permanent leases configured", router: fake.RouterConfig{OnlyPermanentLeases: true},
+			opts: routercheck.Options{PermanentLease: true}, want: all(ok, skip, ok, ok)},
+		{name: "refuses this host", hooks: &refuseAll,
+			want: all(fail, skip, skip, skip), problem: routercheck.CheckMapSelf},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := fake.NewRouter(tc.router)
+			if tc.hooks != nil {
+				r.Intercept(*tc.hooks)
+			}
+			srv := fake.NewServer(r, fake.ServerOptions{Service: tc.svc})
+			t.Cleanup(srv.Close)
+			c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.opts.OtherHost = lanHost
+			rep, err := routercheck.Run(t.Context(), c, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, statuses(rep)); d != "" {
+				t.Errorf("statuses (-want +got):\n%s\nfindings: %+v", d, rep.Findings)
+			}
+			var problem string
+			if p := rep.Problem(); p != nil {
+				problem = p.Check
+				if p.Fix == "" {
+					t.Errorf("problem %s says nothing to do", p.Check)
+				}
+			}
+			if problem != tc.problem {
+				t.Errorf("Problem() = %q, want %q", problem, tc.problem)
+			}
+			// Nothing left behind, nothing else touched.
+			if ms := r.Mappings(); len(ms) != 0 {
+				t.Errorf("router holds %v after the check, want nothing", ms)
+			}
+		})
+	}
+}
+
+// The check never touches a mapping it did not write: another host's
+// mappings at every probe key stay as they were, and the check says it found
+// no free key.
+func TestRunLeavesOthersMappingsAlone(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	ports := igd.PortRange{First: 61000, Last: 61003}
+	for p := ports.First; p <= ports.Last; p++ {
+		r.Put(igd.Mapping{Protocol: igd.TCP, ExternalPort: p, InternalClient: lanHost, InternalPort: p, Description: "console", Enabled: true})
+	}
+	before := r.Mappings()
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, Ports: ports})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Problem(); p == nil || p.Check != routercheck.CheckMapSelf {
+		t.Errorf("Problem() = %+v, want %s (no free key)", p, routercheck.CheckMapSelf)
+	}
+	if d := cmp.Diff(before, r.Mappings(), cmpopts.EquateComparable(netip.Addr{})); d != "" {
+		t.Errorf("router table (-before +after):\n%s", d)
+	}
+}
+
+func TestRunRefusesBadOptions(t *testing.T) {
+	c, err := igd.NewClient(igd.Config{RootDescURL: "http://192.0.2.1:5000/rootDesc.xml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o     routercheck.Options
+		field string
+	}{
+		{routercheck.Options{Ports: igd.PortRange{First: 80, Last: 90}}, "Options.Ports 80-90"},
+		{routercheck.Options{Ports: igd.PortRange{First: 2000, Last: 1999}}, "Options.Ports 2000-1999"},
+		{routercheck.Options{Lease: time.Millisecond}, "Options.Lease 1ms"},
+	} {
+		if _, err := routercheck.Run(t.Context(), c, tc.o); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.o, err, tc.field)
+		}
+	}
+}
