@@ -12,6 +12,9 @@
 // `edge-ccm load-balancer` is the standalone mode: the edge load balancer
 // alone, for the Services of a loadBalancerClass, as a Deployment beside a
 // cluster left as it is (standalone.go, manifests/standalone/).
+//
+// `edge-ccm doctor` checks the router against a cloud-config before
+// deploying: what it allows, and what to fix (doctor.go, manifests/doctor/).
 package main
 
 import (
@@ -41,6 +44,9 @@ func main() {
 func run() int {
 	if len(os.Args) > 1 && os.Args[1] == standaloneCommand {
 		return runStandalone(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == doctorCommand {
+		return runDoctor(os.Args[2:])
 	}
 	// Register the edge provider in ccmkit's registry; add your own
 	// providers the same way.
