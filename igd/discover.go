@@ -73,18 +73,22 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 	defGW, _ := c.cfg.Host.DefaultGateway(ctx)
 
 	var found []probed
+	var early bool
 	how := "SSDP search"
 	if c.cfg.RootDescURL != "" {
 		how = "root description " + c.cfg.RootDescURL
 		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, "", defGW)
 	} else {
 		var err error
-		found, err = c.search(ctx, defGW)
+		found, early, err = c.search(ctx, defGW)
 		if err != nil {
 			return nil, err
 		}
 	}
 	gw, ok := choose(found)
+	if ok && early {
+		gw.info.Reason += "; the default gateway answered with a service nothing can beat, so discovery did not wait for others"
+	}
 	if !ok {
 		nge := &NoGatewayError{Searched: how, Timeout: c.cfg.DiscoveryTimeout}
 		for _, p := range found {
@@ -98,11 +102,14 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 
 // search sends SSDP searches for every supported service type and probes each
 // router that answers. It returns once a usable router has answered and the
-// settle window after it has passed, or when ctx is done.
-func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, error) {
+// settle window after it has passed, or when ctx is done; or at once (early)
+// when the default gateway offered a service no answer can beat (best) and
+// none of its locations is still being probed, since the choice would be
+// the same after the window.
+func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []probed, early bool, err error) {
 	pc, err := c.cfg.ListenPacket(ctx, "udp4", "0.0.0.0:0")
 	if err != nil {
-		return nil, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
+		return nil, false, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
 	}
 	answers := make(chan ssdpAnswer)
 	readerDone := make(chan struct{})
@@ -122,7 +129,7 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, er
 
 	group, err := net.ResolveUDPAddr("udp4", ssdpGroup)
 	if err != nil {
-		return nil, fmt.Errorf("igd: discover: %w", err)
+		return nil, false, fmt.Errorf("igd: discover: %w", err)
 	}
 	send := func() error {
 		var errs []error
@@ -138,19 +145,22 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) ([]probed, er
 	}
 	if err := send(); err != nil {
 		// No route to the multicast group (no LAN link): nothing to find.
-		return nil, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
+		return nil, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
 	}
 	resend := time.NewTicker(ssdpResend)
 	defer resend.Stop()
 
 	probeCtx, cancelProbes := context.WithCancel(ctx)
 	defer cancelProbes()
-	results := make(chan []probed)
-	pending := 0
+	type result struct {
+		onGW bool
+		ps   []probed
+	}
+	results := make(chan result)
+	pending, pendingGW := 0, 0
 	seen := map[string]bool{}
 	perHost := map[netip.Addr]int{}
 	others := 0 // locations probed on hosts other than the default gateway
-	var found []probed
 	var settle <-chan time.Time
 
 loop:
@@ -168,14 +178,24 @@ loop:
 			}
 			seen[key] = true
 			perHost[a.responder]++
-			if !onGW {
+			if onGW {
+				pendingGW++
+			} else {
 				others++
 			}
 			pending++
-			go func() { results <- c.probe(probeCtx, a.location, a.responder, a.server, defGW) }()
-		case ps := <-results:
+			go func() { results <- result{onGW, c.probe(probeCtx, a.location, a.responder, a.server, defGW)} }()
+		case r := <-results:
 			pending--
+			if r.onGW {
+				pendingGW--
+			}
+			ps := r.ps
 			found = append(found, ps...)
+			if pendingGW == 0 && slices.ContainsFunc(found, func(p probed) bool { return best(p.cand) }) {
+				early = true
+				break loop
+			}
 			if settle == nil && slices.ContainsFunc(ps, func(p probed) bool { return p.cand.Rejected == "" }) {
 				t := time.NewTimer(c.cfg.SettleTime)
 				defer t.Stop()
@@ -195,9 +215,18 @@ loop:
 	// window to answer. Their probes end at once and say so.
 	cancelProbes()
 	for ; pending > 0; pending-- {
-		found = append(found, <-results...)
+		found = append(found, (<-results).ps...)
 	}
-	return found, nil
+	return found, early, nil
+}
+
+// best reports whether c is usable and ranks first on every rule of choose
+// but the final tie-break: connected, a public external IP, on the default
+// gateway, WANIPConnection:2. No other candidate can beat it, except one of
+// the default gateway's own with a lower URL (search waits for all of the
+// gateway's locations to be probed).
+func best(c Candidate) bool {
+	return c.Rejected == "" && c.Connected() && IsPublic(c.ExternalIP) && c.OnDefaultGateway && c.ServiceType == serviceTypes[0]
 }
 
 // readSSDP reads answers from pc until it is closed or stop is, sending each

@@ -266,6 +266,39 @@ func TestSSDPDiscoveryChooses(t *testing.T) {
 	}
 }
 
+// The default gateway answers with a service nothing can beat (connected,
+// public, WANIPConnection:2): discovery takes it without waiting out the
+// settle window, here an hour, for the other router's answer. A gateway
+// offering less (IGD:1) is still weighed against every answer in the
+// window (TestSSDPDiscoveryChooses).
+func TestSSDPDiscoveryStopsAtTheGatewaysBestAnswer(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	n := &ssdpNet{t: t}
+	for _, ip := range []string{gwIP, "127.0.0.2"} {
+		d := newSSDPDevice(t, igd2Device, ip, 0)
+		d.handle("GetStatusInfo", reply("NewConnectionStatus", "Connected", "NewLastConnectionError", "", "NewUptime", "1"))
+		d.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "198.51.101.7"))
+		n.devices = append(n.devices, d)
+	}
+	c, err := NewClient(Config{
+		ListenPacket:     n.ListenPacket,
+		DiscoveryTimeout: time.Hour,
+		SettleTime:       time.Hour,
+		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gw.Addr != netip.MustParseAddr(gwIP) || !strings.Contains(gw.Reason, "did not wait") {
+		t.Errorf("chose %s (%s), want %s without waiting", gw.Addr, gw.Reason, gwIP)
+	}
+	assertReadersDone(t, n)
+}
+
 func TestSSDPDiscoveryNoneQualifies(t *testing.T) {
 	d1 := newSSDPDevice(t, igd2Device, "127.0.0.2", 0)
 	d1.handle("GetStatusInfo", reply("NewConnectionStatus", "Disconnected", "NewLastConnectionError", "", "NewUptime", "0"))

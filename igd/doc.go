@@ -57,8 +57,10 @@
 // default gateway over any other router, and WANIPConnection:2 over :1 over
 // WANPPPConnection:1; ties go to the lowest URL, never to whichever answered
 // first. Discovery returns Config.SettleTime (100 ms) after the first usable
-// answer rather than waiting out a fixed window: about 170 ms on the lab,
-// against 2 s for goupnp's own discovery. Gateway.Reason says why the chosen
+// answer rather than waiting out a fixed window, and at once when the
+// default gateway offers what nothing can beat (connected, public,
+// WANIPConnection:2, none of its locations still being probed): the choice
+// would be the same after the window. Gateway.Reason says why the chosen
 // one won; when none qualifies the error is a *NoGatewayError (matching
 // ErrNoGateway) listing every candidate and why it was rejected.
 //
