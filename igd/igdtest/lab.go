@@ -35,7 +35,7 @@ var (
 	// carrier NAT hands out, and the host beyond it on the same subnet.
 	cgnatExternalIP = netip.MustParseAddr("100.64.0.7")
 	cgnatInternetIP = netip.MustParseAddr("100.64.0.99")
-	firstNode  = netip.MustParseAddr("192.0.2.10")
+	firstNode       = netip.MustParseAddr("192.0.2.10")
 )
 
 // maxNodes bounds Options.Nodes so node addresses stay inside 192.0.2.10–.99.
@@ -97,15 +97,17 @@ type Options struct {
 	// none (everything allowed). A refused AddPortMapping gets 606.
 	Permissions []string
 	// CleanRulesetInterval sets clean_ruleset_interval, in whole seconds; 0
-	// (the default) disables the check. At each check with more than
-	// CleanRulesetThreshold mappings the daemon notes every mapping's
-	// packet and byte counters, and at the next check it deletes those whose
-	// counters did not move. The nftables backend of 2.3.1 adds its rules
-	// without counters, so every mapping reads as idle: once the table
-	// holds more than the threshold, two checks delete all of it, traffic
-	// or not. The daemon checks only when it wakes (a request, an SSDP
-	// packet, or its 30 s notify timer), so a check can come later than
-	// the interval.
+	// (the default) disables the check. miniupnpd means it to delete idle
+	// mappings: at one check, if the table holds more than
+	// CleanRulesetThreshold mappings, it notes each one's packet and byte
+	// counters; at the next, it deletes those whose counters did not move
+	// (upnpredirect.c, get_upnp_rules_state_list and remove_unused_rules;
+	// it checks only when it wakes: a request, an SSDP packet or its 30 s
+	// notify timer). The nftables backend of 2.3.1 never fills in the
+	// counters it is asked for (netfilter_nft/nftnlrdr.c,
+	// get_nat_redirect_rule; fixed in 2.3.10), so the comparison reads
+	// uninitialised memory: in this lab nothing is ever deleted
+	// (TestTableWipe).
 	CleanRulesetInterval time.Duration
 	// CleanRulesetThreshold sets clean_ruleset_threshold: the check above
 	// does nothing while the table holds this many mappings or fewer. 0

@@ -54,15 +54,15 @@ func HighPortsOnly() Options {
 	}
 }
 
-// TableWipe is a router that deletes idle mappings: clean_ruleset_threshold
-// and clean_ruleset_interval as miniupnpd's sample configuration sets them
-// (miniupnp/miniupnp miniupnpd/miniupnpd.conf, tag miniupnpd_2_3_1:
-// clean_ruleset_interval=600, with clean_ruleset_threshold=10 suggested;
-// Debian's /etc/miniupnpd/miniupnpd.conf ships both commented out). Pass
-// TableWipe(10, 600*time.Second) for that file's values, or small ones for
-// a test. See Options.CleanRulesetInterval for what the daemon deletes: on
-// this nftables build, every mapping once the table holds more than
-// threshold.
+// TableWipe is a router configured to delete idle mappings:
+// clean_ruleset_threshold and clean_ruleset_interval, which miniupnpd's
+// sample configuration sets (miniupnp/miniupnp miniupnpd/miniupnpd.conf,
+// tag miniupnpd_2_3_1: clean_ruleset_interval=600, with
+// clean_ruleset_threshold=10 suggested; Debian's /etc/miniupnpd/miniupnpd.conf
+// ships both commented out). TableWipe(10, 600*time.Second) gives that
+// file's values. The lab's miniupnpd 2.3.1 (nftables) deletes nothing with
+// them, a bug fixed in 2.3.10: see Options.CleanRulesetInterval. A router
+// that does wipe idle mappings is the fake router's to emulate.
 func TableWipe(threshold int, interval time.Duration) Options {
 	return Options{
 		CleanRulesetThreshold: threshold,
