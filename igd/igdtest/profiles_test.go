@@ -1,6 +1,7 @@
 package igdtest_test
 
 import (
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -111,4 +112,40 @@ func TestBehindCGNAT(t *testing.T) {
 	require.Contains(t, out, "ExternalIPAddress = \n")
 	require.Contains(t, out, "failed with code 501")
 	require.Contains(t, lab.Log(), "Port forwarding is impossible")
+}
+
+// TestNATPMPSwitch: NAT-PMP answers on UDP 5351 unless DisableNATPMP, and
+// the daemon starts with the PCP and IPv6 options set.
+func TestNATPMPSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    igdtest.Options
+	}{
+		{"on", igdtest.Options{PCPAllowThirdParty: true, IPv6Disable: true, MinLifetime: 30 * time.Second, MaxLifetime: time.Hour}},
+		{"off", igdtest.Options{DisableNATPMP: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lab := igdtest.Start(t, tc.o)
+			ctx := testContext(t)
+			pc, err := lab.Nodes[0].ListenPacket(ctx, "udp4", "192.0.2.10:0")
+			require.NoError(t, err)
+			defer pc.Close()
+			// NAT-PMP public address request: version 0, opcode 0.
+			_, err = pc.WriteTo([]byte{0, 0}, net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.RouterLAN, 5351)))
+			require.NoError(t, err)
+			require.NoError(t, pc.SetReadDeadline(time.Now().Add(time.Second)))
+			buf := make([]byte, 64)
+			n, _, err := pc.ReadFrom(buf)
+			if tc.o.DisableNATPMP {
+				require.Error(t, err, "NAT-PMP answered: % x", buf[:n])
+				return
+			}
+			require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
+			// Version 0, opcode 128, result 0, epoch, external address.
+			require.Equal(t, 12, n)
+			require.Equal(t, []byte{0, 128, 0, 0}, buf[:4])
+			require.Equal(t, lab.ExternalIP, netip.AddrFrom4([4]byte(buf[8:12])))
+		})
+	}
 }
