@@ -126,8 +126,8 @@ type Options struct {
 	// bounds PCP puts on a requested lifetime, in whole seconds. 0 means
 	// the daemon's default (120 s and 86400 s). The daemon caps them at
 	// those same values, so a larger one is an error here, and it refuses
-	// to start unless MinLifetime < MaxLifetime. UPnP leases are not bound
-	// by them.
+	// to start unless MinLifetime < MaxLifetime. UPnP and NAT-PMP leases
+	// are not bound by them.
 	MinLifetime, MaxLifetime time.Duration
 	// BitrateUp and BitrateDown set bitrate_up and bitrate_down, in bits
 	// per second: what GetCommonLinkProperties reports as the link's

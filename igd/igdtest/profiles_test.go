@@ -1,6 +1,7 @@
 package igdtest_test
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"strconv"
@@ -82,8 +83,8 @@ func TestTableWipe(t *testing.T) {
 }
 
 // TestBehindCGNAT: miniupnpd behind a carrier NAT answers an empty external
-// address, so the igd client finds no usable gateway and says why, and
-// refuses every mapping with 501.
+// address, so the igd client finds no usable gateway and says why; it
+// refuses every mapping with 501, and NAT-PMP answers network failure.
 func TestBehindCGNAT(t *testing.T) {
 	t.Parallel()
 	lab := igdtest.Start(t, igdtest.BehindCGNAT())
@@ -112,6 +113,12 @@ func TestBehindCGNAT(t *testing.T) {
 	require.Contains(t, out, "ExternalIPAddress = \n")
 	require.Contains(t, out, "failed with code 501")
 	require.Contains(t, lab.Log(), "Port forwarding is impossible")
+
+	// NAT-PMP: result 3, network failure.
+	resp, err := natpmpPublicAddress(ctx, lab)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(resp), 4)
+	require.Equal(t, []byte{0, 128, 0, 3}, resp[:4])
 }
 
 // TestNATPMPSwitch: NAT-PMP answers on UDP 5351 unless DisableNATPMP, and
@@ -128,24 +135,36 @@ func TestNATPMPSwitch(t *testing.T) {
 			t.Parallel()
 			lab := igdtest.Start(t, tc.o)
 			ctx := testContext(t)
-			pc, err := lab.Nodes[0].ListenPacket(ctx, "udp4", "192.0.2.10:0")
-			require.NoError(t, err)
-			defer pc.Close()
-			// NAT-PMP public address request: version 0, opcode 0.
-			_, err = pc.WriteTo([]byte{0, 0}, net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.RouterLAN, 5351)))
-			require.NoError(t, err)
-			require.NoError(t, pc.SetReadDeadline(time.Now().Add(time.Second)))
-			buf := make([]byte, 64)
-			n, _, err := pc.ReadFrom(buf)
+			resp, err := natpmpPublicAddress(ctx, lab)
 			if tc.o.DisableNATPMP {
-				require.Error(t, err, "NAT-PMP answered: % x", buf[:n])
+				require.Error(t, err, "NAT-PMP answered: % x", resp)
 				return
 			}
 			require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
 			// Version 0, opcode 128, result 0, epoch, external address.
-			require.Equal(t, 12, n)
-			require.Equal(t, []byte{0, 128, 0, 0}, buf[:4])
-			require.Equal(t, lab.ExternalIP, netip.AddrFrom4([4]byte(buf[8:12])))
+			require.Len(t, resp, 12)
+			require.Equal(t, []byte{0, 128, 0, 0}, resp[:4])
+			require.Equal(t, lab.ExternalIP, netip.AddrFrom4([4]byte(resp[8:12])))
 		})
 	}
+}
+
+// natpmpPublicAddress sends a NAT-PMP public address request (version 0,
+// opcode 0) from node 0 and returns the answer, or an error when none comes
+// within a second.
+func natpmpPublicAddress(ctx context.Context, lab *igdtest.Lab) ([]byte, error) {
+	pc, err := lab.Nodes[0].ListenPacket(ctx, "udp4", lab.Nodes[0].Addr.String()+":0")
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Close()
+	if _, err := pc.WriteTo([]byte{0, 0}, net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.RouterLAN, 5351))); err != nil {
+		return nil, err
+	}
+	if err := pc.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 64)
+	n, _, err := pc.ReadFrom(buf)
+	return buf[:n], err
 }
