@@ -45,6 +45,18 @@
 // Lab.Restart simulate a router reboot (table wiped) and a daemon restart
 // (table kept, leases read back as 0).
 //
+// # Configuring the router
+//
+// Options set what miniupnpd.conf lets one set (secure mode, the IGD:1
+// description, permission rules, clean_ruleset, NAT-PMP/PCP, PCP lifetimes,
+// ipv6_disable, bitrates) and CGNAT moves the WAN onto a carrier NAT's
+// shared address; the zero value is the lab described above. Invalid values
+// fail the test with an error naming the field. OpenWrtDefault,
+// HighPortsOnly, TableWipe and BehindCGNAT return Options emulating a router
+// as shipped, each naming the vendor file its settings come from. What
+// miniupnpd cannot be configured to do (accept only permanent leases, and
+// on this nftables build, delete idle mappings) is the fake router's.
+//
 // # Prerequisites and the skip policy
 //
 // A lab needs root (network namespaces and nftables) and the programs ip

@@ -2,6 +2,7 @@ package igdtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,7 +31,11 @@ var (
 	routerLAN  = netip.MustParseAddr("192.0.2.1")
 	externalIP = netip.MustParseAddr("198.51.101.7")
 	internetIP = netip.MustParseAddr("198.51.101.99")
-	firstNode  = netip.MustParseAddr("192.0.2.10")
+	// With Options.CGNAT: a shared address (RFC 6598, 100.64.0.0/10), as a
+	// carrier NAT hands out, and the host beyond it on the same subnet.
+	cgnatExternalIP = netip.MustParseAddr("100.64.0.7")
+	cgnatInternetIP = netip.MustParseAddr("100.64.0.99")
+	firstNode       = netip.MustParseAddr("192.0.2.10")
 )
 
 // maxNodes bounds Options.Nodes so node addresses stay inside 192.0.2.10–.99.
@@ -83,6 +88,117 @@ type Options struct {
 	// process that dies without its cleanup leaves it running until
 	// CleanStale finds its namespace.
 	Daemonize bool
+
+	// Permissions are miniupnpd permission lines ("allow|deny EXTPORTS
+	// ADDR/MASK INTPORTS"), written verbatim in this order; the first line
+	// a request matches decides, and a request no line matches is allowed.
+	// nil means the lab's rules: allow 1024-65535 192.0.2.0/24 1024-65535,
+	// then deny 0-65535 0.0.0.0/0 0-65535. An empty non-nil slice writes
+	// none (everything allowed). A refused AddPortMapping gets 606.
+	Permissions []string
+	// CleanRulesetInterval sets clean_ruleset_interval, in whole seconds; 0
+	// (the default) disables the check. miniupnpd means it to delete idle
+	// mappings: at one check, if the table holds more than
+	// CleanRulesetThreshold mappings, it notes each one's packet and byte
+	// counters; at the next, it deletes those whose counters did not move
+	// (upnpredirect.c, get_upnp_rules_state_list and remove_unused_rules;
+	// it checks only when it wakes: a request, an SSDP packet or its 30 s
+	// notify timer). The nftables backend of 2.3.1 never fills in the
+	// counters it is asked for (netfilter_nft/nftnlrdr.c,
+	// get_nat_redirect_rule; fixed in 2.3.10), so the comparison reads
+	// uninitialised memory: in this lab nothing is ever deleted
+	// (TestTableWipe).
+	CleanRulesetInterval time.Duration
+	// CleanRulesetThreshold sets clean_ruleset_threshold: the check above
+	// does nothing while the table holds this many mappings or fewer. 0
+	// means the daemon's default, 20.
+	CleanRulesetThreshold int
+	// DisableNATPMP writes enable_natpmp=no: nothing answers on UDP 5351.
+	// By default NAT-PMP and PCP (one switch in 2.3.1) are on.
+	DisableNATPMP bool
+	// PCPAllowThirdParty sets pcp_allow_thirdparty=yes: a PCP MAP request
+	// with the THIRD_PARTY option may map to another LAN host. secure_mode
+	// does not govern PCP.
+	PCPAllowThirdParty bool
+	// IPv6Disable sets ipv6_disable=yes: the daemon opens no IPv6 sockets.
+	IPv6Disable bool
+	// MinLifetime and MaxLifetime set min_lifetime and max_lifetime, the
+	// bounds PCP puts on a requested lifetime, in whole seconds. 0 means
+	// the daemon's default (120 s and 86400 s). The daemon caps them at
+	// those same values, so a larger one is an error here, and it refuses
+	// to start unless MinLifetime < MaxLifetime. UPnP and NAT-PMP leases
+	// are not bound by them.
+	MinLifetime, MaxLifetime time.Duration
+	// BitrateUp and BitrateDown set bitrate_up and bitrate_down, in bits
+	// per second: what GetCommonLinkProperties reports as the link's
+	// speeds. 0 leaves the daemon to read them from the interface.
+	BitrateUp, BitrateDown int64
+	// CGNAT puts the router behind a carrier NAT: its WAN address is
+	// 100.64.0.7/24 (shared address space, RFC 6598) and the internet host
+	// is 100.64.0.99 on that subnet; Lab.ExternalIP and Lab.InternetIP say
+	// so. miniupnpd 2.3.1 starts all the same (no option is needed; ext_ip=
+	// with a reserved address would make it refuse to start), logs
+	// "Reserved / private IP address ... Port forwarding is impossible" and
+	// disables port forwarding (miniupnpd.c, main). GetExternalIPAddress
+	// then answers an empty NewExternalIPAddress (upnpsoap.c,
+	// GetExternalIPAddress), NAT-PMP answers result 3, network failure
+	// (natpmp.c, FillPublicAddressResponse), and an AddPortMapping the
+	// permission rules allow fails with 501 ActionFailed
+	// (upnpredirect.c, upnp_redirect_internal).
+	CGNAT bool
+}
+
+// Bounds miniupnpd 2.3.1 puts on PCP lifetimes: larger values are silently
+// capped at these, which are also its defaults.
+const (
+	maxMinLifetime = 120 * time.Second
+	maxMaxLifetime = 86400 * time.Second
+)
+
+// validate returns an error naming the first field whose value the daemon
+// cannot be given.
+func (o Options) validate() error {
+	if o.Nodes < 0 || o.Nodes > maxNodes {
+		return fmt.Errorf("igdtest: Options.Nodes = %d, want 0..%d", o.Nodes, maxNodes)
+	}
+	for i, p := range o.Permissions {
+		f := strings.Fields(p)
+		if len(f) < 4 || (f[0] != "allow" && f[0] != "deny") || strings.ContainsAny(p, "\r\n") {
+			return fmt.Errorf("igdtest: Options.Permissions[%d] = %q, want \"allow|deny EXTPORTS ADDR/MASK INTPORTS\" on one line", i, p)
+		}
+	}
+	if o.CleanRulesetThreshold < 0 {
+		return fmt.Errorf("igdtest: Options.CleanRulesetThreshold = %d, want >= 0", o.CleanRulesetThreshold)
+	}
+	if err := wholeSeconds("CleanRulesetInterval", o.CleanRulesetInterval, 0); err != nil {
+		return err
+	}
+	if err := wholeSeconds("MinLifetime", o.MinLifetime, maxMinLifetime); err != nil {
+		return err
+	}
+	if err := wholeSeconds("MaxLifetime", o.MaxLifetime, maxMaxLifetime); err != nil {
+		return err
+	}
+	lo, hi := cmp.Or(o.MinLifetime, maxMinLifetime), cmp.Or(o.MaxLifetime, maxMaxLifetime)
+	if lo >= hi {
+		return fmt.Errorf("igdtest: Options.MinLifetime = %v must be less than Options.MaxLifetime = %v (0 means %v and %v)", lo, hi, maxMinLifetime, maxMaxLifetime)
+	}
+	if o.BitrateUp < 0 || o.BitrateDown < 0 {
+		return fmt.Errorf("igdtest: Options.BitrateUp, BitrateDown = %d, %d, want >= 0", o.BitrateUp, o.BitrateDown)
+	}
+	return nil
+}
+
+// wholeSeconds checks a duration option: whole seconds, not negative, and at
+// most max when max is not 0.
+func wholeSeconds(field string, d, max time.Duration) error {
+	switch {
+	case d < 0 || d%time.Second != 0:
+		return fmt.Errorf("igdtest: Options.%s = %v, want a non-negative whole number of seconds", field, d)
+	case max > 0 && d > max:
+		return fmt.Errorf("igdtest: Options.%s = %v, want at most %v (miniupnpd caps it there)", field, d, max)
+	}
+	return nil
 }
 
 // Lab is one running router with its LAN nodes and an internet host. Its
@@ -93,9 +209,11 @@ type Lab struct {
 	RootDescURL string
 	// RouterLAN is the router's LAN address, 192.0.2.1.
 	RouterLAN netip.Addr
-	// ExternalIP is the router's WAN address, 198.51.101.7.
+	// ExternalIP is the router's WAN address, 198.51.101.7 (100.64.0.7
+	// with Options.CGNAT).
 	ExternalIP netip.Addr
-	// InternetIP is the address of the host on the WAN side, 198.51.101.99.
+	// InternetIP is the address of the host on the WAN side, 198.51.101.99
+	// (100.64.0.99 with Options.CGNAT).
 	InternetIP netip.Addr
 	// Nodes are the LAN hosts, in address order.
 	Nodes []*Node
@@ -132,13 +250,10 @@ var labCounter atomic.Uint64
 func Start(t testing.TB, opts Options) *Lab {
 	t.Helper()
 	tl := checkPrereqs(t)
-	n := opts.Nodes
-	if n == 0 {
-		n = 1
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
 	}
-	if n < 0 || n > maxNodes {
-		t.Fatalf("igdtest: Options.Nodes = %d, want 0..%d", opts.Nodes, maxNodes)
-	}
+	n := cmp.Or(opts.Nodes, 1)
 
 	var rnd [3]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -159,6 +274,9 @@ func Start(t testing.TB, opts Options) *Lab {
 		pidFile:     filepath.Join(dir, "miniupnpd-"+id+".pid"),
 		tools:       tl,
 		options:     opts,
+	}
+	if opts.CGNAT {
+		l.ExternalIP, l.InternetIP = cgnatExternalIP, cgnatInternetIP
 	}
 	addr := firstNode
 	for i := range n {
@@ -225,10 +343,10 @@ func (l *Lab) setUp() error {
 		{r, "addr", "add", routerLAN.String() + "/24", "dev", "lan0"},
 		{r, "link", "set", "lan0", "up"},
 		{r, "link", "add", "wan0", "type", "veth", "peer", "name", "inet0", "netns", inet},
-		{r, "addr", "add", externalIP.String() + "/24", "dev", "wan0"},
+		{r, "addr", "add", l.ExternalIP.String() + "/24", "dev", "wan0"},
 		{r, "link", "set", "wan0", "up"},
 		{inet, "link", "set", "lo", "up"},
-		{inet, "addr", "add", internetIP.String() + "/24", "dev", "inet0"},
+		{inet, "addr", "add", l.InternetIP.String() + "/24", "dev", "inet0"},
 		{inet, "link", "set", "inet0", "up"},
 	}
 	for i, n := range l.Nodes {
@@ -277,8 +395,16 @@ const ruleset = `table inet filter {
 }
 `
 
-// config renders miniupnpd.conf. No lease file is configured, like the
-// measured setup: after a restart the table is read back from nftables.
+// defaultPermissions are the lab's permission lines when
+// Options.Permissions is nil.
+var defaultPermissions = []string{
+	"allow 1024-65535 192.0.2.0/24 1024-65535",
+	"deny 0-65535 0.0.0.0/0 0-65535",
+}
+
+// config renders miniupnpd.conf from validated options. No lease file is
+// configured, like the measured setup: after a restart the table is read
+// back from nftables.
 func config(o Options) string {
 	yesNo := func(b bool) string {
 		if b {
@@ -288,13 +414,43 @@ func config(o Options) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "ext_ifname=wan0\nlistening_ip=lan0\nport=5000\n")
-	fmt.Fprintf(&b, "enable_natpmp=yes\nenable_upnp=yes\n")
+	fmt.Fprintf(&b, "enable_natpmp=%s\nenable_upnp=yes\n", yesNo(!o.DisableNATPMP))
 	fmt.Fprintf(&b, "secure_mode=%s\n", yesNo(o.SecureMode))
 	if o.ForceIGDv1 {
 		fmt.Fprintf(&b, "force_igd_desc_v1=yes\n")
 	}
+	if o.PCPAllowThirdParty {
+		fmt.Fprintf(&b, "pcp_allow_thirdparty=yes\n")
+	}
+	if o.IPv6Disable {
+		fmt.Fprintf(&b, "ipv6_disable=yes\n")
+	}
+	if o.MinLifetime > 0 {
+		fmt.Fprintf(&b, "min_lifetime=%d\n", o.MinLifetime/time.Second)
+	}
+	if o.MaxLifetime > 0 {
+		fmt.Fprintf(&b, "max_lifetime=%d\n", o.MaxLifetime/time.Second)
+	}
+	if o.CleanRulesetThreshold > 0 {
+		fmt.Fprintf(&b, "clean_ruleset_threshold=%d\n", o.CleanRulesetThreshold)
+	}
+	if o.CleanRulesetInterval > 0 {
+		fmt.Fprintf(&b, "clean_ruleset_interval=%d\n", o.CleanRulesetInterval/time.Second)
+	}
+	if o.BitrateUp > 0 {
+		fmt.Fprintf(&b, "bitrate_up=%d\n", o.BitrateUp)
+	}
+	if o.BitrateDown > 0 {
+		fmt.Fprintf(&b, "bitrate_down=%d\n", o.BitrateDown)
+	}
 	fmt.Fprintf(&b, "system_uptime=yes\nuuid=3d3cec3a-8cf0-11e0-98ee-001a6bd2d07d\n")
-	fmt.Fprintf(&b, "allow 1024-65535 192.0.2.0/24 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n")
+	perms := o.Permissions
+	if perms == nil {
+		perms = defaultPermissions
+	}
+	for _, p := range perms {
+		fmt.Fprintf(&b, "%s\n", p)
+	}
 	return b.String()
 }
 
