@@ -31,6 +31,11 @@ func TestLabDoctor(t *testing.T) {
 		{"open router, defaults", igdtest.Options{}, "", 0, ""},
 		{"secure mode, not configured", igdtest.Options{SecureMode: true}, "loadBalancer:\n  secureMode: false\n", exitProblem, routercheck.CheckSecureMode},
 		{"secure mode, configured", igdtest.Options{SecureMode: true}, "loadBalancer:\n  secureMode: true\n", 0, ""},
+		{"OpenWrt default, sample config", igdtest.OpenWrtDefault(), sampleCloudConfig(t), 0, ""},
+		{"OpenWrt default, library defaults", igdtest.OpenWrtDefault(), "", exitProblem, routercheck.CheckSecureMode},
+		{"ports 1024 and up only", igdtest.HighPortsOnly(), "", 0, ""},
+		{"behind CGNAT", igdtest.BehindCGNAT(), "", exitProblem, routercheck.CheckExternalIP},
+		{"behind CGNAT, non-public allowed", igdtest.BehindCGNAT(), "loadBalancer:\n  allowNonPublicExternalIP: true\n", exitProblem, routercheck.CheckExternalIP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := igdtest.Start(t, tc.lab)
@@ -55,6 +60,13 @@ func TestLabDoctor(t *testing.T) {
 			if problem != tc.wantProblem {
 				t.Errorf("first problem %q, want %q; findings %+v", problem, tc.wantProblem, rep.Findings)
 			}
+			// Every usable lab router refuses ports below 1024 (its
+			// permission rules): a warning, not a failure.
+			for _, f := range rep.Findings {
+				if f.Check == routercheck.CheckLowPorts && rep.Gateway.Location != "" && f.Status != routercheck.Warn {
+					t.Errorf("%s: %s (%s), want %s", f.Check, f.Status, f.Detail, routercheck.Warn)
+				}
+			}
 			// The table says the same, in words.
 			out.Reset()
 			if code := doctor(t.Context(), []string{"--cloud-config", path}, &out, &errOut, dial); code != tc.wantExit {
@@ -69,6 +81,18 @@ func TestLabDoctor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sampleCloudConfig is the cloud-config of the CCM's manifests.
+func sampleCloudConfig(t *testing.T) string {
+	t.Helper()
+	for _, o := range decodeManifests(t, "manifests") {
+		if cm, ok := o.(*v1.ConfigMap); ok {
+			return cm.Data["cloud-config.yaml"]
+		}
+	}
+	t.Fatal("no ConfigMap in manifests")
+	return ""
 }
 
 func TestDoctorRefusesBadFlags(t *testing.T) {

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,8 +122,9 @@ var (
 var lowPorts = igd.PortRange{First: 1000, Last: 1023}
 
 // Run checks the router c finds and reports what it allows. It returns an
-// error only when no router answers (or o is invalid); everything the
-// router refuses is a Finding.
+// error only when no router answers (or o is invalid); everything a router
+// refuses is a Finding, and so are routers that answer but cannot be used
+// (the Report's Gateway is then zero).
 func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 	if o.Ports == (igd.PortRange{}) {
 		o.Ports = DefaultPorts
@@ -137,6 +139,10 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 		return Report{}, fmt.Errorf("routercheck: Options.Lease %s: must be between 1s and %s", o.Lease, igd.MaxLease)
 	}
 	gw, err := c.Discover(ctx)
+	var nge *igd.NoGatewayError
+	if errors.As(err, &nge) && len(nge.Found) > 0 {
+		return unusable(nge), nil
+	}
 	if err != nil {
 		return Report{}, fmt.Errorf("routercheck: find the router: %w", err)
 	}
@@ -170,6 +176,34 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 	add(Finding{Check: CheckPCP, Status: Skipped, Detail: "not probed: this client speaks UPnP IGD only"})
 	return rep, nil
 }
+
+// unusable reports routers that answered but none of which discovery could
+// use: one without an external address fails CheckExternalIP (miniupnpd
+// answers an empty one when its WAN address is private or shared, as
+// behind a carrier's NAT), any other CheckRouter.
+func unusable(nge *igd.NoGatewayError) Report {
+	noIP := slices.ContainsFunc(nge.Found, func(c igd.Candidate) bool { return c.Connected() && !c.ExternalIP.IsValid() })
+	var rep Report
+	for _, name := range checks {
+		f := Finding{Check: name, Status: Skipped, Detail: "not probed: no usable router"}
+		switch {
+		case name == CheckRouter && noIP:
+			f.Status, f.Detail = OK, nge.Error()
+		case name == CheckRouter:
+			f.Status, f.Detail = Fail, nge.Error()
+			f.Fix = "see why each router found was rejected: its WAN connection must be up and its description on its own address; or name it with gateway.url"
+		case name == CheckExternalIP && noIP:
+			f.Status = Fail
+			f.Detail = "the router is connected but has no external address to give: its WAN address is private or shared (behind a carrier's CGNAT, or another router), and it maps no ports"
+			f.Fix = "ask the ISP for a public IPv4 address, or put the upstream modem in bridge mode; ccmkit cannot map ports on this router"
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	return rep
+}
+
+// checks are the Check* constants in the order of a Report's findings.
+var checks = []string{CheckRouter, CheckService, CheckExternalIP, CheckListing, CheckMapSelf, CheckLease, CheckSecureMode, CheckLowPorts, CheckIPv6, CheckPCP}
 
 func router(gw igd.Gateway) Finding {
 	d := fmt.Sprintf("%q at %s", gw.FriendlyName, gw.Location)
