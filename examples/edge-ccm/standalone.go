@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,9 +22,12 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/cli"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
 
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
 	"github.com/ccmkit/ccmkit/provider/edge"
 	"github.com/ccmkit/ccmkit/provider/lbclass"
@@ -50,6 +55,7 @@ type standaloneOptions struct {
 	classless   bool
 	workers     int
 	resync      time.Duration
+	bindAddress string
 
 	leaderElect    bool
 	leaseNamespace string
@@ -76,7 +82,7 @@ func runStandalone(args []string) int {
 // flags set.
 func standaloneCmd() (*cobra.Command, *standaloneOptions) {
 	o := &standaloneOptions{
-		clusterName: "kubernetes", class: DefaultClass, workers: 1,
+		clusterName: "kubernetes", class: DefaultClass, workers: 1, bindAddress: defaultBindAddress,
 		leaderElect: true, leaseNamespace: "kube-system", leaseName: "edge-load-balancer",
 		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 	}
@@ -107,6 +113,7 @@ unless loadBalancer.services is "all".`,
 	fs.BoolVar(&o.classless, "classless", o.classless, "also serve Services with no loadBalancerClass (only when no other load balancer serves them: k3s servicelb off, no cloud-controller-manager)")
 	fs.IntVar(&o.workers, "workers", o.workers, "Services synced at once")
 	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, as a periodic resync; 0 = never: the load balancer's own background work renews leases and repairs the router's table for every Service it serves")
+	fs.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "host:port serving /healthz and /metrics (Prometheus text, without authentication: the router's and the load balancer's counters); \"\" = none")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "take a Lease before serving, so one replica is active")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", o.leaseNamespace, "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "name of the Lease")
@@ -140,6 +147,12 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 	if _, err := lbclass.New(o.classConfig(cloud, client, informers.NewSharedInformerFactory(client, 0))); err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
 	}
+	// Standbys answer too: healthy while waiting for the Lease.
+	_, stopServing, err := o.serveHTTP(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServing()
 	serve := func(ctx context.Context) error { return o.serve(ctx, cloud, client, restCfg) }
 	if !o.leaderElect {
 		return serve(ctx)
@@ -237,4 +250,40 @@ func buildEdge(path string, opts edge.Options) (*provider.Cloud, error) {
 		return nil, fmt.Errorf("load-balancer: %w", err)
 	}
 	return cloud, nil
+}
+
+// defaultBindAddress is where the standalone mode serves /healthz and
+// /metrics: a port of its own beside the controller managers' (10257,
+// 10258, 10259), on the host network.
+const defaultBindAddress = "0.0.0.0:10263"
+
+// serveHTTP serves /healthz (200 while the process runs, leader or not)
+// and /metrics (the legacy registry, where igd and loadbalancer register)
+// on --bind-address until stop is called, and returns the address it
+// listens on (nil with no --bind-address).
+func (o *standaloneOptions) serveHTTP(ctx context.Context) (addr net.Addr, stop func(), err error) {
+	if o.bindAddress == "" {
+		return nil, func() {}, nil
+	}
+	igd.RegisterMetrics()
+	loadbalancer.RegisterMetrics()
+	ln, err := net.Listen("tcp", o.bindAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load-balancer: --bind-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.Handle("GET /metrics", legacyregistry.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Serving /healthz and /metrics stopped", "address", o.bindAddress)
+		}
+	}()
+	return ln.Addr(), func() {
+		_ = srv.Close()
+		<-done
+	}, nil
 }

@@ -97,7 +97,7 @@ func TestStandaloneE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.clusterName, o.leaseNamespace = "e2e", ns
+	o.clusterName, o.leaseNamespace, o.bindAddress = "e2e", ns, "127.0.0.1:0"
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- o.runWith(runCtx, saCfg, cloud) }()

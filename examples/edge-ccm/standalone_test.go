@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,5 +158,50 @@ func TestStandaloneManifests(t *testing.T) {
 		if _, err := edge.ParseConfig(strings.NewReader(cm.Data[filepath.Base(o.cloudConfig)])); err != nil {
 			t.Errorf("ConfigMap %s: %v", cm.Name, err)
 		}
+		// The liveness probe asks the port the mode serves /healthz on.
+		_, bindPort, _ := net.SplitHostPort(o.bindAddress)
+		probe := c.LivenessProbe
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" || len(c.Ports) != 1 ||
+			probe.HTTPGet.Port.String() != c.Ports[0].Name || fmt.Sprint(c.Ports[0].ContainerPort) != bindPort {
+			t.Errorf("liveness probe %+v on ports %+v, want GET /healthz on the --bind-address port %s", probe, c.Ports, bindPort)
+		}
 	})
+}
+
+// The standalone mode serves /healthz and the load balancer's and the
+// router client's metrics on --bind-address.
+func TestStandaloneServesHealthAndMetrics(t *testing.T) {
+	_, o := standaloneCmd()
+	o.bindAddress = "127.0.0.1:0"
+	addr, stop, err := o.serveHTTP(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(body)
+	}
+	if got := get("/healthz"); got != "ok" {
+		t.Errorf("/healthz = %q, want ok", got)
+	}
+	metrics := get("/metrics")
+	for _, name := range []string{"cloudprovider_ccmkit_routers_known", "cloudprovider_ccmkit_mappings_held"} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	o.bindAddress = addr.String() // taken
+	if _, _, err := o.serveHTTP(t.Context()); err == nil || !strings.Contains(err.Error(), "--bind-address") {
+		t.Errorf("second bind = %v, want an error naming --bind-address", err)
+	}
 }
