@@ -355,6 +355,12 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
 		InternalPort: 30000 + k.ExternalPort%2768, Description: r.tag, Lease: lease, Enabled: true}
 	sent, err := r.c.AddPortMapping(ctx, m)
+	var refused *igd.UPnPError
+	if err != nil && !errors.As(err, &refused) {
+		// No answer (a timeout, a lost reply): the router may have stored
+		// the probe. Remove it if it is there and still the probe's.
+		return igd.Mapping{}, errors.Join(err, r.removeIfOurs(ctx, k, target))
+	}
 	if err != nil {
 		return igd.Mapping{}, err
 	}
@@ -370,6 +376,24 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	}
 	stored.Lease = sent.Lease
 	return stored, nil
+}
+
+// removeIfOurs deletes the mapping at k when reading it shows the probe's
+// target and description, and leaves anything else alone.
+func (r *run) removeIfOurs(ctx context.Context, k igd.Key, target netip.Addr) error {
+	got, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	switch {
+	case errors.Is(err, igd.ErrNoSuchEntry):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read %s to remove a probe the router may hold (its lease ends it): %w", k, err)
+	case got.InternalClient != target || got.Description != r.tag:
+		return nil
+	}
+	if err := r.c.DeletePortMapping(ctx, k.Protocol, k.ExternalPort); err != nil {
+		return fmt.Errorf("remove the probe %s (its lease ends it): %w", k, err)
+	}
+	return nil
 }
 
 // freeKeyTries bounds the keys read before giving up on finding a free one.

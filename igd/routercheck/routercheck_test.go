@@ -161,3 +161,40 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// The router stores the probe but its answer is lost: the check removes
+// the probe it finds there, and reports that it could not tell.
+func TestRunRemovesAProbeWhoseAnswerWasLost(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	lost := 0
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		stored, err := next(ctx, m)
+		if err != nil || m.ExternalPort >= 1024 {
+			return stored, err
+		}
+		lost++
+		<-ctx.Done() // stored, and no answer until the client gives up
+		return igd.Mapping{}, ctx.Err()
+	}})
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	// The call timeout only decides when the client stops waiting for an
+	// answer that never comes.
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost != 1 {
+		t.Fatalf("%d answers lost, want the low-port probe's", lost)
+	}
+	if got := statuses(rep)[routercheck.CheckLowPorts]; got != routercheck.Warn {
+		t.Errorf("%s = %s, want %s (could not tell)", routercheck.CheckLowPorts, got, routercheck.Warn)
+	}
+	if ms := r.Mappings(); len(ms) != 0 {
+		t.Errorf("router holds %v after the check, want the probe removed", ms)
+	}
+}
