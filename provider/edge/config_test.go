@@ -13,6 +13,8 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
 func TestParseConfigValid(t *testing.T) {
@@ -36,19 +38,19 @@ func TestParseConfigValid(t *testing.T) {
 		{
 			name: "leading document marker",
 			in:   strings.NewReader("---\nloadBalancer:\n  services: all\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			// A trailing "---" (a template or a concatenation) starts an
 			// empty document, which holds nothing to ignore.
 			name: "trailing document marker",
 			in:   strings.NewReader("loadBalancer:\n  services: all\n---\n# end\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "document end marker",
 			in:   strings.NewReader("loadBalancer:\n  services: all\n...\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "shortest timeouts and renew interval",
@@ -87,7 +89,7 @@ func TestParseConfigValid(t *testing.T) {
 		{
 			name: "JSON works too",
 			in:   strings.NewReader(`{"loadBalancer": {"services": "all"}}`),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "every key",
@@ -126,7 +128,7 @@ instances:
 				},
 				LoadBalancer: LoadBalancerConfig{
 					Lease:                    Duration{Duration: 168 * time.Hour},
-					Services:                 ServicesAnnotated,
+					Services:                 loadbalancer.AnnotatedServices,
 					RenewInterval:            Duration{Duration: 10 * time.Minute},
 					SecureMode:               true,
 					NodeName:                 "node-1",
