@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -158,7 +159,7 @@ func TestExamplesShowEveryKey(t *testing.T) {
 	walkType = func(prefix string, t reflect.Type) {
 		for f := range t.Fields() {
 			key := prefix + f.Tag.Get("json")
-			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[Duration]() {
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[metav1.Duration]() {
 				walkType(key+".", f.Type)
 			} else {
 				inType = append(inType, key)

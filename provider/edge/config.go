@@ -21,8 +21,8 @@ import (
 	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
-// Bounds of the cloud-config's own (defaults and lease bounds are igd's and
-// loadbalancer's).
+// Bounds of the cloud-config's own; defaults and lease bounds are igd's and
+// loadbalancer's.
 const (
 	MaxTimeout          = time.Minute // both timeouts
 	MinCallTimeout      = 100 * time.Millisecond
@@ -30,10 +30,9 @@ const (
 	MinRenewInterval    = 10 * time.Second
 )
 
-// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout,
-// a background pass needs to find a rebooted router, list its table (igd
-// allows that five callTimeouts) and renew a mapping before renewInterval
-// cuts it off.
+// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a
+// background pass needs to find a rebooted router, list its table (five) and
+// renew a mapping before renewInterval cuts it off.
 const renewPassCallTimeouts = 6
 
 // ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
@@ -42,17 +41,11 @@ const renewPassCallTimeouts = 6
 // error wraps their utilerrors.Aggregate, which errors.As finds.
 var ErrInvalidConfig = errors.New("invalid edge cloud-config")
 
-// Duration is metav1.Duration: a Go duration string ("90s", "1h30m") in the
-// cloud-config. ParseConfig also reads the bare number 0 as a zero duration.
-type Duration = metav1.Duration
-
-// Config is the cloud-config, given to the cloud-controller-manager with
-// --cloud-config: one YAML (or JSON) document of at most 64 KiB, YAML aliases
-// expanded, read strictly (an unknown or duplicate key, a value of the wrong
-// type or out of range, or a second document is an error naming the key).
-// Every key is optional; an empty or missing file means Default() (the zero
-// Config is not valid). The field comments below are the reference of each
-// key; examples/edge-ccm/cloud-config.yaml shows them all with their defaults.
+// Config is the cloud-config (--cloud-config): one YAML or JSON document of at
+// most 64 KiB, YAML aliases expanded, read strictly. Every key is optional:
+// an empty file means Default() (the zero Config is not valid). Durations are
+// Go duration strings ("90s", "1h30m"), or 0. The fields document their keys;
+// examples/edge-ccm/cloud-config.yaml shows them all with their defaults.
 type Config struct {
 	Gateway      GatewayConfig      `json:"gateway"`
 	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
@@ -68,10 +61,10 @@ type GatewayConfig struct {
 	URL string `json:"url"`
 	// DiscoveryTimeout bounds one attempt to find the router: at least
 	// MinDiscoveryTimeout, at most MaxTimeout; igd.DefaultDiscoveryTimeout.
-	DiscoveryTimeout Duration `json:"discoveryTimeout"`
+	DiscoveryTimeout metav1.Duration `json:"discoveryTimeout"`
 	// CallTimeout bounds each router call: at least MinCallTimeout, at most
 	// MaxTimeout; igd.DefaultCallTimeout.
-	CallTimeout Duration `json:"callTimeout"`
+	CallTimeout metav1.Duration `json:"callTimeout"`
 }
 
 // LoadBalancerConfig is the "loadBalancer" section: how Services are mapped
@@ -80,7 +73,7 @@ type LoadBalancerConfig struct {
 	// Lease of every mapping, renewed while the CCM runs so that a dead CCM's
 	// mappings expire. 0 or loadbalancer.DefaultLease; else whole seconds
 	// from loadbalancer.MinLease to igd.MaxLease.
-	Lease Duration `json:"lease"`
+	Lease metav1.Duration `json:"lease"`
 	// PermanentLease asks for permanent mappings (still renewed; IGD:2
 	// routers cap them at igd.MaxLease), open a week after the CCM is gone.
 	// Lease must then be unset.
@@ -93,7 +86,7 @@ type LoadBalancerConfig struct {
 	// the external IP re-read. 0: half the lease, at most
 	// loadbalancer.DefaultMaxRenewInterval. Else at most half the lease, at
 	// least MinRenewInterval and discoveryTimeout + 6 × callTimeout.
-	RenewInterval Duration `json:"renewInterval"`
+	RenewInterval metav1.Duration `json:"renewInterval"`
 	// SecureMode: the router maps ports only to the asking host (miniupnpd's
 	// secure_mode=yes), so every mapping targets this CCM's node (NodeName).
 	SecureMode bool `json:"secureMode"`
@@ -137,8 +130,8 @@ type NodeAddress struct {
 // Default returns the configuration an empty cloud-config means.
 func Default() Config {
 	return Config{
-		Gateway:      GatewayConfig{DiscoveryTimeout: Duration{Duration: igd.DefaultDiscoveryTimeout}, CallTimeout: Duration{Duration: igd.DefaultCallTimeout}},
-		LoadBalancer: LoadBalancerConfig{Lease: Duration{Duration: loadbalancer.DefaultLease}},
+		Gateway:      GatewayConfig{DiscoveryTimeout: metav1.Duration{Duration: igd.DefaultDiscoveryTimeout}, CallTimeout: metav1.Duration{Duration: igd.DefaultCallTimeout}},
+		LoadBalancer: LoadBalancerConfig{Lease: metav1.Duration{Duration: loadbalancer.DefaultLease}},
 	}
 }
 
@@ -201,7 +194,7 @@ func (c Config) validate() field.ErrorList {
 			name(path, v, "not a valid label value: ", validation.IsValidLabelValue)
 		}
 	}
-	timeout := func(key string, d Duration, floor time.Duration) {
+	timeout := func(key string, d metav1.Duration, floor time.Duration) {
 		if d.Duration < floor || d.Duration > MaxTimeout {
 			bad(gw.Child(key), d.Duration.String(), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
 		}

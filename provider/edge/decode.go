@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	yamlv3 "go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -116,7 +117,7 @@ func expandedSize(n *yamlv3.Node, sizes map[*yamlv3.Node]int) (int, error) {
 	return size, nil
 }
 
-var durationType, textType = reflect.TypeFor[Duration](), reflect.TypeFor[encoding.TextUnmarshaler]()
+var durationType, textType = reflect.TypeFor[metav1.Duration](), reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict
 // (case-sensitive keys, unknown keys refused). When that fails it descends
