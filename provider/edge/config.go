@@ -71,8 +71,8 @@ type GatewayConfig struct {
 // (the keys are loadbalancer.Config's).
 type LoadBalancerConfig struct {
 	// Lease of every mapping, renewed while the CCM runs so that a dead CCM's
-	// mappings expire. 0 or loadbalancer.DefaultLease; else whole seconds
-	// from loadbalancer.MinLease to igd.MaxLease.
+	// mappings expire. 0 means loadbalancer.DefaultLease (the default); else
+	// whole seconds from loadbalancer.MinLease to igd.MaxLease.
 	Lease metav1.Duration `json:"lease"`
 	// PermanentLease asks for permanent mappings (still renewed; IGD:2
 	// routers cap them at igd.MaxLease), open a week after the CCM is gone.
