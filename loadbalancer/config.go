@@ -54,6 +54,28 @@ func (s ServiceSelection) String() string {
 	return fmt.Sprintf("ServiceSelection(%d)", int(s))
 }
 
+// MarshalText writes "annotated" or "all", and refuses any other value.
+func (s ServiceSelection) MarshalText() ([]byte, error) {
+	if s != AllServices && s != AnnotatedServices {
+		return nil, fmt.Errorf("loadbalancer: %s is not AllServices or AnnotatedServices", s)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText reads "annotated" or "all"; the error for any other text
+// names them.
+func (s *ServiceSelection) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "annotated":
+		*s = AnnotatedServices
+	case "all":
+		*s = AllServices
+	default:
+		return errors.New(`must be "all" or "annotated"`)
+	}
+	return nil
+}
+
 // Config configures a LoadBalancer. Only Client is required; every other
 // field has a documented meaning for its zero value.
 type Config struct {

@@ -21,25 +21,18 @@ import (
 	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
-// Defaults of the cloud-config (igd's and loadbalancer's), and the bounds
-// Config.Validate checks (examples/edge-ccm/cloud-config.yaml states them).
+// Bounds of the cloud-config's own; defaults and lease bounds are igd's and
+// loadbalancer's.
 const (
-	DefaultDiscoveryTimeout = igd.DefaultDiscoveryTimeout
-	DefaultCallTimeout      = igd.DefaultCallTimeout
-	DefaultLease            = loadbalancer.DefaultLease
-	DefaultServices         = ServicesAnnotated
-	MinLease                = loadbalancer.MinLease
-	MaxLease                = igd.MaxLease
-	MaxTimeout              = time.Minute // both timeouts
-	MinCallTimeout          = 100 * time.Millisecond
-	MinDiscoveryTimeout     = 500 * time.Millisecond
-	MinRenewInterval        = 10 * time.Second
+	MaxTimeout          = time.Minute // both timeouts
+	MinCallTimeout      = 100 * time.Millisecond
+	MinDiscoveryTimeout = 500 * time.Millisecond
+	MinRenewInterval    = 10 * time.Second
 )
 
-// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout,
-// a background pass needs to find a rebooted router, list its table (igd
-// allows that five callTimeouts) and renew a mapping before renewInterval
-// cuts it off.
+// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a
+// background pass needs to find a rebooted router, list its table (five) and
+// renew a mapping before renewInterval cuts it off.
 const renewPassCallTimeouts = 6
 
 // ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
@@ -48,61 +41,77 @@ const renewPassCallTimeouts = 6
 // error wraps their utilerrors.Aggregate, which errors.As finds.
 var ErrInvalidConfig = errors.New("invalid edge cloud-config")
 
-// Duration is metav1.Duration: a Go duration string ("90s", "1h30m") in the
-// cloud-config. ParseConfig also reads the bare number 0 as a zero duration.
-type Duration = metav1.Duration
-
-// Config is the cloud-config, given to the cloud-controller-manager with
-// --cloud-config: one YAML (or JSON) document of at most 64 KiB, YAML aliases
-// expanded, read strictly (an unknown or duplicate key, a value of the wrong
-// type or out of range, or a second document is an error naming the key).
-// Every key is optional: an empty or missing file means Default() (the zero
-// Config is not valid). examples/edge-ccm/cloud-config.yaml documents each
-// key, its default and its bounds; the fields below name their keys.
+// Config is the cloud-config (--cloud-config): one YAML or JSON document of at
+// most 64 KiB, YAML aliases expanded, read strictly. Every key is optional:
+// an empty file means Default() (the zero Config is not valid). Durations are
+// Go duration strings ("90s", "1h30m"), or 0. The fields document their keys;
+// examples/edge-ccm/cloud-config.yaml shows them all with their defaults.
 type Config struct {
-	Gateway      GatewayConfig      `json:"gateway"`      // how to reach the router
-	LoadBalancer LoadBalancerConfig `json:"loadBalancer"` // how Services are mapped on it
-	Instances    InstancesConfig    `json:"instances"`    // what node initialization writes
+	Gateway      GatewayConfig      `json:"gateway"`
+	LoadBalancer LoadBalancerConfig `json:"loadBalancer"`
+	Instances    InstancesConfig    `json:"instances"`
 }
 
-// GatewayConfig is the "gateway" section of Config.
+// GatewayConfig is the "gateway" section: how to reach the router.
 type GatewayConfig struct {
-	URL              string   `json:"url"`              // router root-description URL; "": SSDP discovery
-	DiscoveryTimeout Duration `json:"discoveryTimeout"` // bound on finding the router
-	CallTimeout      Duration `json:"callTimeout"`      // bound on each router call
+	// URL is the router's root description ("http://192.168.1.1:5000/rootDesc.xml";
+	// `upnpc -l` prints it as "desc:"). "": SSDP discovery, which needs
+	// hostNetwork and multicast. The router is found on first use and again
+	// when it stops answering, never at start-up.
+	URL string `json:"url"`
+	// DiscoveryTimeout bounds one attempt to find the router: at least
+	// MinDiscoveryTimeout, at most MaxTimeout; igd.DefaultDiscoveryTimeout.
+	DiscoveryTimeout metav1.Duration `json:"discoveryTimeout"`
+	// CallTimeout bounds each router call: at least MinCallTimeout, at most
+	// MaxTimeout; igd.DefaultCallTimeout.
+	CallTimeout metav1.Duration `json:"callTimeout"`
 }
 
-// LoadBalancerConfig is the "loadBalancer" section of Config.
+// LoadBalancerConfig is the "loadBalancer" section: how Services are mapped
+// (the keys are loadbalancer.Config's).
 type LoadBalancerConfig struct {
-	Lease                    Duration         `json:"lease"`                    // of every mapping; 0: DefaultLease
-	PermanentLease           bool             `json:"permanentLease"`           // permanent mappings, still renewed
-	Services                 ServiceSelection `json:"services"`                 // which Services are served
-	RenewInterval            Duration         `json:"renewInterval"`            // 0: half the lease, at most 5m
-	SecureMode               bool             `json:"secureMode"`               // the router maps only to the asking host
-	AllowNonPublicExternalIP bool             `json:"allowNonPublicExternalIP"` // report a private or CGNAT IP
-	NodeName                 string           `json:"nodeName"`                 // this CCM's node; "": $NODE_NAME
+	// Lease of every mapping, renewed while the CCM runs so that a dead CCM's
+	// mappings expire. 0 means loadbalancer.DefaultLease (the default); else
+	// whole seconds from loadbalancer.MinLease to igd.MaxLease.
+	Lease metav1.Duration `json:"lease"`
+	// PermanentLease asks for permanent mappings (still renewed; IGD:2
+	// routers cap them at igd.MaxLease), open a week after the CCM is gone.
+	// Lease must then be unset.
+	PermanentLease bool `json:"permanentLease"`
+	// Services is "annotated" (the default: only Services annotated
+	// ccmkit.io/load-balancer-type: upnp-igd; the others get an OptInRequired
+	// event) or "all" (any Service of type LoadBalancer opens a port).
+	Services loadbalancer.ServiceSelection `json:"services"`
+	// RenewInterval is how often leases are renewed, the table repaired and
+	// the external IP re-read. 0: half the lease, at most
+	// loadbalancer.DefaultMaxRenewInterval. Else at most half the lease, at
+	// least MinRenewInterval and discoveryTimeout + 6 × callTimeout.
+	RenewInterval metav1.Duration `json:"renewInterval"`
+	// SecureMode: the router maps ports only to the asking host (miniupnpd's
+	// secure_mode=yes), so every mapping targets this CCM's node (NodeName).
+	SecureMode bool `json:"secureMode"`
+	// AllowNonPublicExternalIP reports a private or CGNAT external IP (a
+	// router behind NAT); false: Services wait for a public one.
+	AllowNonPublicExternalIP bool `json:"allowNonPublicExternalIP"`
+	// NodeName is the node this CCM runs on. "": $NODE_NAME, else the node
+	// whose address is this host's address toward the router.
+	NodeName string `json:"nodeName"`
 }
 
-// ServiceSelection is the value of loadBalancer.services.
-type ServiceSelection string
-
-// The values of loadBalancer.services.
-const (
-	ServicesAnnotated ServiceSelection = "annotated" // only Services that opt in; the default
-	ServicesAll       ServiceSelection = "all"       // every Service of type LoadBalancer
-)
-
-// InstancesConfig is the "instances" section of Config: the default labels
-// of nodes, and per-node settings keyed by node name.
+// InstancesConfig is the "instances" section: what node initialization
+// writes. Every node gets ProviderID edge://<node-name> (one that carries
+// k3s:// or rke2://<node-name> keeps it). A node's zone, region and instance
+// type come from its entry in Nodes, else its own labels, else these
+// defaults; "" everywhere: no label. Values must be label values.
 type InstancesConfig struct {
 	Zone         string                `json:"zone"`
 	Region       string                `json:"region"`
 	InstanceType string                `json:"instanceType"`
-	Nodes        map[string]NodeConfig `json:"nodes"`
+	Nodes        map[string]NodeConfig `json:"nodes"` // by node name
 }
 
 // NodeConfig is one entry of instances.nodes. Addresses, when set, replace
-// the node's own.
+// the node's own (and the IPs kubelet was given with --node-ip).
 type NodeConfig struct {
 	Addresses    []NodeAddress `json:"addresses"`
 	Zone         string        `json:"zone"`
@@ -121,26 +130,29 @@ type NodeAddress struct {
 // Default returns the configuration an empty cloud-config means.
 func Default() Config {
 	return Config{
-		Gateway:      GatewayConfig{DiscoveryTimeout: Duration{Duration: DefaultDiscoveryTimeout}, CallTimeout: Duration{Duration: DefaultCallTimeout}},
-		LoadBalancer: LoadBalancerConfig{Lease: Duration{Duration: DefaultLease}, Services: DefaultServices},
+		Gateway:      GatewayConfig{DiscoveryTimeout: metav1.Duration{Duration: igd.DefaultDiscoveryTimeout}, CallTimeout: metav1.Duration{Duration: igd.DefaultCallTimeout}},
+		LoadBalancer: LoadBalancerConfig{Lease: metav1.Duration{Duration: loadbalancer.DefaultLease}},
 	}
 }
 
 // ParseConfig reads a cloud-config. A nil reader or an empty document gives
 // Default(). Keys that are absent or null keep their defaults. The result is
-// validated; every error matches ErrInvalidConfig (see there).
+// validated; every error matches ErrInvalidConfig (see there). A key of the
+// wrong type or unknown stops it before validation; a value of the right type
+// that is not accepted (loadBalancer.services) is reported after the others.
 func ParseConfig(r io.Reader) (Config, error) {
 	cfg := Default()
 	if r == nil {
 		return cfg, nil
 	}
-	if err := decodeYAML(r, &cfg); err != nil {
-		return Config{}, err
+	errs, err := decodeYAML(r, &cfg)
+	if err != nil || slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Type != field.ErrorTypeInvalid }) {
+		return Config{}, cmp.Or(err, invalid(errs))
 	}
 	if len(cfg.Instances.Nodes) == 0 {
 		cfg.Instances.Nodes = nil // "nodes: {}" is the default, as Default() writes it
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := invalid(append(cfg.validate(), errs...)); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -158,13 +170,12 @@ const maxReported = 20
 // invalid returns nil for no errs, else an ErrInvalidConfig naming the first
 // maxReported.
 func invalid(errs field.ErrorList) error {
-	switch n := len(errs) - maxReported; {
-	case len(errs) == 0:
-		return nil
-	case n > 0:
-		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), n)
+	if len(errs) > maxReported {
+		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), len(errs)-maxReported)
+	} else if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errs.ToAggregate())
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errs.ToAggregate())
+	return nil
 }
 
 func (c Config) validate() field.ErrorList {
@@ -183,7 +194,7 @@ func (c Config) validate() field.ErrorList {
 			name(path, v, "not a valid label value: ", validation.IsValidLabelValue)
 		}
 	}
-	timeout := func(key string, d Duration, floor time.Duration) {
+	timeout := func(key string, d metav1.Duration, floor time.Duration) {
 		if d.Duration < floor || d.Duration > MaxTimeout {
 			bad(gw.Child(key), d.Duration.String(), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
 		}
@@ -205,16 +216,16 @@ func (c Config) validate() field.ErrorList {
 	lease, renew := c.LoadBalancer.Lease.Duration, c.LoadBalancer.RenewInterval.Duration
 	switch {
 	case lease == 0:
-	case c.LoadBalancer.PermanentLease && lease != DefaultLease:
+	case c.LoadBalancer.PermanentLease && lease != loadbalancer.DefaultLease:
 		bad(lb.Child("lease"), lease.String(), "must be unset when loadBalancer.permanentLease is true")
-	case lease < MinLease || lease > MaxLease:
-		bad(lb.Child("lease"), lease.String(), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", DefaultLease, MinLease, MaxLease))
+	case lease < loadbalancer.MinLease || lease > igd.MaxLease:
+		bad(lb.Child("lease"), lease.String(), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease))
 	case lease%time.Second != 0:
 		bad(lb.Child("lease"), lease.String(), "must be whole seconds")
 	}
-	limit := cmp.Or(lease, DefaultLease) / 2
+	limit := cmp.Or(lease, loadbalancer.DefaultLease) / 2
 	if c.LoadBalancer.PermanentLease {
-		limit = MaxLease / 2
+		limit = igd.MaxLease / 2
 	}
 	pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
 	switch {
@@ -226,8 +237,9 @@ func (c Config) validate() field.ErrorList {
 	case renew < pass:
 		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
 	}
-	if s := c.LoadBalancer.Services; s != ServicesAll && s != ServicesAnnotated {
-		bad(lb.Child("services"), string(s), `must be "all" or "annotated"`)
+	services := c.LoadBalancer.Services.String() // valid if it reads back; the error names the values
+	if err := new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services)); err != nil {
+		bad(lb.Child("services"), services, err.Error())
 	}
 	if n := c.LoadBalancer.NodeName; n != "" {
 		name(lb.Child("nodeName"), n, "not a node name: ", validation.IsDNS1123Subdomain)

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
 func TestParseConfigValid(t *testing.T) {
@@ -36,33 +39,33 @@ func TestParseConfigValid(t *testing.T) {
 		{
 			name: "leading document marker",
 			in:   strings.NewReader("---\nloadBalancer:\n  services: all\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			// A trailing "---" (a template or a concatenation) starts an
 			// empty document, which holds nothing to ignore.
 			name: "trailing document marker",
 			in:   strings.NewReader("loadBalancer:\n  services: all\n---\n# end\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "document end marker",
 			in:   strings.NewReader("loadBalancer:\n  services: all\n...\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "shortest timeouts and renew interval",
 			in:   strings.NewReader("gateway:\n  discoveryTimeout: 500ms\n  callTimeout: 100ms\nloadBalancer:\n  renewInterval: 10s\n"),
 			want: withDefaults(func(c *Config) {
-				c.Gateway.DiscoveryTimeout = Duration{Duration: 500 * time.Millisecond}
-				c.Gateway.CallTimeout = Duration{Duration: 100 * time.Millisecond}
-				c.LoadBalancer.RenewInterval = Duration{Duration: 10 * time.Second}
+				c.Gateway.DiscoveryTimeout = metav1.Duration{Duration: 500 * time.Millisecond}
+				c.Gateway.CallTimeout = metav1.Duration{Duration: 100 * time.Millisecond}
+				c.LoadBalancer.RenewInterval = metav1.Duration{Duration: 10 * time.Second}
 			}),
 		},
 		{
 			name: "renew interval of discovery and six call timeouts",
 			in:   strings.NewReader("gateway:\n  discoveryTimeout: 3s\n  callTimeout: 2s\nloadBalancer:\n  renewInterval: 15s\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = Duration{Duration: 15 * time.Second} }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = metav1.Duration{Duration: 15 * time.Second} }),
 		},
 		{
 			name: "null value keeps default",
@@ -77,17 +80,17 @@ func TestParseConfigValid(t *testing.T) {
 		{
 			name: "lease 0 is the default, as in loadbalancer.Config",
 			in:   strings.NewReader("loadBalancer:\n  lease: 0\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = Duration{} }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = metav1.Duration{} }),
 		},
 		{
 			name: "lease 0s",
 			in:   strings.NewReader("loadBalancer:\n  lease: 0s\n"),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = Duration{} }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Lease = metav1.Duration{} }),
 		},
 		{
 			name: "JSON works too",
 			in:   strings.NewReader(`{"loadBalancer": {"services": "all"}}`),
-			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = ServicesAll }),
+			want: withDefaults(func(c *Config) { c.LoadBalancer.Services = loadbalancer.AllServices }),
 		},
 		{
 			name: "every key",
@@ -121,13 +124,13 @@ instances:
 			want: Config{
 				Gateway: GatewayConfig{
 					URL:              "https://router.lan/desc.xml",
-					DiscoveryTimeout: Duration{Duration: 500 * time.Millisecond},
-					CallTimeout:      Duration{Duration: time.Minute},
+					DiscoveryTimeout: metav1.Duration{Duration: 500 * time.Millisecond},
+					CallTimeout:      metav1.Duration{Duration: time.Minute},
 				},
 				LoadBalancer: LoadBalancerConfig{
-					Lease:                    Duration{Duration: 168 * time.Hour},
-					Services:                 ServicesAnnotated,
-					RenewInterval:            Duration{Duration: 10 * time.Minute},
+					Lease:                    metav1.Duration{Duration: 168 * time.Hour},
+					Services:                 loadbalancer.AnnotatedServices,
+					RenewInterval:            metav1.Duration{Duration: 10 * time.Minute},
 					SecureMode:               true,
 					NodeName:                 "node-1",
 					AllowNonPublicExternalIP: true,
@@ -303,7 +306,7 @@ func TestParseConfigTooLarge(t *testing.T) {
 // (durations as strings) reads back unchanged.
 func TestConfigRoundTrip(t *testing.T) {
 	in := Default()
-	in.LoadBalancer.Lease = Duration{Duration: 90 * time.Minute}
+	in.LoadBalancer.Lease = metav1.Duration{Duration: 90 * time.Minute}
 	in.Instances.Nodes = map[string]NodeConfig{"n1": {Addresses: []NodeAddress{{Type: "InternalIP", Address: "10.0.0.1"}}}}
 	data, err := yaml.Marshal(in)
 	if err != nil {

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"cmp"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strings"
 
 	yamlv3 "go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -41,24 +43,26 @@ func notYAML(err error) error {
 var documentPath = field.NewPath("(document)")
 
 // decodeYAML reads one YAML (or JSON) document from r into cfg, pre-filled
-// with defaults that absent or null keys keep. sigs.k8s.io/yaml converts it
-// to JSON, refusing duplicate keys, and decodeStrict decodes that.
-func decodeYAML(r io.Reader, cfg *Config) error {
+// with defaults that absent or null keys keep: sigs.k8s.io/yaml converts it
+// to JSON, refusing duplicate keys, and decodeStrict decodes that. It returns
+// the values that could not be decoded, or an error for a document that
+// could not be read at all.
+func decodeYAML(r io.Reader, cfg *Config) (field.ErrorList, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
-		return fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
 	}
 	if len(data) > maxConfigSize {
-		return fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
 	}
 	if err := scanDocuments(data); err != nil {
-		return err
+		return nil, err
 	}
 	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return notYAML(err)
+		return nil, notYAML(err)
 	}
-	return invalid(decodeStrict(nil, doc, reflect.ValueOf(cfg).Elem()))
+	return decodeStrict(nil, doc, reflect.ValueOf(cfg).Elem()), nil
 }
 
 // scanDocuments parses data into yaml.v3 nodes, which keep each alias as a
@@ -113,6 +117,8 @@ func expandedSize(n *yamlv3.Node, sizes map[*yamlv3.Node]int) (int, error) {
 	return size, nil
 }
 
+var durationType, textType = reflect.TypeFor[metav1.Duration](), reflect.TypeFor[encoding.TextUnmarshaler]()
+
 // decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict
 // (case-sensitive keys, unknown keys refused). When that fails it descends
 // into data, decoding each key, list item or map entry on its own, so that
@@ -127,7 +133,7 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 	var obj map[string]json.RawMessage
 	var list []json.RawMessage
 	switch t := out.Type(); {
-	case t == reflect.TypeFor[Duration]() && (string(data) == "null" || string(data) == "0"):
+	case t == durationType && (string(data) == "null" || string(data) == "0"):
 		if string(data) == "0" { // metav1.Duration reads only strings
 			out.SetZero()
 		}
@@ -161,6 +167,10 @@ func decodeStrict(path *field.Path, data []byte, out reflect.Value) field.ErrorL
 			errs = append(errs, decodeStrict(path.Index(i), item, out.Index(i))...)
 		}
 		return errs
+	case reflect.PointerTo(out.Type()).Implements(textType) && data[0] == '"':
+		var s string
+		_ = json.Unmarshal(data, &s)
+		return field.ErrorList{field.Invalid(path, clip(s), err.Error())} // it names the values accepted
 	}
 	var value any = json.RawMessage(data)
 	if len(data) > maxQuoted {
@@ -174,13 +184,16 @@ func reason(t reflect.Type, data []byte) string {
 	got := map[byte]string{'{': "a mapping", '[': "a list", '"': "a string", 't': "a boolean", 'f': "a boolean", 'n': "null"}[data[0]]
 	got = cmp.Or(got, "a number")
 	switch {
-	case t == reflect.TypeFor[Duration]() && got == "a number":
+	case t == durationType && got == "a number":
 		return "a number has no unit: write a Go duration such as \"90s\" or \"1h\""
-	case t == reflect.TypeFor[Duration]() && got == "a string":
+	case t == durationType && got == "a string":
 		return "not a Go duration such as \"2s\" or \"1h\""
-	case t == reflect.TypeFor[Duration]():
+	case t == durationType:
 		return "must be a Go duration string such as \"2s\", not " + got
 	}
 	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false"}[t.Kind()]
+	if reflect.PointerTo(t).Implements(textType) {
+		want = "a string"
+	}
 	return "must be " + cmp.Or(want, t.String()) + ", not " + got
 }

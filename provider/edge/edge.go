@@ -115,15 +115,11 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if cfg.LoadBalancer.PermanentLease {
 		lease = loadbalancer.PermanentLease
 	}
-	services := loadbalancer.AnnotatedServices
-	if cfg.LoadBalancer.Services == ServicesAll {
-		services = loadbalancer.AllServices
-	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Client:                   client,
 		Lease:                    lease,
 		RenewInterval:            cfg.LoadBalancer.RenewInterval.Duration,
-		Services:                 services,
+		Services:                 cfg.LoadBalancer.Services,
 		Class:                    opts.Class,
 		Classless:                opts.Classless,
 		NodeName:                 cfg.LoadBalancer.NodeName,

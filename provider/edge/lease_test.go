@@ -25,8 +25,8 @@ func TestLeaseReachesTheRouter(t *testing.T) {
 		config string
 		want   time.Duration // as the router stores it
 	}{
-		{"unset", "", DefaultLease},
-		{"zero", "loadBalancer:\n  lease: 0\n", DefaultLease},
+		{"unset", "", loadbalancer.DefaultLease},
+		{"zero", "loadBalancer:\n  lease: 0\n", loadbalancer.DefaultLease},
 		{"two hours", "loadBalancer:\n  lease: 2h\n", 2 * time.Hour},
 		{"permanent", "loadBalancer:\n  permanentLease: true\n", igd.MaxLease}, // IGD:2 stores 0 as 7 days
 	} {
