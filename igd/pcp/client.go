@@ -148,7 +148,11 @@ type MapRequest struct {
 	Lifetime time.Duration
 	// PreferFailure sends the PREFER_FAILURE option: the server must map
 	// exactly ExternalPort or fail with ErrCannotProvideExternal, rather
-	// than pick another port. It needs a non-zero ExternalPort.
+	// than pick another port. It needs a non-zero ExternalPort. A server
+	// that ignores the option and grants another port (miniupnpd 2.3.1
+	// built with CHECK_PORTINUSE does, when another mapping holds the
+	// port) gets its mapping deleted again by Map, which then returns an
+	// error matching ErrCannotProvideExternal.
 	PreferFailure bool
 	// Nonce identifies the mapping's owner to the server: a change or
 	// delete of the mapping must carry it. See NonceFor.
@@ -207,6 +211,17 @@ func (c *Client) Map(ctx context.Context, req MapRequest) (MapResult, error) {
 	}
 	if !a.ExternalAddr.Is4() || a.ExternalAddr.IsUnspecified() || a.ExternalPort == 0 {
 		return MapResult{}, fmt.Errorf("pcp: map: server answered SUCCESS with external %s:%d, not a usable IPv4 address and port", a.ExternalAddr, a.ExternalPort)
+	}
+	if req.PreferFailure && a.ExternalPort != req.ExternalPort {
+		// miniupnpd built with CHECK_PORTINUSE (Debian's is) skips a port
+		// another host's mapping holds before it looks at PREFER_FAILURE
+		// (pcpserver.c, CreatePCPMap_NAT). Undo the mapping it made on
+		// the other port, and answer as the RFC requires.
+		err := fmt.Errorf("pcp: map: %w: the server ignored PREFER_FAILURE and assigned port %d instead of %d", ErrCannotProvideExternal, a.ExternalPort, req.ExternalPort)
+		if derr := c.Delete(ctx, req.Protocol, req.InternalAddr, req.InternalPort, req.Nonce); derr != nil {
+			err = errors.Join(err, fmt.Errorf("pcp: map: undo the mapping on port %d: %w", a.ExternalPort, derr))
+		}
+		return MapResult{}, err
 	}
 	return MapResult{
 		ExternalAddr: a.ExternalAddr,

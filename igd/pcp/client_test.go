@@ -456,3 +456,24 @@ func TestNonceFor(t *testing.T) {
 		t.Errorf("NonceFor = %s, want %s", got, want)
 	}
 }
+
+func TestMapUndoesIgnoredPreferFailure(t *testing.T) {
+	f := startFake(t, func(_ int, req []byte) [][]byte {
+		// Like miniupnpd with CHECK_PORTINUSE: another port, PREFER_FAILURE
+		// or not.
+		return [][]byte{mapReply(req, Success, binary.BigEndian.Uint32(req[4:]), 100, netip.MustParseAddrPort("198.51.101.7:8082"))}
+	})
+	c := newTestClient(t, f, Config{})
+	_, err := c.Map(context.Background(), MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8081, Lifetime: time.Hour, PreferFailure: true, Nonce: testNonce})
+	if !errors.Is(err, ErrCannotProvideExternal) {
+		t.Fatalf("Map = %v, want ErrCannotProvideExternal", err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("server got %d requests, want the MAP and its undo", len(reqs))
+	}
+	wantUndo := encodeMap(mapMessage{ClientAddr: netip.MustParseAddr("127.0.0.1"), Nonce: testNonce, Protocol: protoTCP, InternalPort: 30080})
+	if diff := cmp.Diff(wantUndo, reqs[1]); diff != "" {
+		t.Errorf("undo request (-want +got):\n%s", diff)
+	}
+}
