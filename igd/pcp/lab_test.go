@@ -124,7 +124,8 @@ func TestLabMapThirdParty(t *testing.T) {
 // address, port and protocol and refuses (NOT_AUTHORIZED) when its
 // description is not the request's nonce; with the right nonce it deletes.
 // A delete that finds nothing is NO_RESOURCES (DeletePCPMap, r < 0). UPnP
-// DeletePortMapping ignores nonces.
+// ignores nonces: DeletePortMapping removes a PCP mapping, and the target
+// host's AddPortMapping overwrites one.
 func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
 	ctx := labContext(t)
@@ -162,6 +163,15 @@ func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	if _, err := u.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Fatalf("after UPnP delete, GetPortMapping = %v; want ErrNoSuchEntry", err)
 	}
+
+	// UPnP AddPortMapping by the target host overwrites what PCP made.
+	if _, err := c.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: node1, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upnpClient(t, lab, 1).AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: node1, InternalPort: 30081, Description: "upnp"}); err != nil {
+		t.Fatalf("UPnP AddPortMapping over a PCP mapping by its target = %v", err)
+	}
+	wantMapping(t, ctx, u, key, netip.AddrPortFrom(node1, 30081), "upnp")
 }
 
 // TestLabPreferFailure: with PREFER_FAILURE, a MAP for an external port that
@@ -312,7 +322,8 @@ func TestLabRestart(t *testing.T) {
 // port replaces the mapping whatever nonce created it (CreatePCPMap_NAT:
 // same iaddr and iport -> _upnp_delete_redir, then re-add with the new
 // description), even with PREFER_FAILURE and from a third host; the
-// original owner's Delete is then refused.
+// original owner's Delete is then refused and the new holder's succeeds.
+// The target host itself takes a mapping over without any option.
 func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 3, PCPAllowThirdParty: true})
 	ctx := labContext(t)
@@ -334,6 +345,23 @@ func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	if err := owner.Delete(ctx, igd.TCP, node1, 30080, nonceA); !errors.Is(err, pcp.ErrNotAuthorized) {
 		t.Errorf("the first owner's Delete after the takeover = %v, want ErrNotAuthorized", err)
 	}
+	// The nonce now guards the mapping for the host that took it over, which
+	// may delete it.
+	if err := other.Delete(ctx, igd.TCP, node1, 30080, nonceB); err != nil {
+		t.Errorf("the new holder's Delete = %v, want success", err)
+	}
+	if _, err := upnpClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Errorf("after the new holder's Delete, GetPortMapping = %v; want ErrNoSuchEntry", err)
+	}
+
+	// The target host itself, with no option at all, takes over the same way.
+	if _, err := owner.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: node1, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pcpClient(t, lab, 1).Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceB}); err != nil {
+		t.Fatalf("re-MAP by the target host with another nonce = %v, want success", err)
+	}
+	wantMapping(t, ctx, upnpClient(t, lab, 0), key, netip.AddrPortFrom(node1, 30080), desc(nonceB))
 }
 
 // TestLabNoServer: with NAT-PMP/PCP off nothing listens on 5351; the ICMP
