@@ -227,7 +227,7 @@ func TestResultErrors(t *testing.T) {
 		want error
 	}{
 		{NotAuthorized, ErrNotAuthorized},
-		{CannotProvideExt, ErrCannotProvideExternal},
+		{CannotProvideExternal, ErrCannotProvideExternal},
 		{UnsuppOption, ErrUnsupportedOption},
 		{NoResources, ErrNoResources},
 		{NetworkFailure, ErrNetworkFailure},
@@ -475,5 +475,29 @@ func TestMapUndoesIgnoredPreferFailure(t *testing.T) {
 	wantUndo := encodeMap(mapMessage{ClientAddr: netip.MustParseAddr("127.0.0.1"), Nonce: testNonce, Protocol: protoTCP, InternalPort: 30080})
 	if diff := cmp.Diff(wantUndo, reqs[1]); diff != "" {
 		t.Errorf("undo request (-want +got):\n%s", diff)
+	}
+}
+
+func TestMapConcurrent(t *testing.T) {
+	f := startFake(t, func(_ int, req []byte) [][]byte {
+		return [][]byte{mapReply(req, Success, 3600, 100, extAddr)}
+	})
+	c := newTestClient(t, f, Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			nonce := testNonce
+			nonce[0] = byte(i)
+			_, err := c.Map(context.Background(), MapRequest{Protocol: igd.TCP, InternalPort: 30080 + uint16(i), Lifetime: time.Hour, Nonce: nonce})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
 	}
 }

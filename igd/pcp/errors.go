@@ -11,20 +11,20 @@ type ResultCode uint8
 
 // The result codes of RFC 6887 §7.4.
 const (
-	Success              ResultCode = 0
-	UnsuppVersion        ResultCode = 1
-	NotAuthorized        ResultCode = 2
-	MalformedRequest     ResultCode = 3
-	UnsuppOpcode         ResultCode = 4
-	UnsuppOption         ResultCode = 5
-	MalformedOption      ResultCode = 6
-	NetworkFailure       ResultCode = 7
-	NoResources          ResultCode = 8
-	UnsuppProtocol       ResultCode = 9
-	UserExQuota          ResultCode = 10
-	CannotProvideExt     ResultCode = 11
-	AddressMismatch      ResultCode = 12
-	ExcessiveRemotePeers ResultCode = 13
+	Success               ResultCode = 0
+	UnsuppVersion         ResultCode = 1
+	NotAuthorized         ResultCode = 2
+	MalformedRequest      ResultCode = 3
+	UnsuppOpcode          ResultCode = 4
+	UnsuppOption          ResultCode = 5
+	MalformedOption       ResultCode = 6
+	NetworkFailure        ResultCode = 7
+	NoResources           ResultCode = 8
+	UnsuppProtocol        ResultCode = 9
+	UserExQuota           ResultCode = 10
+	CannotProvideExternal ResultCode = 11
+	AddressMismatch       ResultCode = 12
+	ExcessiveRemotePeers  ResultCode = 13
 )
 
 var codeNames = [...]string{
@@ -76,13 +76,13 @@ var (
 )
 
 var codeSentinels = map[ResultCode]error{
-	NotAuthorized:    ErrNotAuthorized,
-	CannotProvideExt: ErrCannotProvideExternal,
-	UnsuppOption:     ErrUnsupportedOption,
-	NoResources:      ErrNoResources,
-	NetworkFailure:   ErrNetworkFailure,
-	AddressMismatch:  ErrAddressMismatch,
-	UnsuppVersion:    ErrUnsupportedVersion,
+	NotAuthorized:         ErrNotAuthorized,
+	CannotProvideExternal: ErrCannotProvideExternal,
+	UnsuppOption:          ErrUnsupportedOption,
+	NoResources:           ErrNoResources,
+	NetworkFailure:        ErrNetworkFailure,
+	AddressMismatch:       ErrAddressMismatch,
+	UnsuppVersion:         ErrUnsupportedVersion,
 }
 
 // ResultError is an answer from the server with a result code other than

@@ -264,56 +264,79 @@ func TestLabLifetimeClamp(t *testing.T) {
 	}
 }
 
-// TestLabRestart: a daemon restart (table kept) is signalled by the
-// unsolicited ANNOUNCE miniupnpd multicasts when it starts (main calls
-// PCPSendUnsolicitedAnnounce). The epoch does not reveal it here: the lab
-// runs with system_uptime=yes, so the Epoch Time is the machine's uptime
+// TestLabRestart: a daemon restart (table kept) and a reboot (table wiped)
+// are signalled by the unsolicited ANNOUNCE miniupnpd multicasts to
+// 224.0.0.1:5350 when it starts (main calls PCPSendUnsolicitedAnnounce),
+// which reaches a node's socket bound to that group address without a
+// join. The epoch does not reveal either here: the lab runs with
+// system_uptime=yes, so the Epoch Time is the machine's uptime
 // (set_startup_time in miniupnpd.c; createPCPResponse answers upnp_time() -
-// startup_time) and keeps counting across a daemon restart.
+// epoch_origin, epoch_origin = startup_time) and keeps counting across a
+// daemon restart.
 func TestLabRestart(t *testing.T) {
-	lab := igdtest.Start(t, igdtest.Options{})
-	ctx := labContext(t)
-	c := pcpClient(t, lab, 0)
-	req := pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}
-	before, err := c.Map(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	for _, tt := range []struct {
+		name    string
+		restart func(*igdtest.Lab, testing.TB)
+	}{
+		{"restart", (*igdtest.Lab).Restart},
+		{"reboot", (*igdtest.Lab).Reboot},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lab := igdtest.Start(t, igdtest.Options{})
+			ctx := labContext(t)
+			n := lab.Nodes[0]
+			opened := make(chan struct{})
+			c, err := pcp.NewClient(pcp.Config{
+				Server:      netip.AddrPortFrom(lab.RouterLAN, pcp.Port),
+				DialContext: n.DialContext,
+				ListenPacket: func(ctx context.Context, network, addr string) (net.PacketConn, error) {
+					defer close(opened)
+					return n.ListenPacket(ctx, network, addr)
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}
+			before, err := c.Map(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
 
-	lctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.ListenAnnounce(lctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("ListenAnnounce = %v", err)
-		}
-	})
-	// ListenAnnounce opens its socket asynchronously; give it a moment so
-	// the ANNOUNCE sent at start does not arrive before it.
-	time.Sleep(200 * time.Millisecond)
+			lctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.ListenAnnounce(lctx) }()
+			t.Cleanup(func() {
+				stop()
+				if err := <-done; err != nil {
+					t.Errorf("ListenAnnounce = %v", err)
+				}
+			})
+			<-opened
 
-	lab.Restart(t)
-	select {
-	case <-c.Restarts():
-	case err := <-done:
-		t.Fatalf("ListenAnnounce returned %v before any ANNOUNCE", err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no restart signalled within 10 s of the daemon restart\nminiupnpd log:\n%s", lab.Log())
-	}
+			tt.restart(lab, t)
+			select {
+			case <-c.Restarts():
+			case err := <-done:
+				t.Fatalf("ListenAnnounce returned %v before any ANNOUNCE", err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no restart signalled within 10 s\nminiupnpd log:\n%s", lab.Log())
+			}
 
-	after, err := c.Map(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("epoch before the restart %d, after %d", before.Epoch, after.Epoch)
-	if after.Epoch < before.Epoch {
-		t.Errorf("epoch went from %d to %d across the restart; this lab's system_uptime=yes should keep it counting", before.Epoch, after.Epoch)
-	}
-	select {
-	case <-c.Restarts():
-		t.Errorf("the epoch check signalled a restart too (epoch %d -> %d)", before.Epoch, after.Epoch)
-	default:
+			after, err := c.Map(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("epoch before %d, after %d", before.Epoch, after.Epoch)
+			if after.Epoch < before.Epoch {
+				t.Errorf("epoch went from %d to %d; this lab's system_uptime=yes should keep it counting", before.Epoch, after.Epoch)
+			}
+			select {
+			case <-c.Restarts():
+				t.Errorf("the epoch check signalled a restart too (epoch %d -> %d)", before.Epoch, after.Epoch)
+			default:
+			}
+		})
 	}
 }
 
