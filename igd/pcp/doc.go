@@ -1,0 +1,54 @@
+// Package pcp is a Port Control Protocol (RFC 6887) client for the MAP
+// opcode over IPv4, for a load balancer that maps ports of several LAN
+// hosts on the home router. Client.Map creates or renews a mapping (for
+// another host with the THIRD_PARTY option), Client.Delete removes one,
+// NonceFor derives the nonce that owns a mapping, and Client.Restarts
+// reports that the router lost its state (the epoch check of RFC 6887 §8.5
+// on every answer, and the ANNOUNCE messages Client.ListenAnnounce
+// receives).
+//
+// Answers are decoded strictly: a datagram that is not version 2, not a
+// MAP response, or whose nonce, protocol or internal port is not the
+// request's is not the answer and is ignored. The one exception is an
+// older server's refusal of version 2 (ErrUnsupportedVersion), which
+// carries no nonce.
+//
+// # What the router enforces
+//
+// As miniupnpd 2.3.1 (Debian's build, nftables) does it; the lab tests pin
+// each point.
+//
+//   - A delete needs the nonce the mapping holds now: with another nonce
+//     the router answers ErrNotAuthorized and keeps the mapping. The router
+//     keeps the nonce as the mapping's description, "PCP MAP <24 hex
+//     digits>", which UPnP clients can read.
+//   - THIRD_PARTY is refused (ErrUnsupportedOption) unless the router has
+//     pcp_allow_thirdparty=yes. Map returns that error and does not fall
+//     back; a mapping for the client's own address needs no option and
+//     still works.
+//   - Granted lifetimes are clamped to [min_lifetime, max_lifetime]: use
+//     MapResult.Lifetime.
+//
+// PreferFailure makes MAP conditional on the external port, but the client
+// enforces it, not the router: when another mapping holds the port, this
+// build grants the next free port with SUCCESS; Map deletes that mapping
+// again and returns an error matching ErrCannotProvideExternal. The other
+// mapping is never touched.
+//
+// # What it does not enforce
+//
+//   - A MAP for the same internal address, port and protocol on the same
+//     external port replaces the mapping whatever nonce it holds, even with
+//     PREFER_FAILURE: the target host itself, or with THIRD_PARTY allowed
+//     any LAN host, can take a mapping over and then delete it, and the
+//     owner's Delete is refused from then on.
+//   - UPnP ignores nonces: DeletePortMapping removes a PCP mapping, and the
+//     target host's AddPortMapping overwrites one.
+//   - A daemon restart keeps the table and, with system_uptime=yes, the
+//     epoch keeps counting: only the ANNOUNCE tells of it.
+//
+// So the nonce proves nothing about who holds a mapping now. A caller must
+// still read the table (the description names the nonce) before it trusts
+// a mapping is its own, renew by MAP rather than assume the router kept it,
+// and re-map everything when Restarts fires.
+package pcp
