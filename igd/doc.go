@@ -68,8 +68,8 @@
 // ExternalIP call, is an IPv4 host address: an answer that is empty,
 // unparsable, unspecified, IPv6, loopback, multicast or broadcast gives an
 // *ExternalIPError (matching ErrInvalidExternalIP). A router whose external
-// address is private or CGNAT (Gateway.PublicExternalIP is false; CheckPublic
-// names the range) is still used, but its mappings are not reachable from
+// address is private or CGNAT (Gateway.PublicExternalIP and IsPublic are
+// false) is still used, but its mappings are not reachable from
 // the internet: callers should tell the user.
 //
 // # Answer size caps
@@ -79,7 +79,7 @@
 // (1000 entries), any other SOAP answer at 64 KiB, and an SSDP answer at
 // 2 KiB (larger datagrams are ignored). An HTTP answer over its cap fails as
 // soon as the cap is passed, or at once when its Content-Length says so,
-// with an *AnswerTooLargeError (matching ErrAnswerTooLarge) naming the URL
+// with an *answerTooLargeError (matching ErrAnswerTooLarge) naming the URL
 // and the cap; it is never truncated, and the router stays cached.
 //
 // # Router quirks handled

@@ -510,7 +510,7 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	if _, err := c.Discover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := c.Current()
+	first, _ := igd.Current(c)
 	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9300, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080}
 	if _, err := c.AddPortMapping(ctx, m); err != nil {
 		t.Fatal(err)
@@ -527,8 +527,8 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ExternalIP after reboot: %v", err)
 	}
-	if gw, ok := c.Current(); !ok || gw.Location != first.Location {
-		t.Errorf("Current() after reboot = %+v, %v", gw, ok)
+	if gw, ok := igd.Current(c); !ok || gw.Location != first.Location {
+		t.Errorf("Current after reboot = %+v, %v", gw, ok)
 	}
 	// A reboot wipes the table: the client reports it rather than a cached view.
 	if _, err := c.GetPortMapping(ctx, igd.TCP, 9300); !errors.Is(err, igd.ErrNoSuchEntry) {

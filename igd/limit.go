@@ -29,9 +29,9 @@ const (
 	maxSSDPAnswerSize = 2048
 )
 
-// AnswerTooLargeError reports an answer larger than the client reads. It
+// answerTooLargeError reports an answer larger than the client reads. It
 // matches ErrAnswerTooLarge.
-type AnswerTooLargeError struct {
+type answerTooLargeError struct {
 	// What was being read: "description", or the SOAP action.
 	What string
 	// URL is where the answer came from.
@@ -41,12 +41,12 @@ type AnswerTooLargeError struct {
 }
 
 // Error names what was read, from where, and the cap.
-func (e *AnswerTooLargeError) Error() string {
+func (e *answerTooLargeError) Error() string {
 	return fmt.Sprintf("igd: %s answer from %s is larger than the %s cap", e.What, e.URL, byteSize(e.Limit))
 }
 
 // Is makes errors.Is(err, ErrAnswerTooLarge) true.
-func (e *AnswerTooLargeError) Is(target error) bool { return target == ErrAnswerTooLarge }
+func (e *answerTooLargeError) Is(target error) bool { return target == ErrAnswerTooLarge }
 
 // byteSize formats n as KiB or MiB when it is a whole number of them.
 func byteSize(n int64) string {
@@ -61,7 +61,7 @@ func byteSize(n int64) string {
 
 // capTransport caps the body of every response it carries, by what the
 // request asked for (answerCap). An answer over the cap fails with an
-// *AnswerTooLargeError as soon as the cap is passed, or before any of it is
+// *answerTooLargeError as soon as the cap is passed, or before any of it is
 // read when its Content-Length says so; it is never silently truncated.
 //
 // goupnp reads SOAP answers itself and flattens the errors it meets into
@@ -77,7 +77,7 @@ func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	what, limit := answerCap(req)
-	tooLarge := &AnswerTooLargeError{What: what, URL: req.URL.String(), Limit: limit}
+	tooLarge := &answerTooLargeError{What: what, URL: req.URL.String(), Limit: limit}
 	if resp.ContentLength > limit {
 		resp.Body.Close()
 		recordOversize(req.Context(), tooLarge)
@@ -115,7 +115,7 @@ func answerCap(req *http.Request) (what string, limit int64) {
 type cappedBody struct {
 	body     io.ReadCloser
 	left     int64
-	tooLarge *AnswerTooLargeError
+	tooLarge *answerTooLargeError
 	ctx      context.Context
 	failed   bool
 }
@@ -147,18 +147,18 @@ type oversizeKey struct{}
 // withOversizeRecord returns a context under which capTransport records an
 // answer over its cap, for oversize to report.
 func withOversizeRecord(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oversizeKey{}, new(atomic.Pointer[AnswerTooLargeError]))
+	return context.WithValue(ctx, oversizeKey{}, new(atomic.Pointer[answerTooLargeError]))
 }
 
-func recordOversize(ctx context.Context, e *AnswerTooLargeError) {
-	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[AnswerTooLargeError]); ok {
+func recordOversize(ctx context.Context, e *answerTooLargeError) {
+	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[answerTooLargeError]); ok {
 		p.Store(e)
 	}
 }
 
 // oversize returns the answer over its cap recorded under ctx, or nil.
-func oversize(ctx context.Context) *AnswerTooLargeError {
-	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[AnswerTooLargeError]); ok {
+func oversize(ctx context.Context) *answerTooLargeError {
+	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[answerTooLargeError]); ok {
 		return p.Load()
 	}
 	return nil

@@ -98,7 +98,7 @@ func parseVersion(s string) ([]int, bool) {
 // mappings of one protocol inside one planned range between two reads (or
 // more than that between the size check and the listing) can still make a
 // listing crash the daemon.
-func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
 	if whole.width() <= SafeListWidth {
 		// No more than SafeListWidth mappings of a protocol fit in a range
 		// this narrow: it is safe whatever the table holds. This client's
@@ -148,7 +148,7 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 // listPlanned lists whole in ranges of at most listPlanned known ports each.
 // surprised reports a range that came back with more than listSurprise
 // mappings; the listing then stops early.
-func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange, known []uint16) (out []Mapping, surprised bool, err error) {
+func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange, known []uint16) (out []Mapping, surprised bool, err error) {
 	for _, r := range planRanges(known, whole, listPlanned) {
 		ms, err := c.listByRange(ctx, gw, lister, proto, r)
 		if err != nil {
@@ -164,20 +164,20 @@ func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMa
 
 // planRanges splits whole into consecutive ranges that each hold at most
 // per of the sorted ports known; together they cover whole exactly.
-func planRanges(known []uint16, whole portRange, per int) []portRange {
-	lo, _ := slices.BinarySearch(known, whole.lo)
-	hi, found := slices.BinarySearch(known, whole.hi)
+func planRanges(known []uint16, whole PortRange, per int) []PortRange {
+	lo, _ := slices.BinarySearch(known, whole.First)
+	hi, found := slices.BinarySearch(known, whole.Last)
 	if found {
 		hi++
 	}
 	in := known[lo:hi]
-	var out []portRange
-	start := whole.lo
+	var out []PortRange
+	start := whole.First
 	for i := per; i < len(in); i += per {
-		out = append(out, portRange{start, in[i] - 1})
+		out = append(out, PortRange{First: start, Last: in[i] - 1})
 		start = in[i]
 	}
-	return append(out, portRange{start, whole.hi})
+	return append(out, PortRange{First: start, Last: whole.Last})
 }
 
 // tableAtMost reports whether the router's table holds at most n entries
@@ -254,11 +254,11 @@ func (gw *gateway) learnTable(table []Mapping) {
 
 // learnRange records what a listing of proto over r found: it replaces the
 // known ports in r, and is the whole shape when r is every port.
-func (gw *gateway) learnRange(proto Protocol, r portRange, listed []Mapping) {
+func (gw *gateway) learnRange(proto Protocol, r PortRange, listed []Mapping) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	old, ok := gw.known[proto]
-	if !ok && r != (portRange{AllPorts.First, AllPorts.Last}) {
+	if !ok && r != AllPorts {
 		return
 	}
 	var ports []uint16
@@ -308,7 +308,7 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 
 // listLearn lists whole at once and records what it found. The caller holds
 // this client's writes off (holdWrites).
-func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
 	out, err := c.listByRange(ctx, gw, lister, proto, whole)
 	if err != nil {
 		return nil, err
