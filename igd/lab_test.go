@@ -536,8 +536,8 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	}
 }
 
-// miniupnpd 2.3.1 (nftables) dies with a heap overflow when one
-// GetListOfPortMappings range holds more than 128 mappings of its protocol.
+// miniupnpd 2.3.1 (nftables) dies when one GetListOfPortMappings range holds
+// more than igd.SafeListWidth mappings of its protocol (DESIGN.md).
 // The client must list 300 mappings without ever sending such a range, and
 // the daemon must still be alive afterwards. The router runs daemonised, as
 // routers run: in the foreground its debug log (a line per rule on every

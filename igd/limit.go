@@ -12,20 +12,19 @@ import (
 // Caps on what the client reads from a router or any LAN host. Discovery
 // fetches from every host that answers SSDP, so without them any host could
 // make the client read (and goupnp hold several copies of) an answer without
-// end.
+// end. Each is far above what real routers send (DESIGN.md has the sizes).
 const (
-	// maxDescriptionSize caps a root description; real ones are a few
-	// kilobytes (miniupnpd's: 3 KB).
+	// maxDescriptionSize caps a root description.
 	maxDescriptionSize = 1 << 20
 	// maxListAnswerSize caps a GetListOfPortMappings answer: at most 1000
-	// entries of eight short fields (miniupnpd's are about 450 bytes, escaped),
-	// with room for descriptions of any sane length and double escaping.
+	// entries of eight short fields, with room for descriptions of any sane
+	// length and double escaping.
 	maxListAnswerSize = 4 << 20
 	// maxSOAPAnswerSize caps every other SOAP answer: a handful of short
-	// arguments, or a fault (miniupnpd's are under 1 KB).
+	// arguments, or a fault.
 	maxSOAPAnswerSize = 64 << 10
-	// maxSSDPAnswerSize caps an SSDP answer datagram; miniupnpd's are about
-	// 300 bytes. Larger datagrams are ignored.
+	// maxSSDPAnswerSize caps an SSDP answer datagram. Larger datagrams are
+	// ignored.
 	maxSSDPAnswerSize = 2048
 )
 

@@ -116,9 +116,7 @@ func (r PortRange) halves() (PortRange, PortRange) {
 // part comes back short (or empty: 730); the union is the whole table
 // whatever order the router answers in. A range no wider than a full answer
 // is never split. With fewer than 1000 mappings of a protocol that is one
-// call; past it, one call per part read: 15 for 1500 mappings on adjacent
-// ports (the halving has to narrow down to them), 7 for 2500 spread over all
-// ports.
+// call (DESIGN.md has the cost past it).
 //
 // A router that answers entries outside the requested range (it ignores
 // NewStartPort or NewEndPort) cannot be paged: its answer is kept and the

@@ -19,34 +19,23 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	// DefaultDiscoveryTimeout bounds a whole discovery. A router answers an
-	// SSDP search in tens of milliseconds (miniupnpd: about 50 ms) and
-	// discovery returns as soon as one qualifies; the bound only matters when
-	// no router answers, and must cover a lost first search and its repeat.
+	// DefaultDiscoveryTimeout bounds a whole discovery; it matters only when
+	// no router answers (DESIGN.md has the numbers behind each default).
 	DefaultDiscoveryTimeout = 3 * time.Second
 	// defaultSettleTime is how long discovery keeps listening after the first
-	// usable router, so that a better one answering a little later (several
-	// routers on one LAN answer within milliseconds of each other) is not
+	// usable router, so that a better one answering a little later is not
 	// beaten by arrival order.
 	defaultSettleTime = 100 * time.Millisecond
-	// DefaultCallTimeout bounds one SOAP call or description fetch. Router
-	// calls get slower as the table grows (miniupnpd: 2-18 ms with one
-	// mapping, 100-330 ms with 60) and a router serves one request at a
-	// time, so 2 s leaves room for a busy router while still noticing a dead
-	// one quickly.
+	// DefaultCallTimeout bounds one SOAP call or description fetch: room for
+	// a busy router, while still noticing a dead one quickly.
 	DefaultCallTimeout = 2 * time.Second
 	// defaultDiscoveryBackoff is how long the calls that need the router
-	// reuse the error of a discovery that found none. Without it every call
-	// would search again, and with no router on the LAN each search lasts
-	// the whole DiscoveryTimeout; a few seconds keeps a retrying caller (the
-	// service controller retries every few seconds) from spending its time
-	// searching, while a router that comes back is still found soon.
+	// reuse the error of a discovery that found none, so that a retrying
+	// caller does not spend its time searching.
 	defaultDiscoveryBackoff = 5 * time.Second
 	// defaultMaxListEntries bounds the entries ListPortMappings reads from a
-	// router, so that a router that never answers 713 to the entry-by-entry
-	// walk, or whose GetListOfPortMappings answers never run out, cannot keep
-	// it going. Real tables hold tens of entries; routers cap them far below
-	// this.
+	// router, so that a router whose answers never run out cannot keep it
+	// going.
 	defaultMaxListEntries = 4096
 )
 
@@ -235,9 +224,8 @@ type Gateway struct {
 	// its mappings are not reachable from the internet: tell the user.
 	PublicExternalIP bool
 	// GuardedListing reports whether this client lists the router's table
-	// only in ranges known to hold at most SafeListWidth mappings: its
-	// daemon is one that dies on longer GetListOfPortMappings answers
-	// (miniupnpd before 2.3.4, or one that gives no version).
+	// only in ranges known to hold at most SafeListWidth mappings, because
+	// its daemon may die on longer GetListOfPortMappings answers (DESIGN.md).
 	GuardedListing bool
 	// Reason says why this service was chosen among the candidates.
 	Reason string
@@ -255,8 +243,8 @@ type gateway struct {
 	// listRefusal is the router's refusal of GetListOfPortMappings (see
 	// ListPortMappings), once it refused: later listings return it at once.
 	listRefusal atomic.Pointer[UPnPError]
-	// listGuard is set when the router's GetListOfPortMappings crashes on
-	// long answers (see crashesOnLongLists); read-only after discovery.
+	// listGuard is set when the router's daemon may die on long listings
+	// (see crashesOnLongLists); read-only after discovery.
 	listGuard bool
 
 	// mu guards known.
