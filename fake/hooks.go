@@ -10,7 +10,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// Method names, as recorded in Call.Method: one per field of Hooks, the
+// Method names, as recorded in Call.Method: one per field of RouterHooks, the
 // operation a call is, whichever way it comes (through a Client, or through
 // a Server as one of the SOAP actions the field names).
 const (
@@ -129,12 +129,8 @@ type RouterHooks struct {
 	SOAPAction func(ctx context.Context, from netip.Addr, action string, next ActionFunc) error
 }
 
-// Hooks is the old name of RouterHooks (the Router's counterpart of
-// LoadBalancerHooks), kept while callers move; use RouterHooks.
-type Hooks = RouterHooks
-
 // Intercept puts h in front of every hook added before: h's hooks run
-// first, and their next reaches the earlier ones, then the table. RouterHooks stay
+// first, and their next reaches the earlier ones, then the table. Hooks stay
 // until ClearHooks; Reboot keeps them.
 func (r *Router) Intercept(h RouterHooks) {
 	r.mu.Lock()

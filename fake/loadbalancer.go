@@ -80,7 +80,7 @@ type (
 
 // LoadBalancerHooks intercept calls to a LoadBalancer, one field per
 // cloudprovider.LoadBalancer method that can fail, in the idiom of the
-// Router's Hooks: a nil field lets its calls through; a hook gets the
+// Router's RouterHooks: a nil field lets its calls through; a hook gets the
 // call's arguments and next, and may pass the call on (changed or not) or
 // answer it itself. A call a hook fails before passing it on changes no load
 // balancer (one that fails after next returned keeps what next did). Hooks run

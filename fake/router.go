@@ -49,10 +49,10 @@ type RouterConfig struct {
 	// WANPPPConnection:1) or a backend with no table to list.
 	NoList bool
 
-	// CrashOnLongList makes the router die the way miniupnpd up to 2.3.3
-	// with the nftables backend does (see igd.SafeListWidth): a
-	// GetListOfPortMappings whose range holds more than igd.SafeListWidth
-	// mappings of its protocol, whatever NewNumberOfPorts says, kills it. Through a Server that call
+	// CrashOnLongList makes the router die as old miniupnpd does
+	// (igd/DESIGN.md): a GetListOfPortMappings whose range holds more than
+	// igd.SafeListWidth mappings of its protocol, whatever NewNumberOfPorts
+	// says, kills it. Through a Server that call
 	// and every later request get no answer (the connection is closed) until
 	// Reboot; Router.Crashed reports it. The in-memory Client is not
 	// affected: it models the client, which never sends the call.

@@ -391,8 +391,8 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 
 // refuseList answers every list call with code, as routers that refuse
 // GetListOfPortMappings' arguments do.
-func refuseList(code int) fake.Hooks {
-	return fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+func refuseList(code int) fake.RouterHooks {
+	return fake.RouterHooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
 		return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: code, Description: "refused"}
 	}}
 }

@@ -20,10 +20,6 @@ import (
 // Server's root description offers.
 type UPnPService string
 
-// ServiceType is the old name of UPnPService (it read like v1.ServiceType),
-// kept while callers move; use UPnPService.
-type ServiceType = UPnPService
-
 // The connection services a Server can offer.
 const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
@@ -264,7 +260,7 @@ type request struct {
 	caller netip.Addr
 	args   args
 	call   Call // logged once the call ends
-	layers []Hooks
+	layers []RouterHooks
 }
 
 // operation is the work of one SOAP call, run inside the SOAPAction hooks;

@@ -55,7 +55,7 @@ func readWhole(ctx context.Context, t *testing.T, r *fake.Router, c *igd.UPnPCli
 func TestListAfterOwnAddsDoesNotCrash(t *testing.T) {
 	// lostReply makes the router store the add but the client never hear
 	// back: the add fails, yet the mapping is there and must count.
-	lostReply := fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	lostReply := fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if _, err := next(ctx, m); err != nil {
 			return igd.Mapping{}, err
 		}
@@ -63,7 +63,7 @@ func TestListAfterOwnAddsDoesNotCrash(t *testing.T) {
 	}}
 	tests := []struct {
 		name    string
-		hooks   *fake.Hooks
+		hooks   *fake.RouterHooks
 		protos  []igd.Protocol
 		wantErr bool // the adds fail (their answer is lost)
 	}{
@@ -113,7 +113,7 @@ func TestListAfterOwnDeletes(t *testing.T) {
 	readWhole(ctx, t, r, c, "listing after 140 own adds")
 
 	// Deletes lost on the way: the router keeps every mapping.
-	r.Intercept(fake.Hooks{DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
+	r.Intercept(fake.RouterHooks{DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
 		return &igd.UPnPError{Action: "DeletePortMapping", Code: igd.CodeActionFailed, Description: "not deleted"}
 	}})
 	for _, p := range ports(20000, 140, 1) {

@@ -3,7 +3,6 @@ package igd
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 )
@@ -39,12 +38,7 @@ var (
 	ErrNotSupported = fmt.Errorf("igd: not supported by the router: %w", errors.ErrUnsupported)
 	// ErrInvalidMapping is matched by every *FieldError from Mapping.Validate.
 	ErrInvalidMapping = errors.New("igd: invalid mapping")
-	// ErrNotPublic is matched by every *NotPublicError from CheckPublic: the
-	// router's external address is private, CGNAT or reserved, so the router
-	// is itself behind another NAT and its mappings are not reachable from
-	// the internet.
-	ErrNotPublic = errors.New("igd: external address is not public")
-	// ErrAnswerTooLarge is matched by every *AnswerTooLargeError: an answer
+	// ErrAnswerTooLarge is matched by every *answerTooLargeError: an answer
 	// from a router or LAN host was larger than the client reads.
 	ErrAnswerTooLarge = errors.New("igd: answer too large")
 	// ErrInvalidExternalIP is matched by every *ExternalIPError: the router
@@ -62,17 +56,12 @@ const (
 	CodeNotAuthorized             = 606
 	CodeInvalidArrayIndex         = 713
 	CodeNoSuchEntry               = 714
-	CodeWildCardNotPermittedInSrc = 715
 	CodeWildCardNotPermittedInExt = 716
 	CodeConflict                  = 718
 	CodeSamePortValuesRequired    = 724
 	CodeOnlyPermanentLeases       = 725
-	CodeRemoteHostOnlyWildcard    = 726
-	CodeExternalPortOnlyWildcard  = 727
 	CodeNoPortMapsAvailable       = 728
-	CodeConflictWithOtherMech     = 729
 	CodePortMappingNotFound       = 730
-	CodeWildCardNotPermittedInInt = 732
 )
 
 var codeSentinels = map[int]error{
@@ -167,30 +156,10 @@ func (e *NoGatewayError) Is(target error) bool { return target == ErrNoGateway }
 // Unwrap returns what ended discovery early, if anything.
 func (e *NoGatewayError) Unwrap() error { return e.Err }
 
-// NotPublicError reports an external address that hosts on the internet
-// cannot reach. It matches ErrNotPublic.
-type NotPublicError struct {
-	// Addr is the address.
-	Addr netip.Addr
-	// Range is the non-public block Addr is in; invalid for a non-IPv4 Addr.
-	Range netip.Prefix
-	// Kind names the block, for example "shared address space (CGNAT)".
-	Kind string
-}
-
-// Error names the address, its block and what it means for mappings.
-func (e *NotPublicError) Error() string {
-	if !e.Range.IsValid() {
-		return fmt.Sprintf("igd: external address %s is not a public IPv4 address: mappings are not reachable from the internet", e.Addr)
-	}
-	return fmt.Sprintf("igd: external address %s is not public (%s, %s): the router is behind another NAT and its mappings are not reachable from the internet", e.Addr, e.Range, e.Kind)
-}
-
-// Is makes errors.Is(err, ErrNotPublic) true.
-func (e *NotPublicError) Is(target error) bool { return target == ErrNotPublic }
-
-// ExternalIPError reports an answer to GetExternalIPAddress that is no
-// usable address. It matches ErrInvalidExternalIP.
+// ExternalIPError reports a router external address that cannot be used: an
+// answer to GetExternalIPAddress that is no IPv4 host address. It matches
+// ErrInvalidExternalIP. An address that is valid but not public is no error
+// (the client returns it; see IsPublic).
 type ExternalIPError struct {
 	// Value is what the router answered.
 	Value string

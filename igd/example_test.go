@@ -29,8 +29,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println("router:", gw.FriendlyName, gw.ServiceType, "chosen because", gw.Reason)
-	if err := igd.CheckPublic(gw.ExternalIP); err != nil {
-		fmt.Println("warning:", err) // behind CGNAT or another NAT
+	if !gw.PublicExternalIP { // behind CGNAT or another NAT
+		fmt.Println("warning: external IP", gw.ExternalIP, "is not public: mappings are not reachable from the internet")
 	}
 
 	self, err := client.LocalAddr(ctx) // the only client a secure-mode router accepts
@@ -54,14 +54,15 @@ func Example() {
 	fmt.Printf("http://%s:%d/ -> %s:%d (lease %s)\n", gw.ExternalIP, m.ExternalPort, m.InternalClient, m.InternalPort, m.Lease)
 }
 
-// CheckPublic tells whether mappings on a router are reachable from the
-// internet.
-func ExampleCheckPublic() {
+// IsPublic tells whether mappings on a router are reachable from the
+// internet: a router whose external address is private or CGNAT is itself
+// behind another NAT.
+func ExampleIsPublic() {
 	for _, ip := range []string{"198.51.101.7", "100.64.10.20", "192.168.1.2"} {
-		fmt.Println(igd.CheckPublic(netip.MustParseAddr(ip)))
+		fmt.Println(ip, igd.IsPublic(netip.MustParseAddr(ip)))
 	}
 	// Output:
-	// <nil>
-	// igd: external address 100.64.10.20 is not public (100.64.0.0/10, shared address space (CGNAT)): the router is behind another NAT and its mappings are not reachable from the internet
-	// igd: external address 192.168.1.2 is not public (192.168.0.0/16, private): the router is behind another NAT and its mappings are not reachable from the internet
+	// 198.51.101.7 true
+	// 100.64.10.20 false
+	// 192.168.1.2 false
 }

@@ -210,7 +210,7 @@ func TestCappedClientKeepsTheRouter(t *testing.T) {
 	if _, err := c.ListPortMappings(ctx, TCP, PortRange{First: 1, Last: 65535}); !errors.Is(err, ErrAnswerTooLarge) {
 		t.Fatalf("ListPortMappings() = %v, want ErrAnswerTooLarge", err)
 	}
-	if _, ok := c.Current(); !ok {
+	if _, ok := c.current(); !ok {
 		t.Error("the router was forgotten after an answer over the cap")
 	}
 	if ip, err := c.ExternalIP(ctx); err != nil || ip != netip.MustParseAddr("198.51.101.7") {

@@ -203,9 +203,10 @@ type Lister interface {
 
 // ReadTable returns every mapping of c's router, TCP and UDP: by listing
 // when c is a Lister that can list, otherwise (its listing fails with
-// ErrNotSupported) by walking the table entry by entry when c has a
-// WalkPortMappings method (UPnPClient does). It returns an error matching
-// ErrNotSupported when c can do neither.
+// ErrNotSupported) by walking the table entry by entry when c is a
+// *UPnPClient (or embeds one). It returns an error matching ErrNotSupported
+// when c can do neither. It is the way to read a whole table; Lister reads
+// one protocol's range.
 func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 	if l, ok := c.(Lister); ok {
 		var out []Mapping
@@ -225,9 +226,9 @@ func ReadTable(ctx context.Context, c Client) ([]Mapping, error) {
 		}
 	}
 	if w, ok := c.(interface {
-		WalkPortMappings(context.Context) ([]Mapping, error)
+		walkPortMappings(context.Context) ([]Mapping, error)
 	}); ok {
-		return w.WalkPortMappings(ctx)
+		return w.walkPortMappings(ctx)
 	}
 	return nil, fmt.Errorf("igd: read table: %w", ErrNotSupported)
 }

@@ -510,7 +510,7 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	if _, err := c.Discover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := c.Current()
+	first, _ := igd.Current(c)
 	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9300, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080}
 	if _, err := c.AddPortMapping(ctx, m); err != nil {
 		t.Fatal(err)
@@ -527,8 +527,8 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ExternalIP after reboot: %v", err)
 	}
-	if gw, ok := c.Current(); !ok || gw.Location != first.Location {
-		t.Errorf("Current() after reboot = %+v, %v", gw, ok)
+	if gw, ok := igd.Current(c); !ok || gw.Location != first.Location {
+		t.Errorf("Current after reboot = %+v, %v", gw, ok)
 	}
 	// A reboot wipes the table: the client reports it rather than a cached view.
 	if _, err := c.GetPortMapping(ctx, igd.TCP, 9300); !errors.Is(err, igd.ErrNoSuchEntry) {
@@ -536,8 +536,8 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 	}
 }
 
-// miniupnpd 2.3.1 (nftables) dies with a heap overflow when one
-// GetListOfPortMappings range holds more than 128 mappings of its protocol.
+// miniupnpd 2.3.1 (nftables) dies when one GetListOfPortMappings range holds
+// more than igd.SafeListWidth mappings of its protocol (DESIGN.md).
 // The client must list 300 mappings without ever sending such a range, and
 // the daemon must still be alive afterwards. The router runs daemonised, as
 // routers run: in the foreground its debug log (a line per rule on every

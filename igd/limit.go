@@ -12,26 +12,25 @@ import (
 // Caps on what the client reads from a router or any LAN host. Discovery
 // fetches from every host that answers SSDP, so without them any host could
 // make the client read (and goupnp hold several copies of) an answer without
-// end.
+// end. Each is far above what real routers send (DESIGN.md has the sizes).
 const (
-	// maxDescriptionSize caps a root description; real ones are a few
-	// kilobytes (miniupnpd's: 3 KB).
+	// maxDescriptionSize caps a root description.
 	maxDescriptionSize = 1 << 20
 	// maxListAnswerSize caps a GetListOfPortMappings answer: at most 1000
-	// entries of eight short fields (miniupnpd's are about 450 bytes, escaped),
-	// with room for descriptions of any sane length and double escaping.
+	// entries of eight short fields, with room for descriptions of any sane
+	// length and double escaping.
 	maxListAnswerSize = 4 << 20
 	// maxSOAPAnswerSize caps every other SOAP answer: a handful of short
-	// arguments, or a fault (miniupnpd's are under 1 KB).
+	// arguments, or a fault.
 	maxSOAPAnswerSize = 64 << 10
-	// maxSSDPAnswerSize caps an SSDP answer datagram; miniupnpd's are about
-	// 300 bytes. Larger datagrams are ignored.
+	// maxSSDPAnswerSize caps an SSDP answer datagram. Larger datagrams are
+	// ignored.
 	maxSSDPAnswerSize = 2048
 )
 
-// AnswerTooLargeError reports an answer larger than the client reads. It
+// answerTooLargeError reports an answer larger than the client reads. It
 // matches ErrAnswerTooLarge.
-type AnswerTooLargeError struct {
+type answerTooLargeError struct {
 	// What was being read: "description", or the SOAP action.
 	What string
 	// URL is where the answer came from.
@@ -41,12 +40,12 @@ type AnswerTooLargeError struct {
 }
 
 // Error names what was read, from where, and the cap.
-func (e *AnswerTooLargeError) Error() string {
+func (e *answerTooLargeError) Error() string {
 	return fmt.Sprintf("igd: %s answer from %s is larger than the %s cap", e.What, e.URL, byteSize(e.Limit))
 }
 
 // Is makes errors.Is(err, ErrAnswerTooLarge) true.
-func (e *AnswerTooLargeError) Is(target error) bool { return target == ErrAnswerTooLarge }
+func (e *answerTooLargeError) Is(target error) bool { return target == ErrAnswerTooLarge }
 
 // byteSize formats n as KiB or MiB when it is a whole number of them.
 func byteSize(n int64) string {
@@ -61,7 +60,7 @@ func byteSize(n int64) string {
 
 // capTransport caps the body of every response it carries, by what the
 // request asked for (answerCap). An answer over the cap fails with an
-// *AnswerTooLargeError as soon as the cap is passed, or before any of it is
+// *answerTooLargeError as soon as the cap is passed, or before any of it is
 // read when its Content-Length says so; it is never silently truncated.
 //
 // goupnp reads SOAP answers itself and flattens the errors it meets into
@@ -77,7 +76,7 @@ func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	what, limit := answerCap(req)
-	tooLarge := &AnswerTooLargeError{What: what, URL: req.URL.String(), Limit: limit}
+	tooLarge := &answerTooLargeError{What: what, URL: req.URL.String(), Limit: limit}
 	if resp.ContentLength > limit {
 		resp.Body.Close()
 		recordOversize(req.Context(), tooLarge)
@@ -115,7 +114,7 @@ func answerCap(req *http.Request) (what string, limit int64) {
 type cappedBody struct {
 	body     io.ReadCloser
 	left     int64
-	tooLarge *AnswerTooLargeError
+	tooLarge *answerTooLargeError
 	ctx      context.Context
 	failed   bool
 }
@@ -147,18 +146,18 @@ type oversizeKey struct{}
 // withOversizeRecord returns a context under which capTransport records an
 // answer over its cap, for oversize to report.
 func withOversizeRecord(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oversizeKey{}, new(atomic.Pointer[AnswerTooLargeError]))
+	return context.WithValue(ctx, oversizeKey{}, new(atomic.Pointer[answerTooLargeError]))
 }
 
-func recordOversize(ctx context.Context, e *AnswerTooLargeError) {
-	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[AnswerTooLargeError]); ok {
+func recordOversize(ctx context.Context, e *answerTooLargeError) {
+	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[answerTooLargeError]); ok {
 		p.Store(e)
 	}
 }
 
 // oversize returns the answer over its cap recorded under ctx, or nil.
-func oversize(ctx context.Context) *AnswerTooLargeError {
-	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[AnswerTooLargeError]); ok {
+func oversize(ctx context.Context) *answerTooLargeError {
+	if p, ok := ctx.Value(oversizeKey{}).(*atomic.Pointer[answerTooLargeError]); ok {
 		return p.Load()
 	}
 	return nil

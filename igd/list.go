@@ -29,7 +29,7 @@ const listPage = 1000
 // arguments). The error keeps the router's *UPnPError, and the refusal is
 // remembered: later calls return it at once, asking the router nothing,
 // until the router is discovered again. Callers then read single keys with
-// GetPortMapping, or the whole table with WalkPortMappings (ReadTable does).
+// GetPortMapping, or the whole table with ReadTable, which walks it.
 // The listing is bounded by Config.MaxListEntries, so a misbehaving router
 // cannot keep it going.
 func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports PortRange) ([]Mapping, error) {
@@ -49,9 +49,9 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 	}
 	var ms []Mapping
 	if gw.listGuard {
-		ms, err = c.listGuarded(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+		ms, err = c.listGuarded(ctx, gw, lister, proto, ports)
 	} else {
-		ms, err = c.listByRange(ctx, gw, lister, proto, portRange{ports.First, ports.Last})
+		ms, err = c.listByRange(ctx, gw, lister, proto, ports)
 	}
 	if err == nil {
 		return ms, nil
@@ -79,11 +79,11 @@ func listRefusal(err error) *UPnPError {
 	return nil
 }
 
-// WalkPortMappings reads the whole table entry by entry with
+// walkPortMappings reads the whole table entry by entry with
 // GetGenericPortMappingEntry, until 713 (or 714, or 402, which some routers
 // answer past the end). It works on every router but costs one call per
 // mapping. It is bounded by Config.MaxListEntries.
-func (c *UPnPClient) WalkPortMappings(ctx context.Context) ([]Mapping, error) {
+func (c *UPnPClient) walkPortMappings(ctx context.Context) ([]Mapping, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("igd: walk port mappings: %w", err)
@@ -95,19 +95,16 @@ func (c *UPnPClient) WalkPortMappings(ctx context.Context) ([]Mapping, error) {
 	return ms, nil
 }
 
-// portRange is an inclusive range of external ports.
-type portRange struct{ lo, hi uint16 }
-
 // width is the number of ports in r.
-func (r portRange) width() int { return int(r.hi) - int(r.lo) + 1 }
+func (r PortRange) width() int { return int(r.Last) - int(r.First) + 1 }
 
 // contains reports whether port is in r.
-func (r portRange) contains(port uint16) bool { return r.lo <= port && port <= r.hi }
+func (r PortRange) contains(port uint16) bool { return r.First <= port && port <= r.Last }
 
 // halves splits r (at least two ports wide) into its lower and upper half.
-func (r portRange) halves() (portRange, portRange) {
-	mid := uint16((int(r.lo) + int(r.hi)) / 2)
-	return portRange{r.lo, mid}, portRange{mid + 1, r.hi}
+func (r PortRange) halves() (PortRange, PortRange) {
+	mid := uint16((int(r.First) + int(r.Last)) / 2)
+	return PortRange{First: r.First, Last: mid}, PortRange{First: mid + 1, Last: r.Last}
 }
 
 // listByRange reads the table with GetListOfPortMappings.
@@ -119,20 +116,18 @@ func (r portRange) halves() (portRange, portRange) {
 // part comes back short (or empty: 730); the union is the whole table
 // whatever order the router answers in. A range no wider than a full answer
 // is never split. With fewer than 1000 mappings of a protocol that is one
-// call; past it, one call per part read: 15 for 1500 mappings on adjacent
-// ports (the halving has to narrow down to them), 7 for 2500 spread over all
-// ports.
+// call (DESIGN.md has the cost past it).
 //
 // A router that answers entries outside the requested range (it ignores
 // NewStartPort or NewEndPort) cannot be paged: its answer is kept and the
 // range is not split. Ranges are computed within 0-65535 and never wrap.
 // Since a part is split only when it holds 1000 distinct ports, the
 // Config.MaxListEntries bound on distinct mappings also bounds the calls.
-func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
 	seen := map[Key]bool{}
 	var out []Mapping
 	// Depth first, lower half first: a stack of the ranges still to read.
-	todo := []portRange{whole}
+	todo := []PortRange{whole}
 	logged := false
 	for len(todo) > 0 {
 		r := todo[len(todo)-1]
@@ -141,7 +136,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 		// One call returns up to 1000 entries and the router builds the
 		// whole answer before sending it, so it gets five call bounds.
 		err := c.call(ctx, gw, "GetListOfPortMappings", 5*c.cfg.CallTimeout, func(ctx context.Context) (err error) {
-			listing, err = lister.GetListOfPortMappingsCtx(ctx, r.lo, r.hi, string(proto), true, uint16(c.listPage))
+			listing, err = lister.GetListOfPortMappingsCtx(ctx, r.First, r.Last, string(proto), true, uint16(c.listPage))
 			return err
 		})
 		if Code(err) == CodePortMappingNotFound {
@@ -152,7 +147,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 		}
 		page, err := parsePortListing(listing)
 		if err != nil {
-			return nil, fmt.Errorf("GetListOfPortMappings %s ports %d-%d: %w", proto, r.lo, r.hi, err)
+			return nil, fmt.Errorf("GetListOfPortMappings %s ports %d-%d: %w", proto, r.First, r.Last, err)
 		}
 		// honest: every entry is of this protocol and range, each once.
 		honest := true
@@ -169,7 +164,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			}
 		}
 		if len(out) > c.cfg.MaxListEntries {
-			return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.lo, r.hi, c.cfg.MaxListEntries)
+			return nil, fmt.Errorf("GetListOfPortMappings %s: router listed more than %d mappings (at ports %d-%d); stopped at Config.MaxListEntries=%d", proto, c.cfg.MaxListEntries, r.First, r.Last, c.cfg.MaxListEntries)
 		}
 		if len(page) < c.listPage || r.width() <= len(page) {
 			continue // the whole range
@@ -178,7 +173,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			if !logged {
 				logged = true
 				klog.FromContext(ctx).V(2).Info("Router answered GetListOfPortMappings with entries outside the requested range; the listing may be incomplete",
-					"location", gw.info.Location, "protocol", proto, "startPort", r.lo, "endPort", r.hi)
+					"location", gw.info.Location, "protocol", proto, "startPort", r.First, "endPort", r.Last)
 			}
 			continue
 		}

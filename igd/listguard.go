@@ -12,18 +12,14 @@ import (
 )
 
 // SafeListWidth is the widest range of external ports that is safe to list
-// in one GetListOfPortMappings call on every router: a range this narrow
-// holds at most SafeListWidth mappings of a protocol, and miniupnpd up to
-// 2.3.3 with the nftables backend (Debian 12 ships 2.3.1) dies only when
-// one listed range holds more than SafeListWidth mappings of the protocol
-// asked for, whatever NewNumberOfPorts says (a heap overflow in
-// get_portmappings_in_range, fixed in 2.3.4). UPnPClient.ListPortMappings
-// lists a range this narrow in one call with no guard; it guards wider ones
-// on such a router (see the package documentation).
+// in one GetListOfPortMappings call on every router, including those whose
+// daemon dies on longer listings (see DESIGN.md). UPnPClient.ListPortMappings
+// lists a range this narrow in one call; on such a router it lists a wider
+// one in guarded parts (Gateway.GuardedListing).
 const SafeListWidth = 128
 
-// On a router with the crash every listing is kept to ranges the client
-// knows to hold at most listPlanned mappings of the protocol, leaving
+// On a guarded router every listing is kept to ranges the client knows to
+// hold at most listPlanned mappings of the protocol, leaving
 // SafeListWidth-listPlanned of margin for mappings other hosts add between
 // two reads.
 const (
@@ -35,9 +31,8 @@ const (
 )
 
 // crashesOnLongLists reports whether a router whose HTTP server describes
-// itself as server has the GetListOfPortMappings crash: miniupnpd before
-// 2.3.4, or miniupnpd with no readable version. The backend (nftables or
-// iptables) is not visible, so every such version is treated as affected.
+// itself as server may die on long listings (DESIGN.md): miniupnpd before
+// 2.3.4, or miniupnpd with no readable version.
 func crashesOnLongLists(server string) bool {
 	const product = "miniupnpd"
 	for _, tok := range strings.Fields(server) {
@@ -76,9 +71,9 @@ func parseVersion(s string) ([]int, bool) {
 	return v, true
 }
 
-// listGuarded reads the mappings of proto in whole on a router with the
-// GetListOfPortMappings crash, never asking for a range the client does not
-// know to hold at most listPlanned of them.
+// listGuarded reads the mappings of proto in whole on a router that dies on
+// long listings, never asking for a range the client does not know to hold
+// at most listPlanned of them (DESIGN.md tells why and the residual risk).
 //
 // A range at most SafeListWidth ports wide is listed at once. Otherwise,
 // what the client knows is the table's shape (gateway.known): the ports as
@@ -93,12 +88,7 @@ func parseVersion(s string) ([]int, bool) {
 // most listPlanned known mappings each; a range that comes back with more
 // than listSurprise says the table grew fast, and the client walks again
 // rather than list the rest.
-//
-// Residual risk: other hosts that add more than SafeListWidth-listPlanned
-// mappings of one protocol inside one planned range between two reads (or
-// more than that between the size check and the listing) can still make a
-// listing crash the daemon.
-func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
 	if whole.width() <= SafeListWidth {
 		// No more than SafeListWidth mappings of a protocol fit in a range
 		// this narrow: it is safe whatever the table holds. This client's
@@ -148,7 +138,7 @@ func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMa
 // listPlanned lists whole in ranges of at most listPlanned known ports each.
 // surprised reports a range that came back with more than listSurprise
 // mappings; the listing then stops early.
-func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange, known []uint16) (out []Mapping, surprised bool, err error) {
+func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange, known []uint16) (out []Mapping, surprised bool, err error) {
 	for _, r := range planRanges(known, whole, listPlanned) {
 		ms, err := c.listByRange(ctx, gw, lister, proto, r)
 		if err != nil {
@@ -164,20 +154,20 @@ func (c *UPnPClient) listPlanned(ctx context.Context, gw *gateway, lister portMa
 
 // planRanges splits whole into consecutive ranges that each hold at most
 // per of the sorted ports known; together they cover whole exactly.
-func planRanges(known []uint16, whole portRange, per int) []portRange {
-	lo, _ := slices.BinarySearch(known, whole.lo)
-	hi, found := slices.BinarySearch(known, whole.hi)
+func planRanges(known []uint16, whole PortRange, per int) []PortRange {
+	lo, _ := slices.BinarySearch(known, whole.First)
+	hi, found := slices.BinarySearch(known, whole.Last)
 	if found {
 		hi++
 	}
 	in := known[lo:hi]
-	var out []portRange
-	start := whole.lo
+	var out []PortRange
+	start := whole.First
 	for i := per; i < len(in); i += per {
-		out = append(out, portRange{start, in[i] - 1})
+		out = append(out, PortRange{First: start, Last: in[i] - 1})
 		start = in[i]
 	}
-	return append(out, portRange{start, whole.hi})
+	return append(out, PortRange{First: start, Last: whole.Last})
 }
 
 // tableAtMost reports whether the router's table holds at most n entries
@@ -254,11 +244,11 @@ func (gw *gateway) learnTable(table []Mapping) {
 
 // learnRange records what a listing of proto over r found: it replaces the
 // known ports in r, and is the whole shape when r is every port.
-func (gw *gateway) learnRange(proto Protocol, r portRange, listed []Mapping) {
+func (gw *gateway) learnRange(proto Protocol, r PortRange, listed []Mapping) {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	old, ok := gw.known[proto]
-	if !ok && r != (portRange{AllPorts.First, AllPorts.Last}) {
+	if !ok && r != AllPorts {
 		return
 	}
 	var ports []uint16
@@ -308,7 +298,7 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 
 // listLearn lists whole at once and records what it found. The caller holds
 // this client's writes off (holdWrites).
-func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole portRange) ([]Mapping, error) {
+func (c *UPnPClient) listLearn(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
 	out, err := c.listByRange(ctx, gw, lister, proto, whole)
 	if err != nil {
 		return nil, err

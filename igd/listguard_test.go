@@ -41,21 +41,21 @@ func TestPlanRanges(t *testing.T) {
 		}
 		return out
 	}
-	all := portRange{0, 65535}
+	all := PortRange{First: 0, Last: 65535}
 	tests := []struct {
 		name  string
 		known []uint16
-		whole portRange
+		whole PortRange
 		per   int
-		want  []portRange
+		want  []PortRange
 	}{
-		{"nothing known", nil, all, 64, []portRange{all}},
-		{"fewer than per", seq(100, 10), all, 64, []portRange{all}},
-		{"exactly per", seq(100, 64), all, 64, []portRange{all}},
-		{"one over", seq(100, 65), all, 64, []portRange{{0, 163}, {164, 65535}}},
-		{"three parts", seq(100, 130), all, 64, []portRange{{0, 163}, {164, 227}, {228, 65535}}},
-		{"only the ports inside whole count", seq(100, 130), portRange{150, 200}, 64, []portRange{{150, 200}}},
-		{"ends at 65535", seq(65535-99, 100), portRange{65000, 65535}, 64, []portRange{{65000, 65499}, {65500, 65535}}},
+		{"nothing known", nil, all, 64, []PortRange{all}},
+		{"fewer than per", seq(100, 10), all, 64, []PortRange{all}},
+		{"exactly per", seq(100, 64), all, 64, []PortRange{all}},
+		{"one over", seq(100, 65), all, 64, []PortRange{{0, 163}, {164, 65535}}},
+		{"three parts", seq(100, 130), all, 64, []PortRange{{0, 163}, {164, 227}, {228, 65535}}},
+		{"only the ports inside whole count", seq(100, 130), PortRange{First: 150, Last: 200}, 64, []PortRange{{150, 200}}},
+		{"ends at 65535", seq(65535-99, 100), PortRange{First: 65000, Last: 65535}, 64, []PortRange{{65000, 65499}, {65500, 65535}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +70,7 @@ func TestPlanRanges(t *testing.T) {
 						n++
 					}
 				}
-				if n > tt.per || r.lo > r.hi {
+				if n > tt.per || r.First > r.Last {
 					t.Errorf("range %s holds %d known ports, want at most %d", fmt.Sprint(r), n, tt.per)
 				}
 			}

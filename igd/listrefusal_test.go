@@ -28,7 +28,7 @@ func TestListRefusalIsNotSupported(t *testing.T) {
 				}
 				ctx := testContext(t)
 				seed(r, igd.TCP, 80, 443)
-				r.Intercept(fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+				r.Intercept(fake.RouterHooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
 					return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: code, Description: "refused"}
 				}})
 				for i := range 2 {
@@ -66,7 +66,7 @@ func TestOtherActionsFailuresAreNotListRefusals(t *testing.T) {
 	}
 	ctx := testContext(t)
 	seed(r, igd.TCP, ports(20000, 100, 1)...) // over 64: a wide listing reads entries first
-	failed := fake.Hooks{
+	failed := fake.RouterHooks{
 		AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
 			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}
 		},

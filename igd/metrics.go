@@ -94,16 +94,19 @@ func observeCall(action string, start time.Time, err error) {
 }
 
 // codeLabels are the UPnP codes the code label names, each as itself: the
-// codes this package gives meaning to. Any other code a router answers is
+// codes this package gives meaning to and the rest of WANIPConnection's. Any other code a router answers is
 // "other", so that a router cannot make series at will.
 var codeLabels = func() map[int]string {
 	out := map[int]string{}
 	for _, c := range []int{
 		CodeInvalidAction, CodeInvalidArgs, CodeActionFailed, CodeOptionalActionNotImpl, CodeNotAuthorized,
-		CodeInvalidArrayIndex, CodeNoSuchEntry, CodeWildCardNotPermittedInSrc, CodeWildCardNotPermittedInExt,
-		CodeConflict, CodeSamePortValuesRequired, CodeOnlyPermanentLeases, CodeRemoteHostOnlyWildcard,
-		CodeExternalPortOnlyWildcard, CodeNoPortMapsAvailable, CodeConflictWithOtherMech,
-		CodePortMappingNotFound, CodeWildCardNotPermittedInInt,
+		CodeInvalidArrayIndex, CodeNoSuchEntry, CodeWildCardNotPermittedInExt,
+		CodeConflict, CodeSamePortValuesRequired, CodeOnlyPermanentLeases,
+		CodeNoPortMapsAvailable, CodePortMappingNotFound,
+		// The other WANIPConnection codes: 715 WildCardNotPermittedInSrcIP,
+		// 726 RemoteHostOnlySupportsWildcard, 727 ExternalPortOnlySupportsWildcard,
+		// 729 ConflictWithOtherMechanisms, 732 WildCardNotPermittedInIntPort.
+		715, 726, 727, 729, 732,
 	} {
 		out[c] = strconv.Itoa(c)
 	}

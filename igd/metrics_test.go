@@ -104,7 +104,7 @@ func TestMetricsScrape(t *testing.T) {
 	if _, err := c.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Fatalf("GetPortMapping of a free port: err = %v, want ErrNoSuchEntry", err)
 	}
-	r.Intercept(fake.Hooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
+	r.Intercept(fake.RouterHooks{ExternalIP: func(ctx context.Context, _ netip.Addr, next fake.AddrFunc) (netip.Addr, error) {
 		if err := fake.Sleep(ctx, time.Second); err != nil {
 			return netip.Addr{}, err
 		}
@@ -136,7 +136,7 @@ func TestMetricsCodeLabelIsBounded(t *testing.T) {
 	}
 	var code atomic.Int64
 	code.Store(1000)
-	r.Intercept(fake.Hooks{GetPortMapping: func(context.Context, netip.Addr, igd.Key, fake.GetFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{GetPortMapping: func(context.Context, netip.Addr, igd.Key, fake.GetFunc) (igd.Mapping, error) {
 		return igd.Mapping{}, &igd.UPnPError{Action: "GetSpecificPortMappingEntry", Code: int(code.Add(1)), Description: "made up"}
 	}})
 	other := map[string]string{"request": "GetSpecificPortMappingEntry", "code": "other"}

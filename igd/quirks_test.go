@@ -254,7 +254,7 @@ func TestWalkSurvivesAnotherHostDeleting(t *testing.T) {
 			newest := igd.Key{Protocol: igd.TCP, ExternalPort: 20029}
 			other := r.Client(netip.MustParseAddr("192.0.2.99"))
 			nth := fake.Nth(at)
-			r.Intercept(fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+			r.Intercept(fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
 				if nth() {
 					if err := other.DeletePortMapping(ctx, newest.Protocol, newest.ExternalPort); err != nil {
 						return igd.Mapping{}, err
@@ -285,7 +285,7 @@ func TestWalkSeesADeleteAndReAddBehindIt(t *testing.T) {
 	r, _, c := newIGD1(t, 30)
 	other := r.Client(netip.MustParseAddr("192.0.2.99"))
 	var once sync.Once
-	r.Intercept(fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
 		// The size search never reads index 10 of 30; the walk does.
 		m, err := next(ctx, i)
 		if err != nil || i != 10 {
@@ -399,7 +399,7 @@ func TestWalkNeverReturnsAPartialTable(t *testing.T) {
 // GetListOfPortMappings and GetSpecificPortMappingEntry (miniupnpd issue
 // 768): every read must accept it and pass it on as 0, "not said".
 func TestInternalPortZeroIsReadAsUnknown(t *testing.T) {
-	for _, svc := range []fake.ServiceType{fake.WANIPConnection2, fake.WANIPConnection1} {
+	for _, svc := range []fake.UPnPService{fake.WANIPConnection2, fake.WANIPConnection1} {
 		t.Run(string(svc), func(t *testing.T) {
 			r := fake.NewRouter(fake.RouterConfig{ReportInternalPortZero: true})
 			srv := fake.NewServer(r, fake.ServerOptions{Service: svc, ServerHeader: "OpenWrt UPnP/1.1 MiniUPnPd/2.3.6"})
@@ -435,7 +435,7 @@ func TestInternalPortZeroIsReadAsUnknown(t *testing.T) {
 
 // slowWalk delays every step of a walk of the table, so that other calls
 // interleave with it as on a real router.
-var slowWalk = fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+var slowWalk = fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
 	if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
 		return igd.Mapping{}, err
 	}

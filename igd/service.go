@@ -62,7 +62,7 @@ var (
 // and errors.Is(err, context.Canceled) hold. transport reports whether the
 // error says the device did not answer (as opposed to answering with a fault).
 // An answer over its cap, recorded in ctx by capTransport, is returned as its
-// *AnswerTooLargeError and is not a transport error: the router answered.
+// *answerTooLargeError and is not a transport error: the router answered.
 func callError(ctx context.Context, action string, err error) (wrapped error, transport bool) {
 	if tl := oversize(ctx); tl != nil {
 		// The router answered, too much: not a router that stopped answering.

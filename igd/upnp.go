@@ -19,35 +19,24 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	// DefaultDiscoveryTimeout bounds a whole discovery. A router answers an
-	// SSDP search in tens of milliseconds (miniupnpd: about 50 ms) and
-	// discovery returns as soon as one qualifies; the bound only matters when
-	// no router answers, and must cover a lost first search and its repeat.
+	// DefaultDiscoveryTimeout bounds a whole discovery; it matters only when
+	// no router answers (DESIGN.md has the numbers behind each default).
 	DefaultDiscoveryTimeout = 3 * time.Second
-	// DefaultSettleTime is how long discovery keeps listening after the first
-	// usable router, so that a better one answering a little later (several
-	// routers on one LAN answer within milliseconds of each other) is not
+	// defaultSettleTime is how long discovery keeps listening after the first
+	// usable router, so that a better one answering a little later is not
 	// beaten by arrival order.
-	DefaultSettleTime = 100 * time.Millisecond
-	// DefaultCallTimeout bounds one SOAP call or description fetch. Router
-	// calls get slower as the table grows (miniupnpd: 2-18 ms with one
-	// mapping, 100-330 ms with 60) and a router serves one request at a
-	// time, so 2 s leaves room for a busy router while still noticing a dead
-	// one quickly.
+	defaultSettleTime = 100 * time.Millisecond
+	// DefaultCallTimeout bounds one SOAP call or description fetch: room for
+	// a busy router, while still noticing a dead one quickly.
 	DefaultCallTimeout = 2 * time.Second
-	// DefaultDiscoveryBackoff is how long the calls that need the router
-	// reuse the error of a discovery that found none. Without it every call
-	// would search again, and with no router on the LAN each search lasts
-	// the whole DiscoveryTimeout; a few seconds keeps a retrying caller (the
-	// service controller retries every few seconds) from spending its time
-	// searching, while a router that comes back is still found soon.
-	DefaultDiscoveryBackoff = 5 * time.Second
-	// DefaultMaxListEntries bounds the entries ListPortMappings reads from a
-	// router, so that a router that never answers 713 to the entry-by-entry
-	// walk, or whose GetListOfPortMappings answers never run out, cannot keep
-	// it going. Real tables hold tens of entries; routers cap them far below
-	// this.
-	DefaultMaxListEntries = 4096
+	// defaultDiscoveryBackoff is how long the calls that need the router
+	// reuse the error of a discovery that found none, so that a retrying
+	// caller does not spend its time searching.
+	defaultDiscoveryBackoff = 5 * time.Second
+	// defaultMaxListEntries bounds the entries ListPortMappings reads from a
+	// router, so that a router whose answers never run out cannot keep it
+	// going.
+	defaultMaxListEntries = 4096
 )
 
 // Config configures a UPnPClient. The zero value is usable: SSDP discovery
@@ -67,12 +56,12 @@ type Config struct {
 	// the calls that need one return that discovery's error at once rather
 	// than each starting another. It does not apply to Discover, which
 	// always searches, nor to the rediscovery after a cached router stopped
-	// answering. Zero means DefaultDiscoveryBackoff; a negative value turns
+	// answering. Zero means 5 s; a negative value turns
 	// the back-off off (every call that needs the router discovers again).
 	DiscoveryBackoff time.Duration
 
 	// SettleTime is how long SSDP discovery keeps collecting answers after
-	// the first usable router answered. Zero means DefaultSettleTime.
+	// the first usable router answered. Zero means 100 ms.
 	SettleTime time.Duration
 
 	// CallTimeout bounds each SOAP call and each description fetch. Zero
@@ -84,7 +73,7 @@ type Config struct {
 	// the entry-by-entry walk asks for, or the distinct mappings
 	// GetListOfPortMappings answers (an answer repeats mappings of earlier
 	// ones when a port range is read again in halves; those are not
-	// counted). Past it the listing fails. Zero means DefaultMaxListEntries.
+	// counted). Past it the listing fails. Zero means 4096.
 	MaxListEntries int
 
 	// HTTPClient makes every HTTP request: description fetches and SOAP
@@ -120,16 +109,16 @@ func (cfg Config) withDefaults() Config {
 		cfg.DiscoveryTimeout = DefaultDiscoveryTimeout
 	}
 	if cfg.DiscoveryBackoff == 0 {
-		cfg.DiscoveryBackoff = DefaultDiscoveryBackoff
+		cfg.DiscoveryBackoff = defaultDiscoveryBackoff
 	}
 	if cfg.SettleTime == 0 {
-		cfg.SettleTime = DefaultSettleTime
+		cfg.SettleTime = defaultSettleTime
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.MaxListEntries == 0 {
-		cfg.MaxListEntries = DefaultMaxListEntries
+		cfg.MaxListEntries = defaultMaxListEntries
 	}
 	if cfg.DialContext == nil {
 		cfg.DialContext = (&net.Dialer{}).DialContext
@@ -235,9 +224,8 @@ type Gateway struct {
 	// its mappings are not reachable from the internet: tell the user.
 	PublicExternalIP bool
 	// GuardedListing reports whether this client lists the router's table
-	// only in ranges known to hold at most SafeListWidth mappings: its
-	// daemon is one that dies on longer GetListOfPortMappings answers
-	// (miniupnpd before 2.3.4, or one that gives no version).
+	// only in ranges known to hold at most SafeListWidth mappings, because
+	// its daemon may die on longer GetListOfPortMappings answers (DESIGN.md).
 	GuardedListing bool
 	// Reason says why this service was chosen among the candidates.
 	Reason string
@@ -255,8 +243,8 @@ type gateway struct {
 	// listRefusal is the router's refusal of GetListOfPortMappings (see
 	// ListPortMappings), once it refused: later listings return it at once.
 	listRefusal atomic.Pointer[UPnPError]
-	// listGuard is set when the router's GetListOfPortMappings crashes on
-	// long answers (see crashesOnLongLists); read-only after discovery.
+	// listGuard is set when the router's daemon may die on long listings
+	// (see crashesOnLongLists); read-only after discovery.
 	listGuard bool
 
 	// mu guards known.
@@ -358,17 +346,6 @@ func (c *UPnPClient) Discover(ctx context.Context) (Gateway, error) {
 		return Gateway{}, err
 	}
 	return gw.info.clone(), nil
-}
-
-// Current returns the cached router, without any I/O. ok is false before the
-// first successful discovery and after the router stopped answering.
-func (c *UPnPClient) Current() (gw Gateway, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gw == nil {
-		return Gateway{}, false
-	}
-	return c.gw.info.clone(), true
 }
 
 func (g Gateway) clone() Gateway {
@@ -570,8 +547,8 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 // IPv4 host address (empty, unparsable, unspecified, IPv6, loopback,
 // multicast, broadcast) gives an error matching ErrInvalidExternalIP (an
 // *ExternalIPError) that names the router, and the router stays cached. The
-// address may be non-public (see IsPublic, CheckPublic and
-// Gateway.PublicExternalIP); it is returned all the same.
+// address may be non-public (see IsPublic and Gateway.PublicExternalIP); it
+// is returned all the same.
 func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	gw, err := c.gateway(ctx)
 	if err != nil {

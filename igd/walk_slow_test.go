@@ -42,7 +42,7 @@ func TestWalkRereadsOneSlowEntry(t *testing.T) {
 			t.Cleanup(func() { close(release) })
 			var mu sync.Mutex
 			reads := 0 // of slowIndex
-			r.Intercept(fake.Hooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+			r.Intercept(fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
 				if i == slowIndex {
 					mu.Lock()
 					reads++

@@ -42,7 +42,7 @@ func TestPassNeverDeletesFromAStaleListing(t *testing.T) {
 	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 81, InternalClient: addrStranger, InternalPort: 81, Description: "game console", Enabled: true}
 
 	var fired atomic.Bool
-	e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 		if fired.Swap(true) {
 			return next(ctx, proto, ports)
 		}
@@ -74,7 +74,7 @@ func TestConcurrentDeletesLeaveNothingOnIGD1(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			r := fake.NewRouter(fake.RouterConfig{})
 			// Let the workers' calls interleave, as on a real router.
-			r.Intercept(fake.Hooks{
+			r.Intercept(fake.RouterHooks{
 				GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
 					if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
 						return igd.Mapping{}, err
@@ -225,7 +225,7 @@ func TestTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 			// Both adds wait until both Ensures have read the port free.
 			var adds sync.WaitGroup
 			adds.Add(2)
-			r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 				adds.Done()
 				done := make(chan struct{})
 				go func() { adds.Wait(); close(done) }()
@@ -299,7 +299,7 @@ func TestClientRefusingTheExternalIPMakesServicesWait(t *testing.T) {
 
 // overSOAP returns a LoadBalancer whose real igd client talks, from node-a,
 // to r served over SOAP as a router offering service.
-func overSOAP(t *testing.T, r *fake.Router, service fake.ServiceType) *LoadBalancer {
+func overSOAP(t *testing.T, r *fake.Router, service fake.UPnPService) *LoadBalancer {
 	t.Helper()
 	s := fake.NewServer(r, fake.ServerOptions{Service: service, ClientAddr: func(*http.Request) netip.Addr { return addrA }})
 	t.Cleanup(s.Close)
@@ -579,7 +579,7 @@ func TestUnusableExternalIPWarnedOnce(t *testing.T) {
 	web := lbService("default", "web")
 	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
 	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
-	e.router.Intercept(fake.Hooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
 		return netip.Addr{}, &igd.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}
 	}})
 	for range 3 {

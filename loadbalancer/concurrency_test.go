@@ -24,7 +24,7 @@ func TestConcurrentServicesRaceForOnePort(t *testing.T) {
 		t.Run(fmt.Sprint("round ", round), func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{})
 			// Widen the window between the table read and the add.
-			e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 				if err := fake.Sleep(ctx, 200*time.Microsecond); err != nil {
 					return igd.Mapping{}, err
 				}

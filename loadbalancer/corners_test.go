@@ -30,7 +30,7 @@ func TestRefusedListingFallsBackToGets(t *testing.T) {
 		t.Run(fmt.Sprint("UPnP ", code), func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{})
 			var lists atomic.Int32
-			e.router.Intercept(fake.Hooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
+			e.router.Intercept(fake.RouterHooks{ListPortMappings: func(context.Context, netip.Addr, igd.Protocol, igd.PortRange, fake.ListFunc) ([]igd.Mapping, error) {
 				lists.Add(1)
 				return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: code, Description: "refused"}
 			}})
@@ -58,7 +58,7 @@ func TestLostAddReplyLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	nodes := threeNodes()
 	lost := fake.Nth(1)
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		stored, err := next(ctx, m)
 		if err == nil && m.ExternalPort == 81 && lost() {
 			return igd.Mapping{}, context.DeadlineExceeded // stored, but the reply never came
@@ -96,7 +96,7 @@ func TestSlowDeleteNeverRemovesAMappingThatExpiredMeanwhile(t *testing.T) {
 
 	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 82, InternalClient: addrStranger, InternalPort: 82, Description: "game console", Enabled: true}
 	var consoleMapped, consoleDeleted bool
-	e.router.Intercept(fake.Hooks{DeletePortMapping: func(ctx context.Context, from netip.Addr, k igd.Key, next fake.DeleteFunc) error {
+	e.router.Intercept(fake.RouterHooks{DeletePortMapping: func(ctx context.Context, from netip.Addr, k igd.Key, next fake.DeleteFunc) error {
 		e.clock.Step(3 * time.Second) // each call takes the router 3 s to reach
 		if _, err := e.router.Client(addrStranger).GetPortMapping(ctx, igd.TCP, 82); errors.Is(err, igd.ErrNoSuchEntry) {
 			e.router.Put(console) // expired: the console takes it at once
@@ -133,7 +133,7 @@ func TestSameSecondServicesNeverBothTakeAKey(t *testing.T) {
 	// p1 serves b: it lists the Services (a does not exist yet) and reads
 	// TCP/80 free; just before its add, a is created and p2 serves it.
 	var errA error
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if from == addrB && m.InternalPort == 30081 {
 			if _, err := cluster.CoreV1().Services("default").Create(ctx, a, metav1.CreateOptions{}); err != nil {
 				t.Error(err)
@@ -162,7 +162,7 @@ func TestFailedHintDoesNotStopThePass(t *testing.T) {
 	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
 	want := e.table()
 	e.router.Reboot()
-	e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 		if ports == igd.AllPorts {
 			return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: igd.CodeActionFailed, Description: "ActionFailed"}
 		}

@@ -42,11 +42,11 @@
 //     to expire and the operation retried (api.RetryError): a host may take
 //     the key before a late delete lands.
 //
-// A read costs one listing per run of a protocol's keys at most 128 ports
-// wide where the client lists (igd.Lister), else one GetPortMapping per key:
-// a call costs what the Service's ports cost, not what the table holds. A
-// listing the router refuses (igd.ErrNotSupported, or any UPnP error: some
-// answer 402 or 501) is replaced by the gets.
+// A read costs one listing per run of a protocol's keys at most
+// igd.SafeListWidth ports wide where the client lists (igd.Lister), else one
+// GetPortMapping per key: a call costs what the Service's ports cost, not
+// what the table holds. A listing the router refuses (igd.ErrNotSupported,
+// or any UPnP error: some answer 402 or 501) is replaced by the gets.
 //
 // # Nodes
 //

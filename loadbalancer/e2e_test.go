@@ -217,7 +217,7 @@ func TestDeleteWhileExternalIPUnusable(t *testing.T) {
 	if _, err := h.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.WaitForFinalizer(ctx, "default", "web"); err != nil {
+	if _, err := h.WaitForService(ctx, "default", "web", "the finalizer", servicehelper.HasLBFinalizer); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the Service's mapping on the router", func() bool { return len(r.Mappings()) == 1 })

@@ -344,8 +344,8 @@ func TestRenamedPortRelabelsOnce(t *testing.T) {
 
 // cutDescriptions makes a router store every description cut to keep
 // bytes, as some routers do.
-func cutDescriptions(keep int) fake.Hooks {
-	return fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+func cutDescriptions(keep int) fake.RouterHooks {
+	return fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		m.Description = m.Description[:min(keep, len(m.Description))]
 		return next(ctx, m)
 	}}
@@ -573,7 +573,7 @@ func TestServiceSelection(t *testing.T) {
 func TestRouterRefusedPortNamesReason(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	// miniupnpd answers 606 for ports outside its allow rules (below 1024 in the lab).
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if m.ExternalPort < 1024 {
 			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
 		}
@@ -604,7 +604,7 @@ func TestRouterRefusedPortNamesReason(t *testing.T) {
 func TestFailurePartWayConverges(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	second := fake.Nth(2)
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if second() {
 			return igd.Mapping{}, errors.New("connection reset")
 		}
@@ -632,7 +632,7 @@ func TestConflictFromRouterNamesHolder(t *testing.T) {
 	// Another host takes the port between our table read and our add.
 	stranger := e.router.Client(addrStranger)
 	first := fake.Nth(1)
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if first() {
 			if _, err := stranger.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 80, Description: "sneaky"}); err != nil {
 				return igd.Mapping{}, err
@@ -811,7 +811,7 @@ func TestLeases(t *testing.T) {
 	})
 	t.Run("router that reports the lease as granted", func(t *testing.T) {
 		e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 10 * time.Minute}, fake.RouterConfig{})
-		e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+		e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 			ms, err := next(ctx, proto, ports)
 			for i := range ms {
 				ms[i].Lease = time.Hour
@@ -885,7 +885,7 @@ func TestLeases(t *testing.T) {
 func TestOperationsOnOneServiceAreSerialised(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	release := make(chan struct{})
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if err := fake.Hold(ctx, release); err != nil {
 			return igd.Mapping{}, err
 		}

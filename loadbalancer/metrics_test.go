@@ -94,7 +94,7 @@ func TestMetricsScrape(t *testing.T) {
 	check("after the repair pass", passes, ok, okBefore, 2)
 	check("after the repair pass", held, nil, heldBefore, 3)
 
-	e.router.Intercept(fake.Hooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
 		return netip.Addr{}, errors.New("router busy")
 	}})
 	r.tick(t)

@@ -32,8 +32,8 @@ func portErrors(st *v1.LoadBalancerStatus) map[string]string {
 }
 
 // refuse81 answers every add of TCP/81 with UPnP error code.
-func refuse81(code int) fake.Hooks {
-	return fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+func refuse81(code int) fake.RouterHooks {
+	return fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if m.ExternalPort == 81 {
 			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: code, Description: "refused"}
 		}

@@ -10,9 +10,8 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// No listing of a Service's keys spans more than igd.SafeListWidth ports: on
-// miniupnpd up to 2.3.3, more than 128 mappings of a protocol in a listed
-// range crash the daemon.
+// No listing of a Service's keys spans more than igd.SafeListWidth ports
+// (why: igd/DESIGN.md).
 func TestReadListsNarrowRanges(t *testing.T) {
 	for _, tt := range []struct {
 		name string

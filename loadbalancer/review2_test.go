@@ -146,7 +146,7 @@ func TestReview2ServiceOptedBackInAndAnotherNeverBothTakeAKey(t *testing.T) {
 	}
 	var errB error
 	fired := false
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if from == addrB && !fired {
 			fired = true
 			b2 := b.DeepCopy()
@@ -183,7 +183,7 @@ func TestReview2UnstoredAddIsNotTakenAsWhatTheRouterHolds(t *testing.T) {
 			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 			e.mustEnsure(t, svc, nodes)
 			failed := fake.Nth(1)
-			e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 				if m.InternalPort == 30090 && failed() {
 					return igd.Mapping{}, tc.err // not stored
 				}
@@ -216,7 +216,7 @@ func TestReview2FaultAnsweredAddReadBackByTheSameReadAsOthers(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	nodes := threeNodes()
 	lied := fake.Nth(1)
-	e.router.Intercept(fake.Hooks{
+	e.router.Intercept(fake.RouterHooks{
 		AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			stored, err := next(ctx, m)
 			if err == nil && m.ExternalPort == 81 && lied() {
@@ -293,7 +293,7 @@ func TestReview2ProbeDoesNotMisfireOnAMappingAReadFoundUpToDate(t *testing.T) {
 func TestReview2ConflictWithAFailedReadBackDoesNotClaimThePortFree(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 80, Description: "nas", Enabled: true}
-	e.router.Intercept(fake.Hooks{
+	e.router.Intercept(fake.RouterHooks{
 		AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			e.router.Put(host) // the LAN host wins the race
 			return next(ctx, m)

@@ -57,7 +57,7 @@ func TestReview3LostTakeBackByAnOldLeaderAndTheNewOneNeverBothSucceed(t *testing
 	r.Reboot()
 	var errB error
 	fired := false
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if from == addrB && !fired { // p1 read TCP/80 free and is about to add
 			fired = true
 			_, errB = p2.EnsureLoadBalancer(ctx, testCluster, b, nodes)
@@ -88,7 +88,7 @@ func TestReview3KeysOfAServiceWhoseDeleteFailedAndThatIsGoneDoNotBlockOthersFore
 	}
 	recordStatus(t, cluster, a, e.mustEnsure(t, a, nodes))
 	e.lb.bg.setPhase(phaseStopped, nil) // the node cache was synced (Run's passes are not needed here)
-	e.router.Intercept(fake.Hooks{
+	e.router.Intercept(fake.RouterHooks{
 		ListPortMappings: func(ctx context.Context, _ netip.Addr, _ igd.Protocol, _ igd.PortRange, _ fake.ListFunc) ([]igd.Mapping, error) {
 			return nil, context.DeadlineExceeded
 		},

@@ -37,7 +37,7 @@ func TestReviewUpdatedOlderServiceAndYoungerNeverBothTakeAKey(t *testing.T) {
 	p1, p2 := twoProcesses(t, r, cluster)
 	var errA error
 	fired := false
-	r.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if from == addrB && m.InternalPort == 30081 && !fired {
 			fired = true
 			a2 := a.DeepCopy()
@@ -65,7 +65,7 @@ func TestReviewLostAddReplyFoundAfterItsNodeIsGone(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	nodes := threeNodes()
 	lost := fake.Nth(1)
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		stored, err := next(ctx, m)
 		if err == nil && m.ExternalPort == 81 && lost() {
 			return igd.Mapping{}, context.DeadlineExceeded
@@ -117,7 +117,7 @@ func TestReviewLeaseReportedAsZeroStillKeepsTheMargin(t *testing.T) {
 	zero := func(m igd.Mapping) igd.Mapping { m.Lease = 0; return m }
 	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 82, InternalClient: addrStranger, InternalPort: 82, Description: "game console", Enabled: true}
 	consoleDeleted := false
-	e.router.Intercept(fake.Hooks{
+	e.router.Intercept(fake.RouterHooks{
 		GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 			m, err := next(ctx, k)
 			return zero(m), err
@@ -158,7 +158,7 @@ func TestReviewGrantedLeaseCountedFromTheAddSent(t *testing.T) {
 		}
 		return m
 	}
-	e.router.Intercept(fake.Hooks{
+	e.router.Intercept(fake.RouterHooks{
 		AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			stored, err := next(ctx, m)
 			e.clock.Step(4 * time.Second) // the reply takes 4 s
@@ -182,7 +182,7 @@ func TestReviewGrantedLeaseCountedFromTheAddSent(t *testing.T) {
 	e.clock.Step(time.Hour - 5500*time.Millisecond) // now: 1.5 s before the router expires it
 	console := igd.Mapping{Protocol: igd.TCP, ExternalPort: 82, InternalClient: addrStranger, InternalPort: 82, Description: "game console", Enabled: true}
 	consoleDeleted := false
-	e.router.Intercept(fake.Hooks{DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
+	e.router.Intercept(fake.RouterHooks{DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
 		e.clock.Step(2 * time.Second) // the delete takes 2 s to reach the router
 		if _, err := e.router.Client(addrStranger).GetPortMapping(ctx, igd.TCP, 82); errors.Is(err, igd.ErrNoSuchEntry) {
 			e.router.Put(console)
@@ -210,7 +210,7 @@ func TestReviewPassNeverPatchesAnAddressTheRouterNoLongerReports(t *testing.T) {
 	}
 	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 81, 30081)))
-	e.router.Intercept(fake.Hooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, p igd.Protocol, r igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, p igd.Protocol, r igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 		if r.First == 80 && r != igd.AllPorts {
 			e.router.SetExternalIP(netip.IPv4Unspecified()) // the WAN goes down while a is served
 		}
@@ -297,7 +297,7 @@ func TestReviewFaultAnsweredAddThatWasStoredLeavesNothingBehind(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	nodes := threeNodes()
 	lied := fake.Nth(1)
-	e.router.Intercept(fake.Hooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		stored, err := next(ctx, m)
 		if err == nil && m.ExternalPort == 81 && lied() {
 			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}

@@ -116,7 +116,7 @@ func TestSecureModeOwnNodeNotFound(t *testing.T) {
 	t.Run("client fails", func(t *testing.T) {
 		boom := &igd.UPnPError{Action: "LocalAddr", Code: 501, Description: "ActionFailed"}
 		e := envAt(t, addrA, Config{SecureMode: true}, fake.RouterConfig{SecureMode: true})
-		e.router.Intercept(fake.Hooks{LocalAddr: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		e.router.Intercept(fake.RouterHooks{LocalAddr: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
 			return netip.Addr{}, boom
 		}})
 		_, err := e.lb.EnsureLoadBalancer(context.Background(), testCluster, newService("default", "web"), threeNodes())

@@ -87,7 +87,7 @@ func TestInvalidServiceWithdrawFailure(t *testing.T) {
 	web := newService("default", "web")
 	e.mustEnsure(t, web, threeNodes())
 	boom := &igd.UPnPError{Action: "DeletePortMapping", Code: 501, Description: "ActionFailed"}
-	e.router.Intercept(fake.Hooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+	e.router.Intercept(fake.RouterHooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
 		return boom
 	}})
 	web.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"}

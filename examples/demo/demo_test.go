@@ -196,7 +196,7 @@ func TestDemoWaitsForAPublicExternalIP(t *testing.T) {
 func TestDemoCleansUpAfterFailure(t *testing.T) {
 	router := fake.NewRouter(fake.RouterConfig{})
 	var looking atomic.Bool
-	router.Intercept(fake.Hooks{
+	router.Intercept(fake.RouterHooks{
 		GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 			looking.Store(true)
 			return next(ctx, k)

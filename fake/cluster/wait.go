@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	cloudproviderapi "k8s.io/cloud-provider/api"
-	servicehelper "k8s.io/cloud-provider/service/helpers"
 	"k8s.io/utils/ptr"
 )
 
@@ -82,15 +81,6 @@ func (h *Harness) WaitForIngress(ctx context.Context, namespace, name string) (*
 	return h.waitService(ctx, namespace, name, "an ingress", func(s *v1.Service) bool {
 		return len(s.Status.LoadBalancer.Ingress) > 0
 	})
-}
-
-// WaitForFinalizer waits until the Service carries the service controller's
-// finalizer and returns it as last read. It is kept while callers move to
-// WaitForService(ctx, namespace, name, "the finalizer",
-// servicehelper.HasLBFinalizer), servicehelper being
-// k8s.io/cloud-provider/service/helpers.
-func (h *Harness) WaitForFinalizer(ctx context.Context, namespace, name string) (*v1.Service, error) {
-	return h.waitService(ctx, namespace, name, "the finalizer "+servicehelper.LoadBalancerCleanupFinalizer, servicehelper.HasLBFinalizer)
 }
 
 // WaitForService waits until done reports true for the Service, described
