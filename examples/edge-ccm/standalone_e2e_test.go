@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -98,7 +99,10 @@ func TestStandaloneE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.clusterName, o.leaseNamespace, o.bindAddress = "e2e", ns, "127.0.0.1:0"
-	runCtx, stop := context.WithCancel(ctx)
+	// Not under ctx, which the test's deferred cancel ends before any
+	// cleanup runs: the Service's cleanup below needs the standalone mode
+	// still serving, to remove its finalizer after a failure.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- o.runWith(runCtx, saCfg, cloud) }()
 	t.Cleanup(func() {
@@ -121,7 +125,22 @@ func TestStandaloneE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = services.Delete(context.Background(), "e2e-web", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		// Runs while the standalone mode still does (cleanups run last
+		// first), which removes its finalizer; one it leaves (it failed)
+		// is dropped, so that no Service stays stuck in deletion on the
+		// API server, failing the next run's create.
+		bg := context.Background()
+		if err := services.Delete(bg, "e2e-web", metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		if wait.PollUntilContextTimeout(bg, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := services.Get(ctx, "e2e-web", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}) != nil {
+			_, _ = services.Patch(bg, "e2e-web", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+	})
 	nodePort := uint16(svc.Spec.Ports[0].NodePort)
 
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
@@ -151,6 +170,23 @@ func TestStandaloneE2E(t *testing.T) {
 		t.Errorf("router table %+v: want TCP/45080 -> %s:%d", table, lab.Nodes[0].Addr, nodePort)
 	}
 	t.Logf("served: %s:45080 -> %s:%d", lab.ExternalIP, want.InternalClient, want.InternalPort)
+
+	// The router reboots and loses the mapping: the load balancer's own
+	// background work (its probe, then a pass, as the service account)
+	// repairs the Service of the class; no resync of the class controller.
+	lab.Reboot(t)
+	rebooted := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
+		m, err := router.GetPortMapping(ctx, igd.TCP, 45080)
+		if errors.Is(err, igd.ErrNoSuchEntry) {
+			return false, nil
+		}
+		return err == nil && m.InternalClient == lab.Nodes[0].Addr && m.InternalPort == nodePort, err
+	})
+	if err != nil {
+		t.Fatalf("TCP/45080 not repaired after a router reboot: %v; router log:\n%s", err, lab.Log())
+	}
+	t.Logf("repaired %s after the reboot", time.Since(rebooted).Round(100*time.Millisecond))
 
 	// Hand-over: ClusterIP (the API server drops the class with the type),
 	// then LoadBalancer under another class: cleaned up here first.
