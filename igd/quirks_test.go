@@ -230,6 +230,16 @@ func newIGD1(t *testing.T, n int) (*fake.Router, *fake.Server, *igd.UPnPClient) 
 	return r, srv, c
 }
 
+// assertTable fails t unless got holds every key of r's table once.
+func assertTable(t *testing.T, r *fake.Router, got []igd.Mapping) {
+	t.Helper()
+	wantKeys, _ := keysOf(r.Mappings())
+	keys, dups := keysOf(got)
+	if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
+		t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
+	}
+}
+
 // missing returns the keys of want (other than those in gone) that got lacks.
 func missing(want, got []igd.Mapping, gone map[igd.Key]bool) []string {
 	have := map[igd.Key]bool{}
@@ -266,11 +276,7 @@ func TestWalkSurvivesAnotherHostDeleting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantKeys, _ := keysOf(r.Mappings())
-			keys, dups := keysOf(got)
-			if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
-				t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
-			}
+			assertTable(t, r, got)
 		})
 	}
 }
@@ -307,11 +313,7 @@ func TestWalkSeesADeleteAndReAddBehindIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantKeys, _ := keysOf(r.Mappings())
-	keys, dups := keysOf(got)
-	if d := diffKeys(wantKeys, keys); d != "" || dups != nil {
-		t.Errorf("ReadTable keys (-want +got):%s\nlisted twice: %v", d, dups)
-	}
+	assertTable(t, r, got)
 }
 
 // This process deletes mappings through the same client while it walks the
