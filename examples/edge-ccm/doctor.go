@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
@@ -38,12 +39,21 @@ const (
 func runDoctor(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return doctor(ctx, args, os.Stdout, os.Stderr, func(c igd.Config) igd.Config { return c })
+	return doctor(ctx, args, os.Stdout, os.Stderr, doctorNet{})
 }
 
-// doctor is runDoctor with its outputs, and with dial, which adapts the
-// router client's config (tests run it from inside a lab's namespace).
-func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, dial func(igd.Config) igd.Config) int {
+// doctorNet says how the doctor reaches the router; the zero value is this
+// host's network. Tests run it from inside a lab's namespace.
+type doctorNet struct {
+	// igd adapts the UPnP client's config; nil leaves it as it is.
+	igd func(igd.Config) igd.Config
+	// pcp, when set, is the PCP client; nil asks the router found on
+	// pcp.Port.
+	pcp *pcp.Client
+}
+
+// doctor is runDoctor with its outputs and network.
+func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net doctorNet) int {
 	fs := flag.NewFlagSet("edge-ccm "+doctorCommand, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cloudConfig := fs.String("cloud-config", "", "edge cloud-config file the CCM will run with; \"\" = all defaults")
@@ -81,18 +91,22 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, dial f
 	if err != nil {
 		return fail(err)
 	}
-	client, err := igd.NewClient(dial(igd.Config{
+	igdCfg := igd.Config{
 		RootDescURL:      cfg.Gateway.URL,
 		DiscoveryTimeout: cfg.Gateway.DiscoveryTimeout.Duration,
 		CallTimeout:      cfg.Gateway.CallTimeout.Duration,
-	}))
+	}
+	if net.igd != nil {
+		igdCfg = net.igd(igdCfg)
+	}
+	client, err := igd.NewClient(igdCfg)
 	if err != nil {
 		return fail(err)
 	}
 	lb := cfg.LoadBalancer
 	rep, err := routercheck.Run(ctx, client, routercheck.Options{
 		SecureMode: lb.SecureMode, PermanentLease: lb.PermanentLease, AllowNonPublicExternalIP: lb.AllowNonPublicExternalIP,
-		OtherHost: other,
+		OtherHost: other, PCP: net.pcp,
 	})
 	if err != nil {
 		return fail(err)

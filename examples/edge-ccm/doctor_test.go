@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
 )
 
@@ -39,7 +41,11 @@ func TestLabDoctor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := igdtest.Start(t, tc.lab)
-			dial := func(igd.Config) igd.Config { return lab.ClientConfig(0) }
+			pcpClient, err := pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port), DialContext: lab.Nodes[0].DialContext})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dial := doctorNet{igd: func(igd.Config) igd.Config { return lab.ClientConfig(0) }, pcp: pcpClient}
 			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
 			if err := os.WriteFile(path, []byte(tc.cloudConfig), 0o600); err != nil {
 				t.Fatal(err)
@@ -103,7 +109,7 @@ func TestDoctorRefusesBadFlags(t *testing.T) {
 		{"extra"},
 	} {
 		var out, errOut bytes.Buffer
-		if code := doctor(t.Context(), args, &out, &errOut, func(c igd.Config) igd.Config { return c }); code != exitCannotCheck || errOut.Len() == 0 {
+		if code := doctor(t.Context(), args, &out, &errOut, doctorNet{}); code != exitCannotCheck || errOut.Len() == 0 {
 			t.Errorf("doctor %q = %d with stderr %q, want %d and the flag named", args, code, errOut.String(), exitCannotCheck)
 		}
 	}
@@ -151,7 +157,7 @@ func TestDoctorManifests(t *testing.T) {
 	// ConfigMap.
 	var out, errOut bytes.Buffer
 	args := append(slices.Clone(c.Args[1:]), "--output", "bogus") // stops after parsing
-	if code := doctor(t.Context(), args, &out, &errOut, func(c igd.Config) igd.Config { return c }); code != exitCannotCheck || !strings.Contains(errOut.String(), "--output \"bogus\"") {
+	if code := doctor(t.Context(), args, &out, &errOut, doctorNet{}); code != exitCannotCheck || !strings.Contains(errOut.String(), "--output \"bogus\"") {
 		t.Errorf("the Job's flags %q do not parse: %s", c.Args[1:], errOut.String())
 	}
 	for _, a := range c.Args {

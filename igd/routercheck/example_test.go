@@ -43,6 +43,6 @@ func ExampleRun() {
 	// secure-mode fail
 	// ports-below-1024 ok
 	// ipv6-pinholes skipped
-	// pcp skipped
+	// pcp ok
 	// fix first: secure-mode
 }

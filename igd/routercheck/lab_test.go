@@ -1,12 +1,15 @@
 package routercheck_test
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
 )
 
@@ -24,20 +27,31 @@ func TestLabRun(t *testing.T) {
 		opts    routercheck.Options
 		want    map[string]routercheck.Status
 		service string
+		pcp     string // what the PCP finding says
 	}{
 		{"daemon defaults", igdtest.Options{}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: ok, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection2},
+			igd.ServiceWANIPConnection2, "THIRD_PARTY refused"},
 		{"secure mode, not configured", igdtest.Options{SecureMode: true}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: fail, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection2},
+			igd.ServiceWANIPConnection2, "THIRD_PARTY refused"},
+		{"PCP with THIRD_PARTY", igdtest.Options{PCPAllowThirdParty: true}, routercheck.Options{},
+			map[string]routercheck.Status{routercheck.CheckPCP: ok},
+			igd.ServiceWANIPConnection2, "THIRD_PARTY allowed"},
+		{"no PCP", igdtest.Options{DisableNATPMP: true}, routercheck.Options{},
+			map[string]routercheck.Status{routercheck.CheckPCP: ok},
+			igd.ServiceWANIPConnection2, "no PCP server answered"},
 		{"secure mode, IGD:1, configured", igdtest.Options{SecureMode: true, ForceIGDv1: true}, routercheck.Options{SecureMode: true},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: ok, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection1},
+			igd.ServiceWANIPConnection1, "THIRD_PARTY refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := igdtest.Start(t, tc.lab)
 			c, err := igd.NewClient(lab.ClientConfig(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.opts.PCP, err = pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port), DialContext: lab.Nodes[0].DialContext})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,6 +68,11 @@ func TestLabRun(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("statuses (-want +got):\n%s", d)
+			}
+			for _, f := range rep.Findings {
+				if f.Check == routercheck.CheckPCP && !strings.Contains(f.Detail, tc.pcp) {
+					t.Errorf("%s: %q, want it to say %q", f.Check, f.Detail, tc.pcp)
+				}
 			}
 			if rep.Gateway.ServiceType != tc.service {
 				t.Errorf("service %s, want %s", rep.Gateway.ServiceType, tc.service)

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // Status is the outcome of one check.
@@ -109,6 +110,9 @@ type Options struct {
 	Ports igd.PortRange
 	// Lease is the probe mappings' lease. Zero is DefaultLease.
 	Lease time.Duration
+	// PCP asks the router's PCP server (RFC 6887). Nil means a client for
+	// the router's LAN address on pcp.Port.
+	PCP *pcp.Client
 }
 
 // Defaults of Options.
@@ -173,7 +177,7 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 		add(r.lowPorts(ctx, self))
 	}
 	add(Finding{Check: CheckIPv6, Status: Skipped, Detail: "not probed: the load balancer maps IPv4 only"})
-	add(Finding{Check: CheckPCP, Status: Skipped, Detail: "not probed: this client speaks UPnP IGD only"})
+	add(r.pcp(ctx, gw, self, other))
 	return rep, nil
 }
 
@@ -394,6 +398,74 @@ func (r *run) removeIfOurs(ctx context.Context, k igd.Key, target netip.Addr) er
 		return fmt.Errorf("remove the probe %s (its lease ends it): %w", k, err)
 	}
 	return nil
+}
+
+// pcpCallTimeout bounds each PCP probe: a router without a PCP server may
+// drop the request rather than refuse it.
+const pcpCallTimeout = 3 * time.Second
+
+// pcp probes the router's PCP server: a MAP for this host with
+// PREFER_FAILURE at a free key, then one for other with THIRD_PARTY, each
+// deleted at once with its nonce (random, this run's own).
+func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) Finding {
+	f := Finding{Check: CheckPCP}
+	c := r.o.PCP
+	if c == nil {
+		var err error
+		if c, err = pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(gw.Addr, pcp.Port), CallTimeout: pcpCallTimeout}); err != nil {
+			f.Status, f.Detail = Warn, "could not tell: "+err.Error()
+			return f
+		}
+	}
+	mapped, err := r.pcpProbe(ctx, c, netip.Addr{})
+	switch {
+	case err != nil && errors.As(err, new(*pcp.ResultError)):
+		f.Status, f.Detail = OK, "a PCP server answers on port 5351 but refused a mapping for this host: "+err.Error()
+		return f
+	case err != nil:
+		f.Status, f.Detail = OK, "no PCP server answered on port 5351 ("+err.Error()+"): the load balancer speaks UPnP IGD"
+		return f
+	}
+	f.Status = OK
+	f.Detail = fmt.Sprintf("a PCP server answers on port 5351: mapped %s for this host", mapped)
+	if other == self {
+		f.Detail += "; THIRD_PARTY not probed (Options.OtherHost is this host)"
+		return f
+	}
+	switch _, err := r.pcpProbe(ctx, c, other); {
+	case err == nil:
+		f.Detail += fmt.Sprintf("; THIRD_PARTY allowed (mapped for %s)", other)
+	case errors.Is(err, pcp.ErrUnsupportedOption):
+		f.Detail += fmt.Sprintf("; THIRD_PARTY refused (for %s): through PCP a host maps only for itself, as in secure mode (miniupnpd.conf: pcp_allow_thirdparty=yes allows it)", other)
+	default:
+		f.Detail += fmt.Sprintf("; THIRD_PARTY could not be told (for %s): %v", other, err)
+	}
+	return f
+}
+
+// pcpProbe maps a free key through PCP for target (zero: this host) with
+// PREFER_FAILURE and a random nonce, and deletes it with that nonce.
+func (r *run) pcpProbe(ctx context.Context, c *pcp.Client, target netip.Addr) (igd.Key, error) {
+	k, err := r.freeKey(ctx, r.o.Ports)
+	if err != nil {
+		return igd.Key{}, err
+	}
+	var nonce [12]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return igd.Key{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, pcpCallTimeout)
+	defer cancel()
+	internalPort := 30000 + k.ExternalPort%2768
+	res, err := c.Map(ctx, pcp.MapRequest{Protocol: k.Protocol, InternalAddr: target, InternalPort: internalPort,
+		ExternalPort: k.ExternalPort, Lifetime: r.o.Lease, PreferFailure: true, Nonce: nonce})
+	if err != nil {
+		return igd.Key{}, err
+	}
+	if err := c.Delete(ctx, k.Protocol, target, internalPort, nonce); err != nil {
+		return igd.Key{}, fmt.Errorf("remove the PCP probe %s (its lifetime of %s ends it): %w", k, res.Lifetime, err)
+	}
+	return k, nil
 }
 
 // freeKeyTries bounds the keys read before giving up on finding a free one.
