@@ -11,13 +11,17 @@
 // each probe reads its key first and uses only a free one, carries a
 // description unique to the run ("ccmkit-check" and random hex), has a short
 // lease (Options.Lease) and is removed at once, after reading it back shows
-// it is still the probe's (same internal client and description). UPnP has
-// no conditional write, so a residual window stays: a process on this same
-// host that adds the very key between the probe's read and its write (or
-// its check and its delete) is overwritten or removed. Probe keys are drawn
-// at random from Options.Ports, a range the load balancer does not use
-// unless a Service asks for it, which makes that a coincidence of
-// milliseconds on one key of a thousand.
+// it is still the probe's (same internal client and port, and its
+// description or a router's cut of it). An add the router refused or did
+// not answer is read back too, and removed if the router stored it anyway.
+// UPnP has no conditional write, so a residual window stays: a mapping to
+// the probe's own target (this host, or Options.OtherHost for the
+// secure-mode probe) that another program adds at the very key between the
+// probe's read and its add is replaced by the probe, then removed with it.
+// Probe keys are drawn at random from Options.Ports, a range the load
+// balancer does not use unless a Service asks for it, and OtherHost is by
+// default the router's own address, which no program maps to: that takes a
+// coincidence of milliseconds on one key of a thousand.
 package routercheck
 
 import (
@@ -359,21 +363,18 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
 		InternalPort: 30000 + k.ExternalPort%2768, Description: r.tag, Lease: lease, Enabled: true}
 	sent, err := r.c.AddPortMapping(ctx, m)
-	var refused *igd.UPnPError
-	if err != nil && !errors.As(err, &refused) {
-		// No answer (a timeout, a lost reply): the router may have stored
-		// the probe. Remove it if it is there and still the probe's.
-		return igd.Mapping{}, errors.Join(err, r.removeIfOurs(ctx, k, target))
-	}
 	if err != nil {
-		return igd.Mapping{}, err
+		// Whatever the answer (none, a lost reply, or an error from a
+		// router that stored the probe anyway), the router may hold the
+		// probe: remove it if it is there and still the probe's.
+		return igd.Mapping{}, errors.Join(err, r.removeIfOurs(ctx, m))
 	}
 	stored, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	if err != nil {
 		return igd.Mapping{}, fmt.Errorf("read the probe %s back: %w", k, err)
 	}
-	if stored.InternalClient != target || stored.Description != r.tag {
-		return igd.Mapping{}, fmt.Errorf("probe %s was taken by %s (%q) before it could be removed; left alone", k, stored.InternalClient, stored.Description)
+	if !isProbe(stored, m) {
+		return igd.Mapping{}, fmt.Errorf("probe %s was taken by %s:%d (%q) before it could be removed; left alone", k, stored.InternalClient, stored.InternalPort, stored.Description)
 	}
 	if err := r.c.DeletePortMapping(ctx, k.Protocol, k.ExternalPort); err != nil {
 		return igd.Mapping{}, fmt.Errorf("remove the probe %s (its lease ends it): %w", k, err)
@@ -382,22 +383,33 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	return stored, nil
 }
 
-// removeIfOurs deletes the mapping at k when reading it shows the probe's
-// target and description, and leaves anything else alone.
-func (r *run) removeIfOurs(ctx context.Context, k igd.Key, target netip.Addr) error {
+// removeIfOurs deletes the mapping at m's key when reading it shows the
+// probe m (isProbe), and leaves anything else alone.
+func (r *run) removeIfOurs(ctx context.Context, m igd.Mapping) error {
+	k := m.Key()
 	got, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
 		return nil
 	case err != nil:
 		return fmt.Errorf("read %s to remove a probe the router may hold (its lease ends it): %w", k, err)
-	case got.InternalClient != target || got.Description != r.tag:
+	case !isProbe(got, m):
 		return nil
 	}
 	if err := r.c.DeletePortMapping(ctx, k.Protocol, k.ExternalPort); err != nil {
 		return fmt.Errorf("remove the probe %s (its lease ends it): %w", k, err)
 	}
 	return nil
+}
+
+// isProbe reports whether stored, as read, is the probe m: the same
+// internal client and port (0: the router did not say), and the probe's
+// description or a cut of it (routers cut descriptions to their own
+// length).
+func isProbe(stored, m igd.Mapping) bool {
+	return stored.InternalClient == m.InternalClient &&
+		(stored.InternalPort == m.InternalPort || stored.InternalPort == 0) &&
+		stored.Description != "" && strings.HasPrefix(m.Description, stored.Description)
 }
 
 // pcpCallTimeout bounds each PCP probe: a router without a PCP server may
