@@ -245,12 +245,19 @@ const walkAttempts = 3
 // walkAttempts times; then it fails. It never returns a partial table.
 //
 // An entry read twice is a change too (repeated): rows moved under the
-// walk, even when the size and both ends are as before.
+// walk, even when the size and both ends are as before; unless the next
+// walk reads it twice at the same indexes in a table of the same size, which
+// is a router listing it twice, and the walk keeps it once.
 //
 // Residual risk: changes by others that keep the size and both ends, and
-// read no entry twice (as many deletions as insertions of other keys, all
-// away from the ends) go unnoticed. miniupnpd puts new mappings at one end,
-// so on it an insertion that hides a deletion is seen.
+// read no entry twice, go unnoticed. On a router that lists newest first
+// (miniupnpd 2.3.1 with nftables) an insertion lands in front of the walk
+// and makes it read an entry twice, so a deletion behind the walk cannot be
+// hidden. On a router that lists oldest first, a host that deletes a row
+// behind the walk, adds a new key and deletes and re-adds the last one
+// keeps the size and both ends and hides the row the walk skipped: the walk
+// then misses one mapping. Callers use walks for hints and to learn the
+// table's shape, never as the proof a write rests on.
 //
 // An entry read that passes Config.CallTimeout is read once more before the
 // walk fails (walkOnce): a router's reads slow down as its table grows (on
@@ -271,7 +278,8 @@ func (c *UPnPClient) walk(ctx context.Context, gw *gateway) ([]Mapping, error) {
 // walkHeld is walk for a caller that holds this client's writes off
 // (holdWrites).
 func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, error) {
-	var changed string
+	var changed, lastDup string
+	lastLen := -1
 	for range walkAttempts {
 		n, first, last, err := c.tableSize(ctx, gw)
 		if err != nil {
@@ -288,9 +296,13 @@ func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, erro
 				return nil, err
 			}
 		}
+		// The same entry read twice at the same places by two walks of a
+		// table of one size is the router's own repetition, not a change.
 		dup := repeated(raw)
+		stable := dup != "" && dup == lastDup && len(raw) == lastLen
+		lastDup, lastLen = dup, len(raw)
 		switch {
-		case dup != "":
+		case dup != "" && !stable:
 			changed = dup
 		case len(raw) != n:
 			changed = fmt.Sprintf("it held %d entries before the walk and %d during it", n, len(raw))
