@@ -38,6 +38,13 @@ const (
 	// host, so that one host cannot fill maxLocations. A router answers every
 	// search type with the same location, some with one per device version.
 	maxLocationsPerHost = 4
+	// maxGatewayLocations bounds the distinct locations probed on the
+	// default gateway, maxLocationsPerHost at a time, queued beyond: SSDP
+	// answers are UDP and any LAN host can send them from the gateway's
+	// address, so a few answers pointing at closed ports on the gateway
+	// must not shut its real answer out, only delay it by one failed fetch
+	// each.
+	maxGatewayLocations = 64
 )
 
 // mSearch returns an SSDP search for st. MX 1 asks devices to answer within
@@ -157,10 +164,18 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 		ps   []probed
 	}
 	results := make(chan result)
-	pending, pendingGW := 0, 0
+	pending := 0
+	// pendingGW counts the gateway's locations being probed or queued,
+	// gwActive those being probed, gwTried all it was given.
+	pendingGW, gwActive, gwTried := 0, 0, 0
+	var gwQueue []ssdpAnswer
 	seen := map[string]bool{}
 	perHost := map[netip.Addr]int{}
 	others := 0 // locations probed on hosts other than the default gateway
+	start := func(a ssdpAnswer, onGW bool) {
+		pending++
+		go func() { results <- result{onGW, c.probe(probeCtx, a.location, a.responder, a.server, defGW)} }()
+	}
 	var settle <-chan time.Time
 
 loop:
@@ -169,26 +184,41 @@ loop:
 		case a := <-answers:
 			// A router answers once per search type; probe each location once
 			// per answering host, a few per host, and the default gateway's
-			// whatever others answered. An answer whose sender is unknown
-			// cannot be checked against its LOCATION.
+			// whatever others answered, queued past a few at a time. An
+			// answer whose sender is unknown cannot be checked against its
+			// LOCATION.
 			key := a.location + " " + a.responder.String()
 			onGW := defGW.IsValid() && a.responder == defGW
-			if seen[key] || !a.responder.IsValid() || perHost[a.responder] >= maxLocationsPerHost || (!onGW && others >= maxLocations) {
+			switch {
+			case seen[key] || !a.responder.IsValid():
 				continue
-			}
-			seen[key] = true
-			perHost[a.responder]++
-			if onGW {
+			case onGW && gwTried < maxGatewayLocations:
+				seen[key] = true
+				gwTried++
 				pendingGW++
-			} else {
+				if gwActive >= maxLocationsPerHost {
+					gwQueue = append(gwQueue, a)
+					continue
+				}
+				gwActive++
+			case onGW || perHost[a.responder] >= maxLocationsPerHost || others >= maxLocations:
+				continue
+			default:
+				seen[key] = true
+				perHost[a.responder]++
 				others++
 			}
-			pending++
-			go func() { results <- result{onGW, c.probe(probeCtx, a.location, a.responder, a.server, defGW)} }()
+			start(a, onGW)
 		case r := <-results:
 			pending--
 			if r.onGW {
 				pendingGW--
+				gwActive--
+				if len(gwQueue) > 0 {
+					gwActive++
+					start(gwQueue[0], true)
+					gwQueue = gwQueue[1:]
+				}
 			}
 			ps := r.ps
 			found = append(found, ps...)

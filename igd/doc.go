@@ -40,7 +40,9 @@
 // address written as one (never a name), and a service only when its control
 // URL is on that address too; at most four locations are probed per
 // answering host, and at most 16 from hosts other than the default gateway,
-// whose answers are always probed. A service is rejected when it does not
+// whose answers are all probed, four at a time, up to 64 (any LAN host can
+// send answers from the gateway's address; they delay its real answer, they
+// do not shut it out). A service is rejected when it does not
 // answer, has no valid external address, or says its WAN connection is
 // anything but Connected. Among the others it prefers, in order: a Connected
 // status over an unknown one, a public external address over a private or
