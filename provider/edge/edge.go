@@ -85,6 +85,9 @@ type Options struct {
 	// cloud-controller-manager's service controller.
 	Class     string
 	Classless bool
+	// Finalizer is the class controller's finalizer when it is not Class
+	// (lbclass.Config.Finalizer): see loadbalancer.Config.Finalizer.
+	Finalizer string
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
@@ -122,6 +125,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		Services:                 cfg.LoadBalancer.Services,
 		Class:                    opts.Class,
 		Classless:                opts.Classless,
+		Finalizer:                opts.Finalizer,
 		NodeName:                 cfg.LoadBalancer.NodeName,
 		SecureMode:               cfg.LoadBalancer.SecureMode,
 		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,
