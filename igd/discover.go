@@ -333,6 +333,7 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder netip
 		for _, srv := range root.Device.FindService(st) {
 			p := c.probeService(ctx, root, loc, srv, responder, defGW)
 			p.cand.Server = server
+			p.cand.IPv6Firewall = len(root.Device.FindService(serviceIPv6Firewall)) > 0
 			out = append(out, p)
 		}
 	}

@@ -25,6 +25,9 @@ const (
 )
 
 // serviceTypes lists the supported service types, most preferred first.
+// serviceIPv6Firewall is IGD:2's IPv6 pinhole service, only reported.
+const serviceIPv6Firewall = "urn:schemas-upnp-org:service:WANIPv6FirewallControl:1"
+
 var serviceTypes = []string{ServiceWANIPConnection2, ServiceWANIPConnection1, ServiceWANPPPConnection1}
 
 // wanConnection is the part of a WAN connection service this package uses.

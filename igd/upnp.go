@@ -194,6 +194,10 @@ type Candidate struct {
 	// nothing. Known buggy versions are worked around (see the package
 	// documentation).
 	Server string
+	// IPv6Firewall reports whether the device describes an IGD:2
+	// WANIPv6FirewallControl:1 service (IPv6 pinholes). It is not used:
+	// this package maps IPv4.
+	IPv6Firewall bool
 }
 
 // Connected reports whether the router said its WAN connection is up.

@@ -42,7 +42,7 @@ func ExampleRun() {
 	// finite-lease ok
 	// secure-mode fail
 	// ports-below-1024 ok
-	// ipv6-pinholes skipped
+	// ipv6-pinholes ok
 	// pcp ok
 	// fix first: secure-mode
 }

@@ -74,6 +74,9 @@ func TestLabRun(t *testing.T) {
 					t.Errorf("%s: %q, want it to say %q", f.Check, f.Detail, tc.pcp)
 				}
 			}
+			if want := tc.service == igd.ServiceWANIPConnection2; rep.Gateway.IPv6Firewall != want {
+				t.Errorf("IPv6Firewall %v, want %v: miniupnpd describes it in IGD:2 only", rep.Gateway.IPv6Firewall, want)
+			}
 			if rep.Gateway.ServiceType != tc.service {
 				t.Errorf("service %s, want %s", rep.Gateway.ServiceType, tc.service)
 			}

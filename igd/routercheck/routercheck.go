@@ -180,7 +180,7 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 		add(r.secureMode(ctx, self, other))
 		add(r.lowPorts(ctx, self))
 	}
-	add(Finding{Check: CheckIPv6, Status: Skipped, Detail: "not probed: the load balancer maps IPv4 only"})
+	add(ipv6(gw))
 	add(r.pcp(ctx, gw, self, other))
 	return rep, nil
 }
@@ -254,6 +254,16 @@ func externalIP(gw igd.Gateway, o Options) Finding {
 	}
 	f.Status = Fail
 	f.Fix = "ask the ISP for a public IPv4 address (or put the upstream router in bridge mode); or set loadBalancer.allowNonPublicExternalIP: true to serve the upstream network only"
+	return f
+}
+
+func ipv6(gw igd.Gateway) Finding {
+	f := Finding{Check: CheckIPv6, Status: OK}
+	if gw.IPv6Firewall {
+		f.Detail = "describes an IPv6 firewall service (WANIPv6FirewallControl:1), not used: the load balancer maps IPv4 only; whether it allows inbound pinholes was not asked"
+	} else {
+		f.Detail = "describes no IPv6 firewall service (an IGD:1 description hides it): IPv6 Services are not exposed through this router; the load balancer maps IPv4 only"
+	}
 	return f
 }
 
