@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,10 +81,10 @@ type Config struct {
 	// at a verbosity of your choice, use k8s.io/klog/v2/ktesting:
 	// ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(4))).
 	//
-	// Upstream's controllers also log some lines through klog's
-	// process-wide functions, which no harness can tell apart: in a test
-	// binary, Start sends those nowhere unless klog's verbosity (its -v
-	// flag) is above 0.
+	// Upstream's controllers also log some lines, errors included,
+	// through klog's process-wide functions, which no harness can tell
+	// apart: in a test binary, Start sends those nowhere unless klog's
+	// verbosity (its -v flag) is above 0.
 	Logger klog.Logger
 	// Classes are load balancer class controllers to run beside upstream's
 	// (see Class); nil = none.
@@ -180,7 +181,7 @@ type Harness struct {
 //
 // ctx bounds Start's waits only; the controllers run until Stop.
 func Start(ctx context.Context, cfg Config) (*Harness, error) {
-	if cfg.Cloud == nil {
+	if cfg.Cloud == nil || isNilPointer(cfg.Cloud) {
 		return nil, errors.New("cluster: Config.Cloud is nil")
 	}
 	if !cfg.Cloud.HasClusterID() && !cfg.AllowUntaggedCloud {
@@ -408,3 +409,10 @@ func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) 
 // quietPolls is how many polls without a node event AddNode takes as "the
 // service controller is done with the node".
 const quietPolls = 5
+
+// isNilPointer reports whether v is a typed nil pointer in an interface, as
+// a *provider.Cloud from a failed provider.New is.
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
+}

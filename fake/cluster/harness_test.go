@@ -184,9 +184,14 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 	}
 }
 
+// A nil cloud, or a typed nil (what a failed provider.New returns, put
+// into Config.Cloud), is an error, not a panic.
 func TestStartRejectsNilCloud(t *testing.T) {
-	if _, err := cluster.Start(t.Context(), cluster.Config{}); err == nil {
-		t.Fatal("Start without a cloud succeeded")
+	var typedNil *provider.Cloud
+	for name, cloud := range map[string]cloudprovider.Interface{"nil": nil, "typed nil": typedNil} {
+		if _, err := cluster.Start(t.Context(), cluster.Config{Cloud: cloud}); err == nil || !strings.Contains(err.Error(), "Config.Cloud is nil") {
+			t.Errorf("Start with a %s cloud = %v, want an error naming Config.Cloud", name, err)
+		}
 	}
 }
 

@@ -5,9 +5,9 @@
 // nodes that carry k3s://<node-name> or rke2://<node-name> keep it and are
 // treated as edge's).
 //
-// Factory is a cloudprovider.Factory; Register adds it to a registry under
-// ProviderName ("edge"), and examples/edge-ccm shows a cloud-controller-manager
-// built on it. The factory reads the cloud-config (Config, ParseConfig)
+// Factory is a cloudprovider.Factory, registered under ProviderName
+// ("edge") with registry.Register or registry.MustRegister, and
+// examples/edge-ccm shows a cloud-controller-manager built on it. The factory reads the cloud-config (Config, ParseConfig)
 // strictly: an unknown or mistyped key is an error naming it. It builds the
 // provider without any network I/O: the router is discovered on first use
 // and again whenever it stops answering, so a router that is unreachable when
