@@ -32,7 +32,9 @@ type LoadBalancerSetup struct {
 	// balancer. Required.
 	LoadBalancer cloudprovider.LoadBalancer
 	// Backend inspects what LoadBalancer made; nil = checks rely on
-	// GetLoadBalancer only.
+	// GetLoadBalancer only. Backend, Forwards and Leftovers are yours:
+	// they get no cluster name, so a backend keyed by cluster uses the
+	// ClusterName set here (or "kubernetes").
 	Backend Backend
 	// ClusterName is passed to every call; "" = "kubernetes".
 	ClusterName string
@@ -61,7 +63,9 @@ type LoadBalancerSetup struct {
 	// Leftovers, when set, describes everything the backend holds for any
 	// Service, each thing in a line of your choice (a router mapping, a
 	// cloud resource's ID). Nil = the check that nothing is left after
-	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone.
+	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone, which
+	// both say "gone" for a Service whose resources leaked (an address
+	// never released, say): set Leftovers to catch leaks.
 	Leftovers func(ctx context.Context) ([]string, error)
 	// Class, when set, is the spec.loadBalancerClass of every Service the
 	// checks use (Service's and Elsewhere), as a load balancer served by a
