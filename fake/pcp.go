@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -51,6 +50,13 @@ type PCPConfig struct {
 	// restarts or reboots, in addition to the sockets ListenAnnounce opened
 	// (miniupnpd sends it to 224.0.0.1:5350).
 	AnnounceTo []netip.AddrPort
+	// OnAnswer, when set, sees each answer after the request was carried
+	// out and before it is sent, and returns what to send instead: nil
+	// drops it (a lost datagram: the mapping is made or deleted all the
+	// same), other bytes replace it. It is called from the server's
+	// goroutine, one request at a time, with no lock held. Nil sends every
+	// answer as is.
+	OnAnswer func(call PCPCall, answer []byte) []byte
 }
 
 // PCPCall is one request a PCPServer answered, as recorded in its log.
@@ -281,27 +287,14 @@ func PCPDescription(nonce [12]byte) string {
 		binary.LittleEndian.Uint32(nonce[8:]))
 }
 
-// serve answers requests until the socket is closed.
+// serve answers requests until the socket is closed or fails.
 func (s *PCPServer) serve() {
 	defer close(s.done)
 	buf := make([]byte, 2048)
 	for {
 		n, from, err := s.conn.ReadFrom(buf)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return
-			}
-			continue
+			return // closed, or a socket that no longer works
 		}
 		src, err := netip.ParseAddrPort(from.String())
 		if err != nil {
@@ -315,6 +308,11 @@ func (s *PCPServer) serve() {
 		s.mu.Lock()
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
+		if s.cfg.OnAnswer != nil {
+			if answer = s.cfg.OnAnswer(call, answer); answer == nil {
+				continue
+			}
+		}
 		s.conn.WriteTo(answer, from)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,5 +193,32 @@ func TestPCPClose(t *testing.T) {
 func TestPCPConfigInvalid(t *testing.T) {
 	if _, err := fake.NewPCPServer(fake.PCPConfig{MinLifetime: time.Hour, MaxLifetime: time.Minute}); err == nil {
 		t.Error("NewPCPServer with MinLifetime > MaxLifetime succeeded")
+	}
+}
+
+// TestPCPOnAnswerLostAnswer: OnAnswer drops the answer to the first delete,
+// after the server deleted the mapping; the client's retransmission then
+// finds nothing (NO_RESOURCES), as igd/pcp's design note says of
+// miniupnpd.
+func TestPCPOnAnswerLostAnswer(t *testing.T) {
+	var dropped atomic.Bool
+	s, _ := newPCP(t, fake.PCPConfig{OnAnswer: func(call fake.PCPCall, answer []byte) []byte {
+		if call.Lifetime == 0 && call.Opcode == 1 && !dropped.Swap(true) {
+			return nil
+		}
+		return answer
+	}})
+	c := pcpClient(t, s)
+	if _, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, Lifetime: time.Hour, Nonce: nonce}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(tctx(t), igd.TCP, netip.Addr{}, 30080, nonce); !errors.Is(err, pcp.ErrNoResources) {
+		t.Fatalf("Delete whose first answer was lost = %v, want ErrNoResources", err)
+	}
+	if ms := s.Router().Mappings(); len(ms) != 0 {
+		t.Errorf("table = %+v, want empty", ms)
+	}
+	if n := len(s.Calls()); n != 3 {
+		t.Errorf("server answered %d requests, want 3 (map, delete, its retransmission)", n)
 	}
 }
