@@ -132,6 +132,10 @@ func cases() []testCase {
 		{name: "Raw/ShortRequest", run: testShortRequest},
 		{name: "Raw/AnnounceRequest", run: testAnnounceRequest},
 		{name: "Raw/AddressMismatch", run: testAddressMismatch},
+		{name: "Raw/SuggestedExternalAddress", run: testSuggestedAddress},
+		{name: "Raw/Options", run: testOptions},
+		{name: "NoSuggestedPortTakesTheInternalPort", run: testNoSuggestedPort},
+		{name: "DeleteFindsTheNewestMapping", run: testDeleteNewest},
 	}
 }
 
@@ -202,7 +206,14 @@ func testRoundTrip(t *testing.T, tg Target) {
 	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcp.ErrNoResources) {
 		t.Errorf("second Delete = %v, want ErrNoResources", err)
 	}
-	// UDP is a key of its own.
+	// A renewal (same nonce) keeps the port; UDP is a key of its own.
+	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	if got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: 2 * time.Hour, Nonce: nonceA}); got.ExternalPort != portExt || got.Lifetime != 2*time.Hour {
+		t.Errorf("renewal = %+v, want port %d for 2h", got, portExt)
+	}
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); err != nil {
+		t.Fatalf("Delete after the renewal = %v", err)
+	}
 	got = mustMap(t, c, pcp.MapRequest{Protocol: igd.UDP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalPort != portExt {
 		t.Errorf("UDP Map got port %d, want %d", got.ExternalPort, portExt)
@@ -603,4 +614,70 @@ func exchange(t *testing.T, tg Target, i int, req []byte) []byte {
 	}
 	t.Fatalf("no answer to % x within %v", req, CallTimeout)
 	return nil
+}
+
+// testSuggestedAddress: a suggested external address that is not the
+// router's is replaced by the router's, unless PREFER_FAILURE asks for it
+// (CANNOT_PROVIDE_EXTERNAL).
+func testSuggestedAddress(t *testing.T, tg Target) {
+	h := tg.Hosts[0]
+	req := mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt)
+	putAddr(req[44:60], netip.MustParseAddr("203.0.113.5"))
+	a := exchange(t, tg, 0, req)
+	wantAnswer(t, a, 2, 1, pcp.Success)
+	if got := netip.AddrFrom16([16]byte(a[44:60])).Unmap(); got != tg.ExternalIP {
+		t.Errorf("granted external address %s, want %s", got, tg.ExternalIP)
+	}
+	req = mapRequest(h.Addr, 3600, nonceA, 6, portInt+1, portNext, preferFailure())
+	putAddr(req[44:60], netip.MustParseAddr("203.0.113.5"))
+	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcp.CannotProvideExternal)
+	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext})
+}
+
+// testOptions: an unknown mandatory option (code < 128) is UNSUPP_OPTION,
+// an unknown optional one is ignored, PREFER_FAILURE without a suggested
+// port or address is MALFORMED_OPTION, and PREFER_FAILURE twice is
+// MALFORMED_OPTION.
+func testOptions(t *testing.T, tg Target) {
+	h := tg.Hosts[0]
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{99, 0, 0, 0})), 2, 1, pcp.UnsuppOption)
+	wantNoMapping(t, tg, tcpExt)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, 0, preferFailure())), 2, 1, pcp.MalformedOption)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, preferFailure(), preferFailure())), 2, 1, pcp.MalformedOption)
+	wantNoMapping(t, tg, tcpExt)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{200, 0, 0, 0})), 2, 1, pcp.Success)
+	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(h.Addr, portInt), Description(nonceA))
+}
+
+// testNoSuggestedPort: with no suggested external port the server tries
+// the internal port first.
+func testNoSuggestedPort(t *testing.T, tg Target) {
+	c := client(t, tg, 0, nil)
+	if got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}); got.ExternalPort != portExt {
+		t.Errorf("Map with no suggested port got %d, want %d (the internal port)", got.ExternalPort, portExt)
+	}
+}
+
+// testDeleteNewest: one internal port mapped on two external ports (a MAP
+// suggesting another port adds a mapping, it does not move the first): a
+// delete looks at the newest one only, and deletes it when its nonce is the
+// request's.
+func testDeleteNewest(t *testing.T, tg Target) {
+	c := client(t, tg, 0, nil)
+	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portNext, Lifetime: time.Hour, Nonce: nonceB})
+	self := netip.AddrPortFrom(tg.Hosts[0].Addr, portInt)
+	wantMapping(t, tg, tcpExt, self, Description(nonceA))
+	wantMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext}, self, Description(nonceB))
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcp.ErrNotAuthorized) {
+		t.Errorf("Delete with the older mapping's nonce = %v, want ErrNotAuthorized (the newest is looked at)", err)
+	}
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceB); err != nil {
+		t.Errorf("Delete with the newest mapping's nonce = %v", err)
+	}
+	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext})
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); err != nil {
+		t.Errorf("Delete of the one left = %v", err)
+	}
+	wantNoMapping(t, tg, tcpExt)
 }
