@@ -48,6 +48,21 @@
 // Sleep and Hold for one-off, slow and held calls); Router.Reboot wipes the table; Router.Calls is a log of every call;
 // Router.Put seeds mappings, for example another host's.
 //
+// PCPServer is a PCP (RFC 6887) MAP server on a real UDP socket, over a
+// Router's table, with miniupnpd 2.3.1's semantics as igd/pcp's design note
+// records them and package igd/pcp/pcpconformance holds it to (the same
+// suite runs against the real daemon): the nonce guards delete
+// (NOT_AUTHORIZED; NO_RESOURCES when nothing is there), THIRD_PARTY is
+// refused unless PCPConfig.AllowThirdParty, lifetimes are clamped, a port
+// another mapping holds is skipped even with PREFER_FAILURE, a re-MAP of the
+// same internal address and port takes the mapping over, and every answer
+// carries the epoch, which Restart, Reboot and ExternalAddressChanged reset
+// (Restart keeps it with PCPConfig.SystemUptime, as the lab runs) and after
+// which the server sends an ANNOUNCE to PCPServer.ListenAnnounce sockets
+// and PCPConfig.AnnounceTo. Its mappings read through UPnP with
+// PCPDescription(nonce). It decodes requests with its own code, not
+// igd/pcp's.
+//
 // All fakes are safe for concurrent use, guard their state with one mutex,
 // and return copies from their accessors.
 //
@@ -74,7 +89,15 @@
 //     hooks (Router.Intercept) simulate the outage.
 //   - Transport failures (refused connections, timeouts, truncated
 //     answers) except through hooks.
-//   - NAT-PMP and PCP; IPv6 pinholes (WANIPv6FirewallControl, listed in the
+//   - NAT-PMP (version 0) and PCP version 1: the PCPServer does not
+//     answer them. PCP's PEER opcode: the fake answers UNSUPP_OPCODE,
+//     where Debian's build (PCP_PEER) installs a peer mapping. IPv6 mappings and protocols other than TCP and UDP (UNSUPP_PROTOCOL;
+//     miniupnpd would try them), the FILTER option (read and ignored),
+//     miniupnpd's permission rules and its check of sockets open on the
+//     router itself (only mappings make a port in use), the lease a
+//     restarted daemon forgets, and the delay before a restarted daemon
+//     answers.
+//   - IPv6 pinholes (WANIPv6FirewallControl, listed in the
 //     IGD:2 description, answers 401 to every action); the other services of
 //     the description (Layer3Forwarding, WANCommonInterfaceConfig,
 //     DeviceProtection); connection actions beyond the status queries

@@ -1,0 +1,20 @@
+// Package pcpconformance states, once, how a PCP (RFC 6887) server answers
+// the MAP requests igd/pcp sends, and checks any server against it.
+//
+// The behaviour is miniupnpd 2.3.1's (Debian's build, nftables), as
+// igd/pcp's design note records it: the nonce guards delete, THIRD_PARTY
+// is refused unless allowed, lifetimes are clamped, PREFER_FAILURE yields to
+// the CHECK_PORTINUSE skip (the client undoes it), a re-MAP of the same
+// internal address and port takes the mapping over, and a restart is told
+// by ANNOUNCE (and, where the epoch restarts with the daemon, by the epoch).
+// Some cases send raw datagrams, built by the suite itself, to pin answers
+// the client never provokes (unknown opcode or version, a short request,
+// THIRD_PARTY naming the sender).
+//
+// The project runs it against fake.PCPServer and, in the lab (igdtest),
+// against a real miniupnpd:
+//
+//	func TestConformance(t *testing.T) {
+//		pcpconformance.Run(t, pcpconformance.Backend{Start: startMyServer})
+//	}
+package pcpconformance

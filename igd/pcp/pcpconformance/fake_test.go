@@ -1,0 +1,70 @@
+package pcpconformance_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd/pcp/pcpconformance"
+)
+
+// Loopback hosts: Linux routes all of 127.0.0.0/8 to lo, so each is a
+// distinct sender to the fake server.
+var hosts = [3]netip.Addr{
+	netip.MustParseAddr("127.0.0.10"),
+	netip.MustParseAddr("127.0.0.11"),
+	netip.MustParseAddr("127.0.0.12"),
+}
+
+// dialFrom dials from addr.
+func dialFrom(addr netip.Addr) func(ctx context.Context, network, address string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 0))}
+	return d.DialContext
+}
+
+// fakeBackend runs each case on a fresh fake.PCPServer over a fake.Router on
+// a fake clock.
+func fakeBackend(systemUptime bool) pcpconformance.Backend {
+	return pcpconformance.Backend{
+		Start: func(t *testing.T, cfg pcpconformance.Config) pcpconformance.Target {
+			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			r := fake.NewRouter(fake.RouterConfig{Clock: clk})
+			s, err := fake.NewPCPServer(fake.PCPConfig{
+				Router:          r,
+				AllowThirdParty: cfg.AllowThirdParty,
+				MinLifetime:     cfg.MinLifetime,
+				MaxLifetime:     cfg.MaxLifetime,
+				SystemUptime:    systemUptime,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			tg := pcpconformance.Target{
+				Server:             s.Addr(),
+				ExternalIP:         r.ExternalIP(),
+				ListenAnnounce:     s.ListenAnnounce,
+				Restart:            func(testing.TB) { s.Restart() },
+				Reboot:             func(testing.TB) { s.Reboot() },
+				EpochKeptOnRestart: systemUptime,
+				Step:               clk.Step,
+			}
+			for i, a := range hosts {
+				tg.Hosts[i] = pcpconformance.Host{Addr: a, DialContext: dialFrom(a), UPnP: r.Client(a)}
+			}
+			return tg
+		},
+	}
+}
+
+// TestConformanceFake runs the suite against fake.PCPServer, with the
+// epoch kept across a restart (system_uptime=yes, as the lab) and reset.
+func TestConformanceFake(t *testing.T) {
+	t.Run("SystemUptime", func(t *testing.T) { pcpconformance.Run(t, fakeBackend(true)) })
+	t.Run("DaemonUptime", func(t *testing.T) { pcpconformance.Run(t, fakeBackend(false)) })
+}
