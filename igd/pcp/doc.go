@@ -20,8 +20,11 @@
 //
 //   - A delete needs the nonce the mapping holds now: with another nonce
 //     the router answers ErrNotAuthorized and keeps the mapping. The router
-//     keeps the nonce as the mapping's description, "PCP MAP <24 hex
-//     digits>", which UPnP clients can read.
+//     keeps the nonce as the mapping's description, "PCP MAP " and the
+//     nonce's three 32-bit words each printed as 8 hex digits in the
+//     router's own byte order (so on a little-endian router the bytes of
+//     each word read reversed: fake.PCPDescription), which UPnP clients
+//     can read and which no client may take for the nonce's plain hex.
 //   - THIRD_PARTY is refused (ErrUnsupportedOption) unless the router has
 //     pcp_allow_thirdparty=yes. Map returns that error and does not fall
 //     back; a mapping for the client's own address needs no option and
