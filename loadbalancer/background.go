@@ -194,6 +194,18 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	defer probe.Stop()
 	trigger()                  // one pass at start: repair what changed while we were away
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
+	var restarts <-chan struct{}
+	if a := lb.cfg.Announcer; a != nil {
+		restarts = a.Restarts()
+		listening := make(chan struct{})
+		defer func() { <-listening }()
+		go func() {
+			defer close(listening)
+			if err := a.ListenAnnounce(ctx); err != nil {
+				logger.Error(err, "Not listening for router restart announcements; probes still find restarts")
+			}
+		}()
+	}
 	for {
 		if retry == nil && lb.anyFailedPorts() {
 			retry = lb.cfg.Clock.After(max(lb.cfg.RetryAfter, portRetryInterval))
@@ -211,6 +223,9 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			if !lost {
 				continue
 			}
+		case <-restarts:
+			logger.Info("Router announced a restart; repairing")
+			repairsTotal.Inc()
 		case <-ticker.C():
 		case <-kick:
 		case <-retry:

@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -103,6 +104,13 @@ type Config struct {
 	// Service when the router lost or changed it. Zero: DefaultProbeInterval.
 	ProbeInterval time.Duration
 
+	// Announcer, when set, tells of router restarts as they happen (the
+	// router's PCP ANNOUNCE: *pcp.Client is one): the background work
+	// listens while it runs and starts a repair pass at each, instead of
+	// waiting for a probe to find a mapping gone. Probes go on beside it,
+	// for routers that announce nothing and announcements that are lost.
+	Announcer Announcer
+
 	// AllowNonPublicExternalIP lets Services report a private or CGNAT
 	// external IP (a router itself behind NAT). False makes them wait for a
 	// public one, with a Warning event.
@@ -149,6 +157,15 @@ type Config struct {
 
 	// Clock drives the background work's timer. Nil means the real clock.
 	Clock clock.WithTicker
+}
+
+// Announcer tells of router restarts: igd/pcp's Client, which hears the
+// ANNOUNCE a PCP server multicasts when it starts, is one.
+type Announcer interface {
+	// ListenAnnounce listens until ctx ends, and returns nil then.
+	ListenAnnounce(ctx context.Context) error
+	// Restarts receives once per restart heard.
+	Restarts() <-chan struct{}
 }
 
 // withDefaults validates c and returns it with every zero field filled in.

@@ -74,9 +74,11 @@
 // EndpointSlices, through the CCM's informers when SetInformers gave them
 // (cloudprovider.InformerUser), else through informers of their own. Every Config.ProbeInterval one router call reads a mapping
 // this process wrote; when the router lost or changed it, every Service is
-// served again at once. Every Config.RenewInterval, and when nodes or
-// endpoints change, a pass serves every Service that carries the service
-// controller's finalizer: it renews leases, re-points, refreshes the external
+// served again at once. A router that announces its restart (Config.Announcer:
+// the PCP ANNOUNCE miniupnpd multicasts when it starts) is served again as
+// soon as it says so. Every Config.RenewInterval, and when nodes or
+// endpoints change, a pass serves every Service handed to it that carries
+// Config.Finalizer: it renews leases, re-points, refreshes the external
 // IP and patches statuses; a failed listing of the whole table (a hint of
 // where forgotten mappings are) does not stop it. Without background work
 // leases are not renewed.

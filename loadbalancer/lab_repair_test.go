@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // BenchmarkLabRepairInSeconds runs the background work with the default
@@ -20,12 +22,29 @@ import (
 // clock against miniupnpd, reboots the router (its table is gone), and
 // reports how long until every mapping is back (repair-s) and, before the
 // reboot, how many router calls the idle background work makes per 5 s.
+//
+// Sub-benchmark announce adds an Announcer (igd/pcp's Client, listening on
+// the node for the ANNOUNCE miniupnpd multicasts when it starts): the
+// repair then starts on the announcement, not at the next probe.
 func BenchmarkLabRepairInSeconds(b *testing.B) {
+	b.Run("probe", func(b *testing.B) { benchRepair(b, false) })
+	b.Run("announce", func(b *testing.B) { benchRepair(b, true) })
+}
+
+func benchRepair(b *testing.B, announce bool) {
 	lab := igdtest.Start(b, igdtest.Options{Nodes: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cc := newCounting(labClient(b, lab, 0))
-	lb, err := New(Config{Client: cc})
+	cfg := Config{Client: cc}
+	if announce {
+		a, err := pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port), ListenPacket: lab.Nodes[0].ListenPacket})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Announcer = a
+	}
+	lb, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

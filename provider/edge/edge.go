@@ -3,12 +3,15 @@ package edge
 import (
 	"fmt"
 	"io"
+	"net/netip"
+	"net/url"
 	"os"
 
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
 )
@@ -88,6 +91,12 @@ type Options struct {
 	// Finalizer is the class controller's finalizer when it is not Class
 	// (lbclass.Config.Finalizer): see loadbalancer.Config.Finalizer.
 	Finalizer string
+	// Announcer tells the load balancer of router restarts. Nil means a
+	// pcp.Client listening for the PCP ANNOUNCE of the router (the host of
+	// gateway.url, else the default gateway) while background work runs:
+	// a router that announces its restart (miniupnpd with NAT-PMP/PCP on)
+	// is repaired at once, others at the next probe.
+	Announcer loadbalancer.Announcer
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
@@ -114,6 +123,20 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		client = upnp
 	}
+	announcer := opts.Announcer
+	if announcer == nil {
+		var server netip.AddrPort
+		if u, err := url.Parse(cfg.Gateway.URL); err == nil && cfg.Gateway.URL != "" {
+			if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+				server = netip.AddrPortFrom(a.Unmap(), pcp.Port)
+			}
+		}
+		a, err := pcp.NewClient(pcp.Config{Server: server})
+		if err != nil {
+			return nil, fmt.Errorf("edge: router announcements: %w", err)
+		}
+		announcer = a
+	}
 	lease := cfg.LoadBalancer.Lease.Duration // 0: the library's default
 	if cfg.LoadBalancer.PermanentLease {
 		lease = loadbalancer.PermanentLease
@@ -126,6 +149,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		Class:                    opts.Class,
 		Classless:                opts.Classless,
 		Finalizer:                opts.Finalizer,
+		Announcer:                announcer,
 		NodeName:                 cfg.LoadBalancer.NodeName,
 		SecureMode:               cfg.LoadBalancer.SecureMode,
 		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,

@@ -1,0 +1,55 @@
+package loadbalancer
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/fake"
+)
+
+// announcer is an Announcer whose restarts a test sends.
+type announcer struct {
+	restarts  chan struct{}
+	listening atomic.Int32
+}
+
+func (a *announcer) Restarts() <-chan struct{} { return a.restarts }
+
+func (a *announcer) ListenAnnounce(ctx context.Context) error {
+	a.listening.Add(1)
+	defer a.listening.Add(-1)
+	<-ctx.Done()
+	return nil
+}
+
+// A router that announces its restart is repaired at once: a pass starts
+// on the announcement, not at the next probe or renewal, and the listener
+// stops with the background work.
+func TestAnnouncedRestartIsRepairedAtOnce(t *testing.T) {
+	a := &announcer{restarts: make(chan struct{}, 1)}
+	e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	before := e.table()
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	if a.listening.Load() != 1 {
+		t.Fatalf("%d listeners while running, want 1", a.listening.Load())
+	}
+	e.router.Reboot()
+	passes, probes := e.lb.passes.Load(), e.lb.probes.Load()
+	a.restarts <- struct{}{}
+	eventually(t, "the repair pass", func() bool { return e.lb.passes.Load() > passes })
+	diffRows(t, "table after the announced restart", e.table(), before)
+	if n := e.lb.probes.Load(); n != probes {
+		t.Errorf("%d probes ran; the clock never moved, so the announcement alone must repair", n-probes)
+	}
+	r.stop(t)
+	if a.listening.Load() != 0 {
+		t.Error("the listener outlived the background work")
+	}
+}
