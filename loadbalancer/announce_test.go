@@ -30,7 +30,9 @@ func (a *announcer) ListenAnnounce(ctx context.Context) error {
 // on the announcement, not at the next probe or renewal, and the listener
 // stops with the background work.
 func TestAnnouncedRestartIsRepairedAtOnce(t *testing.T) {
-	a := &announcer{restarts: make(chan struct{}, 1)}
+	// Unbuffered: a send returns once the background work took it, after
+	// it finished with the one before.
+	a := &announcer{restarts: make(chan struct{})}
 	e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{})
 	nodes := threeNodes()
 	svc := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
@@ -47,6 +49,18 @@ func TestAnnouncedRestartIsRepairedAtOnce(t *testing.T) {
 	diffRows(t, "table after the announced restart", e.table(), before)
 	if n := e.lb.probes.Load(); n != probes {
 		t.Errorf("%d probes ran; the clock never moved, so the announcement alone must repair", n-probes)
+	}
+	// Announcements come over UDP, from anyone on the LAN who claims the
+	// router's address: a flood of them repairs once per probe interval.
+	passes = e.lb.passes.Load()
+	for range 3 {
+		a.restarts <- struct{}{}
+	}
+	e.clock.Step(e.lb.cfg.ProbeInterval / 2) // no probe is due yet
+	a.restarts <- struct{}{}                 // still within the quiet time
+	a.restarts <- struct{}{}                 // taken once the one before is done
+	if n := e.lb.passes.Load() - passes; n != 0 {
+		t.Errorf("%d passes from announcements within one probe interval of the last, want 0", n)
 	}
 	r.stop(t)
 	if a.listening.Load() != 0 {

@@ -195,6 +195,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	trigger()                  // one pass at start: repair what changed while we were away
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	var restarts <-chan struct{}
+	var announcedQuiet time.Time // announced restarts are ignored until then
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
 		listening := make(chan struct{})
@@ -224,6 +225,14 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 				continue
 			}
 		case <-restarts:
+			// Any LAN host can send an ANNOUNCE from the router's address:
+			// at most one repair per probe interval comes from them; a
+			// restart announced within it is still found by the probe.
+			if now := lb.cfg.Clock.Now(); now.Before(announcedQuiet) {
+				continue
+			} else {
+				announcedQuiet = now.Add(lb.cfg.ProbeInterval)
+			}
 			logger.Info("Router announced a restart; repairing")
 			repairsTotal.Inc()
 		case <-ticker.C():
