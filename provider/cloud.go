@@ -137,7 +137,7 @@ func New(name string, cfg Config) (*Cloud, error) {
 // same value, and returns it; a nil or typed-nil v is not recorded and comes
 // back as the untyped nil of T.
 func addPart[T any](c *Cloud, role string, v T) T {
-	if isNil(v) {
+	if registry.IsNil(v) {
 		var none T
 		return none
 	}
@@ -203,22 +203,6 @@ func (c *Cloud) SetInformers(factory informers.SharedInformerFactory) {
 			u.SetInformers(factory)
 		}
 	}
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer,
-// map, slice, func or channel: a part such as (*myLB)(nil) is not == nil,
-// yet calling it would panic, so it counts as not given. This and
-// sameValue are the only uses of reflect in the package.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // sameValue reports whether a and b are the same part: equal under ==,

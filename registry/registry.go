@@ -164,17 +164,18 @@ func build(name string, factory cloudprovider.Factory, config io.Reader) (cloudp
 	if err != nil {
 		return nil, fmt.Errorf("build cloud provider %q: %w", name, err)
 	}
-	if isNil(cloud) {
+	if IsNil(cloud) {
 		return nil, fmt.Errorf("build cloud provider %q: %w", name, ErrNilProvider)
 	}
 	return cloud, nil
 }
 
-// isNil reports whether v is nil or holds a nil pointer, map, slice, func,
+// IsNil reports whether v is nil or holds a nil pointer, map, slice, func,
 // channel or interface. A provider such as (*myCloud)(nil) stored in a
-// cloudprovider.Interface is not == nil, yet calling it would panic; reflect
-// is used only for this check.
-func isNil(v any) bool {
+// cloudprovider.Interface is not == nil, yet calling it would panic:
+// Register and Build treat it as no provider, and provider and fake/cluster
+// treat parts and clouds the same way.
+func IsNil(v any) bool {
 	if v == nil {
 		return true
 	}

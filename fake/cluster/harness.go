@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +30,8 @@ import (
 	// The route controller asks the process's feature gate about a
 	// controller-manager feature, which must be registered there.
 	_ "k8s.io/controller-manager/pkg/features/register"
+
+	"github.com/ccmkit/ccmkit/registry"
 )
 
 // Config configures Start.
@@ -181,7 +182,7 @@ type Harness struct {
 //
 // ctx bounds Start's waits only; the controllers run until Stop.
 func Start(ctx context.Context, cfg Config) (*Harness, error) {
-	if cfg.Cloud == nil || isNilPointer(cfg.Cloud) {
+	if registry.IsNil(cfg.Cloud) {
 		return nil, errors.New("cluster: Config.Cloud is nil")
 	}
 	if !cfg.Cloud.HasClusterID() && !cfg.AllowUntaggedCloud {
@@ -409,10 +410,3 @@ func (h *Harness) AddNode(ctx context.Context, node *v1.Node) (*v1.Node, error) 
 // quietPolls is how many polls without a node event AddNode takes as "the
 // service controller is done with the node".
 const quietPolls = 5
-
-// isNilPointer reports whether v is a typed nil pointer in an interface, as
-// a *provider.Cloud from a failed provider.New is.
-func isNilPointer(v any) bool {
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
-}
