@@ -87,9 +87,15 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, "", defGW)
 	} else {
 		var err error
-		found, early, err = c.search(ctx, defGW)
+		var gwUnprobed bool
+		found, early, gwUnprobed, err = c.search(ctx, defGW)
 		if err != nil {
 			return nil, err
+		}
+		if gwUnprobed {
+			// The gateway's own answers were not all probed in time: a
+			// router elsewhere must not win over the one they may name.
+			found = onGateway(found)
 		}
 	}
 	gw, ok := choose(found)
@@ -113,10 +119,16 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 // when the default gateway offered a service no answer can beat (best) and
 // none of its locations is still being probed, since the choice would be
 // the same after the window.
-func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []probed, early bool, err error) {
+//
+// The settle window does not end the search while locations of the
+// gateway are still queued or being probed (answers spoofed from its
+// address, pointing at ports that never answer, would otherwise hold the
+// probes until the window closed on its real answer); when ctx ends first,
+// gwUnprobed says so.
+func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []probed, early, gwUnprobed bool, err error) {
 	pc, err := c.cfg.ListenPacket(ctx, "udp4", "0.0.0.0:0")
 	if err != nil {
-		return nil, false, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
+		return nil, false, false, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
 	}
 	answers := make(chan ssdpAnswer)
 	readerDone := make(chan struct{})
@@ -136,7 +148,7 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 
 	group, err := net.ResolveUDPAddr("udp4", ssdpGroup)
 	if err != nil {
-		return nil, false, fmt.Errorf("igd: discover: %w", err)
+		return nil, false, false, fmt.Errorf("igd: discover: %w", err)
 	}
 	send := func() error {
 		var errs []error
@@ -152,7 +164,7 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 	}
 	if err := send(); err != nil {
 		// No route to the multicast group (no LAN link): nothing to find.
-		return nil, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
+		return nil, false, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
 	}
 	resend := time.NewTicker(ssdpResend)
 	defer resend.Stop()
@@ -177,6 +189,7 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 		go func() { results <- result{onGW, c.probe(probeCtx, a.location, a.responder, a.server, defGW)} }()
 	}
 	var settle <-chan time.Time
+	settled := false // the window passed while the gateway was being probed
 
 loop:
 	for {
@@ -226,16 +239,23 @@ loop:
 				early = true
 				break loop
 			}
+			if settled && pendingGW == 0 {
+				break loop
+			}
 			if settle == nil && slices.ContainsFunc(ps, func(p probed) bool { return p.cand.Rejected == "" }) {
 				t := time.NewTimer(c.cfg.SettleTime)
 				defer t.Stop()
 				settle = t.C
 			}
 		case <-resend.C:
-			if settle == nil {
+			if settle == nil && !settled {
 				_ = send() // a failed repeat changes nothing; the first one went out
 			}
 		case <-settle:
+			if pendingGW > 0 {
+				settle, settled = nil, true
+				continue
+			}
 			break loop
 		case <-ctx.Done():
 			break loop
@@ -247,7 +267,18 @@ loop:
 	for ; pending > 0; pending-- {
 		found = append(found, (<-results).ps...)
 	}
-	return found, early, nil
+	return found, early, pendingGW > 0, nil
+}
+
+// onGateway returns the candidates on the default gateway.
+func onGateway(found []probed) []probed {
+	var out []probed
+	for _, p := range found {
+		if p.cand.OnDefaultGateway {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // best reports whether c is usable and ranks first on every rule of choose

@@ -12,8 +12,10 @@
 // description unique to the run ("ccmkit-check" and random hex), has a short
 // lease (Options.Lease) and is removed at once, after reading it back shows
 // it is still the probe's (same internal client and port, and its
-// description or a router's cut of it). An add the router refused or did
-// not answer is read back too, and removed if the router stored it anyway.
+// description or a router's cut of it, at least 16 bytes). An add the
+// router did not answer, or answered with an error other than a refusal
+// that stores nothing (606, 718, ...), is read back too, and removed if the
+// router stored it anyway.
 // UPnP has no conditional write, so a residual window stays: a mapping to
 // the probe's own target (this host, or Options.OtherHost for the
 // secure-mode probe) that another program adds at the very key between the
@@ -162,7 +164,7 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 	if !other.IsValid() {
 		other = gw.Addr
 	}
-	r := &run{c: c, o: o, tag: "ccmkit-check " + randomHex()}
+	r := &run{c: c, o: o, tag: tagPrefix + randomHex()}
 	rep := Report{Gateway: gw}
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
 	add(router(gw))
@@ -373,10 +375,13 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
 		InternalPort: 30000 + k.ExternalPort%2768, Description: r.tag, Lease: lease, Enabled: true}
 	sent, err := r.c.AddPortMapping(ctx, m)
-	if err != nil {
-		// Whatever the answer (none, a lost reply, or an error from a
-		// router that stored the probe anyway), the router may hold the
-		// probe: remove it if it is there and still the probe's.
+	switch {
+	case err != nil && refusedStoringNothing(err):
+		return igd.Mapping{}, err
+	case err != nil:
+		// No answer (a timeout, a lost reply) or an error the router may
+		// give after storing the probe (501): remove it if it is there and
+		// still the probe's.
 		return igd.Mapping{}, errors.Join(err, r.removeIfOurs(ctx, m))
 	}
 	stored, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
@@ -412,14 +417,36 @@ func (r *run) removeIfOurs(ctx context.Context, m igd.Mapping) error {
 	return nil
 }
 
+// refusedStoringNothing reports whether err is a router's answer that says
+// the add was not stored: a refusal by its rules (606), a key held by
+// another (718), arguments or a lease it does not take (402, 724, 725) or
+// a full table (728). After those the probe's key is not read for removal:
+// what is there is another's.
+func refusedStoringNothing(err error) bool {
+	switch igd.Code(err) {
+	case igd.CodeInvalidArgs, igd.CodeNotAuthorized, igd.CodeConflict, igd.CodeSamePortValuesRequired,
+		igd.CodeOnlyPermanentLeases, igd.CodeNoPortMapsAvailable:
+		return true
+	}
+	return false
+}
+
+// tagPrefix starts every probe's description; random hex follows.
+const tagPrefix = "ccmkit-check "
+
+// minTagCut is the shortest cut of a probe's description taken for the
+// probe: the prefix and three of its random hex digits (routers cut
+// descriptions, some at 16 bytes). A shorter description ("ccmkit", "c")
+// is another program's.
+const minTagCut = len(tagPrefix) + 3
+
 // isProbe reports whether stored, as read, is the probe m: the same
 // internal client and port (0: the router did not say), and the probe's
-// description or a cut of it (routers cut descriptions to their own
-// length).
+// description or a cut of it at least minTagCut long.
 func isProbe(stored, m igd.Mapping) bool {
 	return stored.InternalClient == m.InternalClient &&
 		(stored.InternalPort == m.InternalPort || stored.InternalPort == 0) &&
-		stored.Description != "" && strings.HasPrefix(m.Description, stored.Description)
+		len(stored.Description) >= min(minTagCut, len(m.Description)) && strings.HasPrefix(m.Description, stored.Description)
 }
 
 // pcpCallTimeout bounds each PCP probe: a router without a PCP server may
