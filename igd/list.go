@@ -246,8 +246,9 @@ const walkAttempts = 3
 //
 // An entry read twice is a change too (repeated): rows moved under the
 // walk, even when the size and both ends are as before; unless the next
-// walk reads it twice at the same indexes in a table of the same size, which
-// is a router listing it twice, and the walk keeps it once.
+// walk reads it twice at the same indexes in a table of the same size and
+// both indexes still hold it when read again, which is a router listing it
+// twice, and the walk keeps it once.
 //
 // Residual risk: changes by others that keep the size and both ends, and
 // read no entry twice, go unnoticed. On a router that lists newest first
@@ -297,9 +298,17 @@ func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, erro
 			}
 		}
 		// The same entry read twice at the same places by two walks of a
-		// table of one size is the router's own repetition, not a change.
-		dup := repeated(raw)
+		// table of one size, and at both places again now, is the
+		// router's own repetition, not a change. (Another host that adds
+		// a mapping ahead of each walk and deletes it behind makes both
+		// walks read one entry twice too, but not the table after them.)
+		dup, i, j := repeated(raw)
 		stable := dup != "" && dup == lastDup && len(raw) == lastLen
+		if stable {
+			if stable, err = c.repeatsAt(ctx, gw, raw[i], i, j); err != nil {
+				return nil, err
+			}
+		}
 		lastDup, lastLen = dup, len(raw)
 		switch {
 		case dup != "" && !stable:
@@ -327,13 +336,14 @@ func (c *UPnPClient) walkHeld(ctx context.Context, gw *gateway) ([]Mapping, erro
 	return nil, fmt.Errorf("GetGenericPortMappingEntry: the table changed during each of %d walks (last time %s); not returning a partial table", walkAttempts, changed)
 }
 
-// repeated says which entry a walk read twice, or "" when none was. Rows
-// move under a walk: an add puts its entry at one end (the front on
-// miniupnpd), a delete closes its gap, and a walk that reads an entry twice
-// has seen rows move up under it, which a deletion behind it can hide from
-// the size and both ends while the walk skips a row. Two entries of one key
-// with different remote hosts are two mappings, not a change.
-func repeated(raw []Mapping) string {
+// repeated says which entry a walk read twice, and at which indexes, or ""
+// when none was. Rows move under a walk: an add puts its entry at one end
+// (the front on miniupnpd), a delete closes its gap, and a walk that reads
+// an entry twice has seen rows move up under it, which a deletion behind it
+// can hide from the size and both ends while the walk skips a row. Two
+// entries of one key with different remote hosts are two mappings, not a
+// change.
+func repeated(raw []Mapping) (change string, first, again int) {
 	type entry struct {
 		key    Key
 		remote netip.Addr
@@ -342,11 +352,22 @@ func repeated(raw []Mapping) string {
 	for i, m := range raw {
 		e := entry{m.Key(), m.RemoteHost}
 		if j, ok := at[e]; ok {
-			return fmt.Sprintf("it listed %s at index %d and again at index %d", m.Key(), j, i)
+			return fmt.Sprintf("it listed %s at index %d and again at index %d", m.Key(), j, i), j, i
 		}
 		at[e] = i
 	}
-	return ""
+	return "", 0, 0
+}
+
+// repeatsAt reports whether the router lists m at both indexes i and j now.
+func (c *UPnPClient) repeatsAt(ctx context.Context, gw *gateway, m Mapping, i, j int) (bool, error) {
+	for _, at := range []int{i, j} {
+		got, ok, err := c.entryAt(ctx, gw, at)
+		if err != nil || !ok || got.Key() != m.Key() || got.RemoteHost != m.RemoteHost {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // walkOnce reads entries from index 0 until the router says there are no

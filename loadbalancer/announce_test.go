@@ -39,9 +39,7 @@ func TestAnnouncedRestartIsRepairedAtOnce(t *testing.T) {
 	e.mustEnsure(t, svc, nodes)
 	before := e.table()
 	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
-	if a.listening.Load() != 1 {
-		t.Fatalf("%d listeners while running, want 1", a.listening.Load())
-	}
+	eventually(t, "the announcement listener", func() bool { return a.listening.Load() == 1 })
 	e.router.Reboot()
 	passes, probes := e.lb.passes.Load(), e.lb.probes.Load()
 	a.restarts <- struct{}{}
