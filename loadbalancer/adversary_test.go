@@ -383,12 +383,19 @@ func TestPassServesTheServiceAsItIsNow(t *testing.T) {
 	}{
 		{
 			// The router lost the mappings, then the user deleted web:
-			// GetLoadBalancer found none, so the controller dropped the
-			// finalizer without calling EnsureLoadBalancerDeleted.
+			// a process holding nothing of web (another replica)
+			// answered GetLoadBalancer with none, so the controller
+			// dropped the finalizer without calling
+			// EnsureLoadBalancerDeleted.
 			name: "deleted while the router had lost its mappings",
 			now: func(t *testing.T, e *env, w *watch, web *v1.Service) []string {
 				e.router.Reboot()
-				if _, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, web); err != nil || exists {
+				other, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				other.seeNodes(threeNodes())
+				if _, exists, err := other.GetLoadBalancer(ctx, testCluster, web); err != nil || exists {
 					t.Fatalf("GetLoadBalancer = %v, %v; want none", exists, err)
 				}
 				if err := w.client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {

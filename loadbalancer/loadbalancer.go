@@ -54,9 +54,14 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 	return newOwner(clusterName, service.Namespace, service.Name).token
 }
 
-// GetLoadBalancer reports whether the router holds a mapping of the Service
-// at any key its spec, its status or this process knows of (it reads those
-// only), and the status built from them. For a Service not selected, with no
+// GetLoadBalancer reports whether the Service holds mappings, and the status
+// built from them. When this process holds keys of the Service (it wrote
+// them, or read them as the Service's), those are the answer, without a
+// read: wrong at worst toward "exists" (a router that lost them), which
+// costs the caller an EnsureLoadBalancerDeleted that reads and finds
+// nothing. Otherwise it reads the router at every key the Service's spec and
+// status name (those only), so that mappings this process does not know of
+// (a restart, a fail-over, a lost reply) are never reported gone. For a Service not selected, with no
 // mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
 // A port of the spec that EnsureLoadBalancer could not forward carries its
 // reason, as EnsureLoadBalancer reported it. While the router's external IP
@@ -77,6 +82,20 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	t, err := lb.acquire(ctx, o)
 	if err != nil {
 		return nil, false, err
+	}
+	if keys := lb.keysHeldBy(o); len(keys) > 0 {
+		// This process holds keys of the Service: it exists without a
+		// read. Wrong at worst toward "exists" (the router lost them),
+		// which costs the service controller an EnsureLoadBalancerDeleted
+		// that reads and finds nothing; never toward "gone", which would
+		// leak mappings.
+		t.release()
+		plans := make([]portPlan, 0, len(keys))
+		for _, k := range keys {
+			plans = append(plans, portPlan{key: k})
+		}
+		ip, err := lb.refreshExternalIP(ctx)
+		return lb.getStatus(o, service, plans, ip, err)
 	}
 	// The external IP is asked while the keys are read: a Get costs about
 	// one read, as the service controller asks it before every delete.
@@ -104,6 +123,12 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
+	return lb.getStatus(o, service, plans, ext.ip, ext.err)
+}
+
+// getStatus is GetLoadBalancer's answer for a Service that holds the keys
+// of plans, with the external IP as asked (ip or err).
+func (lb *LoadBalancer) getStatus(o owner, service *v1.Service, plans []portPlan, ip netip.Addr, extErr error) (*v1.LoadBalancerStatus, bool, error) {
 	// The ports of the spec this process failed to forward, with why.
 	failed := lb.failedPorts(o)
 	for _, k := range specKeys(service) {
@@ -112,16 +137,16 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		}
 	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
-	if errors.Is(ext.err, ErrExternalIPNotUsable) {
+	if errors.Is(extErr, ErrExternalIPNotUsable) {
 		// The address is never reported, but the mappings exist: the
 		// service controller asks this before it cleans up, and must
 		// be able to.
 		return &v1.LoadBalancerStatus{}, true, nil
 	}
-	if ext.err != nil {
-		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), ext.err)
+	if extErr != nil {
+		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), extErr)
 	}
-	return status(ext.ip, plans, portReasons(failed)), true, nil
+	return status(ip, plans, portReasons(failed)), true, nil
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to

@@ -664,8 +664,34 @@ func TestGetLoadBalancer(t *testing.T) {
 	if st.Ingress[0].IP != want.Ingress[0].IP || len(st.Ingress[0].Ports) != 2 {
 		t.Errorf("status = %+v, want %+v", st, want)
 	}
+	// This process holds the keys: the Service exists without a read.
+	if c := e.calls(); len(c) != 1 || c[fake.MethodExternalIP] != 1 {
+		t.Errorf("Get calls = %v, want the external IP only", c)
+	}
+	// A process that holds nothing (a restart, a fail-over) reads them.
+	fresh, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.seeNodes(threeNodes())
+	if st, exists, err := fresh.GetLoadBalancer(ctx, testCluster, svc); err != nil || !exists || len(st.Ingress[0].Ports) != 2 {
+		t.Errorf("Get of a fresh process = %+v, %v, %v; want both ports", st, exists, err)
+	}
 	if c := e.calls(); len(c) != 2 || c[fake.MethodExternalIP] != 1 || c[fake.MethodListPortMappings] != 2 {
-		t.Errorf("Get calls = %v, want 2 lists (TCP, UDP) and the external IP", c)
+		t.Errorf("Get calls of a fresh process = %v, want 2 lists (TCP, UDP) and the external IP", c)
+	}
+	// The router lost the mappings: this process still says the Service
+	// exists (wrong only toward "exists"), and the delete that follows
+	// reads, finds nothing and succeeds.
+	e.router.Reboot()
+	if _, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, svc); err != nil || !exists {
+		t.Errorf("Get after a reboot = %v, %v; want exists (from this process's keys)", exists, err)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Errorf("Delete after a reboot = %v", err)
+	}
+	if _, exists, err := e.lb.GetLoadBalancer(ctx, testCluster, svc); err != nil || exists {
+		t.Errorf("Get after the delete = %v, %v; want none", exists, err)
 	}
 	// Another cluster's Service of the same name does not exist.
 	if _, exists, _ := e.lb.GetLoadBalancer(ctx, "other", svc); exists {

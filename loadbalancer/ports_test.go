@@ -131,16 +131,22 @@ func TestPortNotForwardedIsRetried(t *testing.T) {
 	if !forwarded() {
 		t.Fatalf("status after retries = %v, want TCP/81 forwarded without error", bg.service(t, "default", "web").Status.LoadBalancer)
 	}
-	evs, err := bg.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Events reach the API server asynchronously, through the recorder's
+	// broadcaster.
 	n := 0
-	for _, ev := range evs.Items {
-		if ev.Reason == EventReasonPortNotForwarded {
-			n++
+	eventually(t, "the PortNotForwarded event", func() bool {
+		evs, err := bg.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		n = 0
+		for _, ev := range evs.Items {
+			if ev.Reason == EventReasonPortNotForwarded {
+				n++
+			}
+		}
+		return n > 0
+	})
 	if n != 1 {
 		t.Errorf("%d %s events, want 1", n, EventReasonPortNotForwarded)
 	}

@@ -224,6 +224,22 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return keys // read sorts and compacts them
 }
 
+// keysHeldBy returns the keys o holds or is taking in this process, sorted.
+func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	if s == nil {
+		return nil
+	}
+	keys := make([]igd.Key, 0, len(s.held))
+	for k := range s.held {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys
+}
+
 // reserve makes o the holder of k in this process before the router call,
 // unless another Service of this process holds or is taking k.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
