@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -61,7 +62,9 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // costs the caller an EnsureLoadBalancerDeleted that reads and finds
 // nothing. Otherwise it reads the router at every key the Service's spec and
 // status name (those only), so that mappings this process does not know of
-// (a restart, a fail-over, a lost reply) are never reported gone. For a Service not selected, with no
+// (a restart, a fail-over, a lost reply) are never reported gone. A Service
+// that exists while the router gives no usable external IP has an empty
+// status and no error: its clean-up needs no address. For a Service not selected, with no
 // mapping recorded (see EnsureLoadBalancer), it calls nothing and reports none.
 // A port of the spec that EnsureLoadBalancer could not forward carries its
 // reason, as EnsureLoadBalancer reported it. While the router's external IP
@@ -95,7 +98,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 			plans = append(plans, portPlan{key: k})
 		}
 		ip, err := lb.refreshExternalIP(ctx)
-		return lb.getStatus(o, service, plans, ip, err)
+		return lb.getStatus(ctx, o, service, plans, ip, err)
 	}
 	// The external IP is asked while the keys are read: a Get costs about
 	// one read, as the service controller asks it before every delete.
@@ -123,12 +126,12 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
-	return lb.getStatus(o, service, plans, ext.ip, ext.err)
+	return lb.getStatus(ctx, o, service, plans, ext.ip, ext.err)
 }
 
 // getStatus is GetLoadBalancer's answer for a Service that holds the keys
 // of plans, with the external IP as asked (ip or err).
-func (lb *LoadBalancer) getStatus(o owner, service *v1.Service, plans []portPlan, ip netip.Addr, extErr error) (*v1.LoadBalancerStatus, bool, error) {
+func (lb *LoadBalancer) getStatus(ctx context.Context, o owner, service *v1.Service, plans []portPlan, ip netip.Addr, extErr error) (*v1.LoadBalancerStatus, bool, error) {
 	// The ports of the spec this process failed to forward, with why.
 	failed := lb.failedPorts(o)
 	for _, k := range specKeys(service) {
@@ -137,14 +140,12 @@ func (lb *LoadBalancer) getStatus(o owner, service *v1.Service, plans []portPlan
 		}
 	}
 	slices.SortFunc(plans, func(a, b portPlan) int { return compareKeys(a.key, b.key) })
-	if errors.Is(extErr, ErrExternalIPNotUsable) {
-		// The address is never reported, but the mappings exist: the
-		// service controller asks this before it cleans up, and must
-		// be able to.
-		return &v1.LoadBalancerStatus{}, true, nil
-	}
 	if extErr != nil {
-		return nil, true, fmt.Errorf("loadbalancer: get service %s: %w", o.key(), extErr)
+		// The address is not reported, but the mappings exist: the
+		// service controller asks this before it cleans up, and a delete
+		// needs no address, so the answer does not wait for one.
+		klog.FromContext(ctx).V(2).Info("Reporting load balancer without its address", "service", o.key(), "err", extErr)
+		return &v1.LoadBalancerStatus{}, true, nil
 	}
 	return status(ip, plans, portReasons(failed)), true, nil
 }
