@@ -25,6 +25,14 @@ func TestReview4SpoofedGatewayAnswersCrowdOutTheGateway(t *testing.T) {
 		locs = append(locs, fmt.Sprintf("http://%s:1/rootDesc%d.xml", gwIP, i))
 	}
 	spoof.SetAnswers(locs, 0)
+	wantGatewayChosen(t, n, gwIP, gw, rogue, spoof, time.Second)
+}
+
+// wantGatewayChosen makes gw and rogue connected routers with a public
+// address, lets spoof answer beside them, and fails t unless discovery,
+// with settle as its settle window, chooses the default gateway gwIP.
+func wantGatewayChosen(t *testing.T, n *ssdpNet, gwIP string, gw, rogue, spoof *ssdpDevice, settle time.Duration) {
+	t.Helper()
 	for _, d := range []*ssdpDevice{gw, rogue} {
 		d.handle("GetStatusInfo", reply("NewConnectionStatus", "Connected", "NewLastConnectionError", "", "NewUptime", "1"))
 		d.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "198.51.101.7"))
@@ -33,7 +41,7 @@ func TestReview4SpoofedGatewayAnswersCrowdOutTheGateway(t *testing.T) {
 	c, err := NewClient(Config{
 		ListenPacket:     n.ListenPacket,
 		DiscoveryTimeout: 5 * time.Second,
-		SettleTime:       time.Second,
+		SettleTime:       settle,
 		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
 	})
 	if err != nil {

@@ -3,7 +3,6 @@ package igd
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -54,25 +53,5 @@ func TestReview5HangingGatewayLocationsOutlastTheSettleWindow(t *testing.T) {
 		locs = append(locs, fmt.Sprintf("http://%s/rootDesc%d.xml", ln.Addr(), i))
 	}
 	spoof.SetAnswers(locs, 0)
-	for _, d := range []*ssdpDevice{gw, rogue} {
-		d.handle("GetStatusInfo", reply("NewConnectionStatus", "Connected", "NewLastConnectionError", "", "NewUptime", "1"))
-		d.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "198.51.101.7"))
-	}
-	n.devices = []*ssdpDevice{gw, rogue, spoof}
-	c, err := NewClient(Config{
-		ListenPacket:     n.ListenPacket,
-		DiscoveryTimeout: 5 * time.Second,
-		SettleTime:       300 * time.Millisecond, // three times the default
-		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.Discover(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Addr != netip.MustParseAddr(gwIP) {
-		t.Errorf("chose %s (%s), want the default gateway %s", got.Addr, got.Reason, gwIP)
-	}
+	wantGatewayChosen(t, n, gwIP, gw, rogue, spoof, 300*time.Millisecond)
 }
