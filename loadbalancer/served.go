@@ -12,19 +12,22 @@ func (lb *LoadBalancer) handed(svc *v1.Service) bool {
 	if svc.Spec.Type != v1.ServiceTypeLoadBalancer {
 		return false
 	}
-	if c := svc.Spec.LoadBalancerClass; c != nil {
-		return lb.cfg.Class != "" && *c == lb.cfg.Class
+	if svc.Spec.LoadBalancerClass != nil {
+		return lb.ofClass(svc)
 	}
 	return lb.cfg.Class == "" || lb.cfg.Classless
+}
+
+// ofClass reports whether svc's loadBalancerClass is Config.Class.
+func (lb *LoadBalancer) ofClass(svc *v1.Service) bool {
+	c := svc.Spec.LoadBalancerClass
+	return c != nil && lb.cfg.Class != "" && *c == lb.cfg.Class
 }
 
 // optedIn reports whether svc is to be exposed: a Service of Config.Class
 // chose it; a classless one is selected by Config.Services.
 func (lb *LoadBalancer) optedIn(svc *v1.Service) bool {
-	if c := svc.Spec.LoadBalancerClass; c != nil && lb.cfg.Class != "" && *c == lb.cfg.Class {
-		return true
-	}
-	return selected(lb.cfg.Services, svc)
+	return lb.ofClass(svc) || selected(lb.cfg.Services, svc)
 }
 
 // finalized reports whether svc carries Config.Finalizer: the caller set

@@ -277,11 +277,8 @@ type run struct {
 }
 
 func (r *run) listing(ctx context.Context) Finding {
-	k, err := r.freeKey(ctx, r.o.Ports)
-	if err != nil {
-		return Finding{Check: CheckListing, Status: Warn, Detail: err.Error(), Fix: "see the router's log"}
-	}
-	_, err = r.c.ListPortMappings(ctx, k.Protocol, igd.PortRange{First: k.ExternalPort, Last: k.ExternalPort})
+	// A read of one port: any will do, free or not.
+	_, err := r.c.ListPortMappings(ctx, igd.TCP, igd.PortRange{First: r.o.Ports.First, Last: r.o.Ports.First})
 	switch {
 	case err == nil:
 		return Finding{Check: CheckListing, Status: OK, Detail: "lists its table (GetListOfPortMappings)"}
@@ -295,10 +292,7 @@ func (r *run) listing(ctx context.Context) Finding {
 // configuration asks for permanent ones, and returns that finding and the
 // lease's.
 func (r *run) mapSelf(ctx context.Context, self netip.Addr) (Finding, Finding) {
-	lease := r.o.Lease
-	if r.o.PermanentLease {
-		lease = 0
-	}
+	lease := r.leaseFor()
 	got, err := r.probe(ctx, r.o.Ports, self, lease)
 	if err != nil {
 		f := Finding{Check: CheckMapSelf, Status: Fail, Detail: fmt.Sprintf("mapping to this host (%s): %v", self, err),
@@ -370,10 +364,8 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	if err != nil {
 		return igd.Mapping{}, err
 	}
-	// The internal port is one of the nodePort range, as the load
-	// balancer's are: routers' permission rules bound internal ports too.
 	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
-		InternalPort: 30000 + k.ExternalPort%2768, Description: r.tag, Lease: lease, Enabled: true}
+		InternalPort: probeInternalPort(k), Description: r.tag, Lease: lease, Enabled: true}
 	sent, err := r.c.AddPortMapping(ctx, m)
 	switch {
 	case err != nil && refusedStoringNothing(err):
@@ -505,7 +497,7 @@ func (r *run) pcpProbe(ctx context.Context, c *pcp.Client, target netip.Addr) (i
 	}
 	ctx, cancel := context.WithTimeout(ctx, pcpCallTimeout)
 	defer cancel()
-	internalPort := 30000 + k.ExternalPort%2768
+	internalPort := probeInternalPort(k)
 	res, err := c.Map(ctx, pcp.MapRequest{Protocol: k.Protocol, InternalAddr: target, InternalPort: internalPort,
 		ExternalPort: k.ExternalPort, Lifetime: r.o.Lease, PreferFailure: true, Nonce: nonce})
 	if err != nil {
@@ -516,6 +508,11 @@ func (r *run) pcpProbe(ctx context.Context, c *pcp.Client, target netip.Addr) (i
 	}
 	return k, nil
 }
+
+// probeInternalPort is the internal port of the probe at k: one of the
+// nodePort range (30000-32767), as the load balancer's are, since routers'
+// permission rules bound internal ports too.
+func probeInternalPort(k igd.Key) uint16 { return 30000 + k.ExternalPort%2768 }
 
 // freeKeyTries bounds the keys read before giving up on finding a free one.
 const freeKeyTries = 8
