@@ -177,10 +177,11 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 	}
 	results := make(chan result)
 	pending := 0
-	// pendingGW counts the gateway's locations being probed or queued,
-	// gwActive those being probed, gwTried all it was given.
-	pendingGW, gwActive, gwTried := 0, 0, 0
+	// The gateway's locations: gwActive being probed, gwQueue waiting,
+	// gwTried all it was given.
+	gwActive, gwTried := 0, 0
 	var gwQueue []ssdpAnswer
+	gwPending := func() bool { return gwActive+len(gwQueue) > 0 }
 	seen := map[string]bool{}
 	perHost := map[netip.Addr]int{}
 	others := 0 // locations probed on hosts other than the default gateway
@@ -208,7 +209,6 @@ loop:
 			case onGW && gwTried < maxGatewayLocations:
 				seen[key] = true
 				gwTried++
-				pendingGW++
 				if gwActive >= maxLocationsPerHost {
 					gwQueue = append(gwQueue, a)
 					continue
@@ -225,7 +225,6 @@ loop:
 		case r := <-results:
 			pending--
 			if r.onGW {
-				pendingGW--
 				gwActive--
 				if len(gwQueue) > 0 {
 					gwActive++
@@ -233,16 +232,15 @@ loop:
 					gwQueue = gwQueue[1:]
 				}
 			}
-			ps := r.ps
-			found = append(found, ps...)
-			if pendingGW == 0 && slices.ContainsFunc(found, func(p probed) bool { return best(p.cand) }) {
+			found = append(found, r.ps...)
+			if !gwPending() && slices.ContainsFunc(found, func(p probed) bool { return best(p.cand) }) {
 				early = true
 				break loop
 			}
-			if settled && pendingGW == 0 {
+			if settled && !gwPending() {
 				break loop
 			}
-			if settle == nil && slices.ContainsFunc(ps, func(p probed) bool { return p.cand.Rejected == "" }) {
+			if settle == nil && slices.ContainsFunc(r.ps, func(p probed) bool { return p.cand.Rejected == "" }) {
 				t := time.NewTimer(c.cfg.SettleTime)
 				defer t.Stop()
 				settle = t.C
@@ -252,7 +250,7 @@ loop:
 				_ = send() // a failed repeat changes nothing; the first one went out
 			}
 		case <-settle:
-			if pendingGW > 0 {
+			if gwPending() {
 				settle, settled = nil, true
 				continue
 			}
@@ -267,7 +265,7 @@ loop:
 	for ; pending > 0; pending-- {
 		found = append(found, (<-results).ps...)
 	}
-	return found, early, pendingGW > 0, nil
+	return found, early, gwPending(), nil
 }
 
 // onGateway returns the candidates on the default gateway.
@@ -360,11 +358,12 @@ func (c *UPnPClient) probe(ctx context.Context, location string, responder netip
 	}
 	server = cmp.Or(server, ssdpServer)
 	var out []probed
+	ipv6Firewall := len(root.Device.FindService(serviceIPv6Firewall)) > 0
 	for _, st := range serviceTypes {
 		for _, srv := range root.Device.FindService(st) {
 			p := c.probeService(ctx, root, loc, srv, responder, defGW)
 			p.cand.Server = server
-			p.cand.IPv6Firewall = len(root.Device.FindService(serviceIPv6Firewall)) > 0
+			p.cand.IPv6Firewall = ipv6Firewall
 			out = append(out, p)
 		}
 	}
@@ -567,8 +566,7 @@ func choose(found []probed) (*gateway, bool) {
 		return cmp.Or(strings.Compare(a.Location, b.Location), strings.Compare(a.ControlURL, b.ControlURL))
 	})
 	return &gateway{
-		conn:      best.conn,
-		listGuard: crashesOnLongLists(best.cand.Server),
+		conn: best.conn,
 		info: Gateway{
 			Candidate:        best.cand,
 			PublicExternalIP: IsPublic(best.cand.ExternalIP),

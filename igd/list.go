@@ -48,7 +48,7 @@ func (c *UPnPClient) ListPortMappings(ctx context.Context, proto Protocol, ports
 		return nil, fmt.Errorf("igd: list port mappings on %s: %w: %w", gw.info.Location, ErrNotSupported, refusal)
 	}
 	var ms []Mapping
-	if gw.listGuard {
+	if gw.info.GuardedListing {
 		ms, err = c.listGuarded(ctx, gw, lister, proto, ports)
 	} else {
 		ms, err = c.listByRange(ctx, gw, lister, proto, ports)

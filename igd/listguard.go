@@ -191,7 +191,7 @@ func (gw *gateway) knownPorts(proto Protocol) ([]uint16, bool) {
 // confirmed. A protocol whose shape is not known yet is left alone: its
 // first read counts every mapping.
 func (gw *gateway) wrote(k Key, present bool) {
-	if !gw.listGuard {
+	if !gw.info.GuardedListing {
 		return
 	}
 	gw.mu.Lock()

@@ -247,9 +247,6 @@ type gateway struct {
 	// listRefusal is the router's refusal of GetListOfPortMappings (see
 	// ListPortMappings), once it refused: later listings return it at once.
 	listRefusal atomic.Pointer[UPnPError]
-	// listGuard is set when the router's daemon may die on long listings
-	// (see crashesOnLongLists); read-only after discovery.
-	listGuard bool
 
 	// mu guards known.
 	mu sync.Mutex
