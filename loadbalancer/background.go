@@ -228,11 +228,11 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			// Any LAN host can send an ANNOUNCE from the router's address:
 			// at most one repair per probe interval comes from them; a
 			// restart announced within it is still found by the probe.
-			if now := lb.cfg.Clock.Now(); now.Before(announcedQuiet) {
+			now := lb.cfg.Clock.Now()
+			if now.Before(announcedQuiet) {
 				continue
-			} else {
-				announcedQuiet = now.Add(lb.cfg.ProbeInterval)
 			}
+			announcedQuiet = now.Add(lb.cfg.ProbeInterval)
 			logger.Info("Router announced a restart; repairing")
 			repairsTotal.Inc()
 		case <-ticker.C():

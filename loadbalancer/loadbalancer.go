@@ -87,18 +87,14 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		return nil, false, err
 	}
 	if keys := lb.keysHeldBy(o); len(keys) > 0 {
-		// This process holds keys of the Service: it exists without a
-		// read. Wrong at worst toward "exists" (the router lost them),
-		// which costs the service controller an EnsureLoadBalancerDeleted
-		// that reads and finds nothing; never toward "gone", which would
-		// leak mappings.
+		// It exists without a read (see the doc comment).
 		t.release()
 		plans := make([]portPlan, 0, len(keys))
 		for _, k := range keys {
 			plans = append(plans, portPlan{key: k})
 		}
 		ip, err := lb.refreshExternalIP(ctx)
-		return lb.getStatus(ctx, o, service, plans, ip, err)
+		return lb.getStatus(ctx, o, service, plans, ip, err), true, nil
 	}
 	// The external IP is asked while the keys are read: a Get costs about
 	// one read, as the service controller asks it before every delete.
@@ -126,12 +122,12 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 	if len(plans) == 0 {
 		return nil, false, nil
 	}
-	return lb.getStatus(ctx, o, service, plans, ext.ip, ext.err)
+	return lb.getStatus(ctx, o, service, plans, ext.ip, ext.err), true, nil
 }
 
-// getStatus is GetLoadBalancer's answer for a Service that holds the keys
-// of plans, with the external IP as asked (ip or err).
-func (lb *LoadBalancer) getStatus(ctx context.Context, o owner, service *v1.Service, plans []portPlan, ip netip.Addr, extErr error) (*v1.LoadBalancerStatus, bool, error) {
+// getStatus is GetLoadBalancer's status of a Service that exists, holding
+// the keys of plans, with the external IP as asked (ip or extErr).
+func (lb *LoadBalancer) getStatus(ctx context.Context, o owner, service *v1.Service, plans []portPlan, ip netip.Addr, extErr error) *v1.LoadBalancerStatus {
 	// The ports of the spec this process failed to forward, with why.
 	failed := lb.failedPorts(o)
 	for _, k := range specKeys(service) {
@@ -145,9 +141,9 @@ func (lb *LoadBalancer) getStatus(ctx context.Context, o owner, service *v1.Serv
 		// service controller asks this before it cleans up, and a delete
 		// needs no address, so the answer does not wait for one.
 		klog.FromContext(ctx).V(2).Info("Reporting load balancer without its address", "service", o.key(), "err", extErr)
-		return &v1.LoadBalancerStatus{}, true, nil
+		return &v1.LoadBalancerStatus{}
 	}
-	return status(ip, plans, portReasons(failed)), true, nil
+	return status(ip, plans, portReasons(failed))
 }
 
 // EnsureLoadBalancer makes the router forward each port of the Service to
