@@ -91,11 +91,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	if err != nil {
 		return fail(err)
 	}
-	igdCfg := igd.Config{
-		RootDescURL:      cfg.Gateway.URL,
-		DiscoveryTimeout: cfg.Gateway.DiscoveryTimeout.Duration,
-		CallTimeout:      cfg.Gateway.CallTimeout.Duration,
-	}
+	igdCfg := cfg.Gateway.ClientConfig()
 	if net.igd != nil {
 		igdCfg = net.igd(igdCfg)
 	}

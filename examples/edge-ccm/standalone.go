@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -229,16 +228,7 @@ func (o *standaloneOptions) classConfig(cloud *provider.Cloud, client kubernetes
 // buildEdge builds the edge provider from the cloud-config at path ("" =
 // defaults) with opts; NODE_NAME fills loadBalancer.nodeName as in the CCM.
 func buildEdge(path string, opts edge.Options) (*provider.Cloud, error) {
-	var r io.Reader = strings.NewReader("")
-	if path != "" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("load-balancer: --cloud-config: %w", err)
-		}
-		defer f.Close()
-		r = f
-	}
-	cfg, err := edge.ParseConfig(r)
+	cfg, err := readCloudConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("load-balancer: %w", err)
 	}

@@ -113,11 +113,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	}
 	client := opts.Client
 	if client == nil {
-		upnp, err := igd.NewClient(igd.Config{
-			RootDescURL:      cfg.Gateway.URL,
-			DiscoveryTimeout: cfg.Gateway.DiscoveryTimeout.Duration,
-			CallTimeout:      cfg.Gateway.CallTimeout.Duration,
-		})
+		upnp, err := igd.NewClient(cfg.Gateway.ClientConfig())
 		if err != nil {
 			return nil, fmt.Errorf("edge: router client: %w", err)
 		}
@@ -166,6 +162,16 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		InstancesV2:  instances,
 		ClusterID:    true,
 	})
+}
+
+// ClientConfig is the router client's configuration the "gateway" section
+// gives: what New uses when Options.Client is nil.
+func (g GatewayConfig) ClientConfig() igd.Config {
+	return igd.Config{
+		RootDescURL:      g.URL,
+		DiscoveryTimeout: g.DiscoveryTimeout.Duration,
+		CallTimeout:      g.CallTimeout.Duration,
+	}
 }
 
 // adoptedSchemes are the ProviderID schemes the edge provider treats as its
