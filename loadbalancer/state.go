@@ -224,7 +224,8 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return keys // read sorts and compacts them
 }
 
-// keysHeldBy returns the keys o holds or is taking in this process, sorted.
+// keysHeldBy returns the keys o holds or is taking in this process, in no
+// particular order.
 func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -236,7 +237,6 @@ func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
 	for k := range s.held {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, compareKeys)
 	return keys
 }
 
