@@ -281,10 +281,7 @@ func (s *PCPServer) announce() {
 // router and this fake are little-endian, so each group of four bytes
 // reads reversed: nonce 01 02 03 04 ... gives "PCP MAP 04030201...".
 func PCPDescription(nonce [12]byte) string {
-	return fmt.Sprintf("PCP MAP %08x%08x%08x",
-		binary.LittleEndian.Uint32(nonce[0:]),
-		binary.LittleEndian.Uint32(nonce[4:]),
-		binary.LittleEndian.Uint32(nonce[8:]))
+	return pcp.Description(nonce, binary.LittleEndian)
 }
 
 // serve answers requests until the socket is closed or fails.

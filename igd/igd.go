@@ -175,6 +175,30 @@ type Client interface {
 	LocalAddr(ctx context.Context) (netip.Addr, error)
 }
 
+// A GuardedClient is a Client whose router keeps, with each mapping it adds,
+// a token derived from an owner (PCP's nonce, igd/pcp.Backend) in place of
+// the mapping's description, and refuses to delete the mapping for another
+// owner. A caller that owns mappings (the load balancer) adds and deletes
+// its own through AddFor and DeleteFor when its Client is one, and still
+// reads through the Client: a read shows the token as the description.
+type GuardedClient interface {
+	Client
+	// AddFor adds m for owner only where m's key is free or already
+	// forwards to m's internal client and port: when another mapping holds
+	// the key it fails with an error matching ErrConflict and leaves that
+	// mapping alone. It returns m as granted (Lease is what the router
+	// granted).
+	AddFor(ctx context.Context, owner string, m Mapping) (Mapping, error)
+	// DeleteFor removes m, a mapping as read from the router (its internal
+	// client and port name it), for owner. When the router holds it for
+	// another owner now it refuses with an error matching ErrNotAuthorized
+	// and keeps it; when it holds nothing there it succeeds.
+	DeleteFor(ctx context.Context, owner string, m Mapping) error
+	// OwnedBy reports whether m, as read, carries owner's token: AddFor
+	// made it for owner (or a host that read the token copied it).
+	OwnedBy(owner string, m Mapping) bool
+}
+
 // PortRange is an inclusive range of external ports.
 type PortRange struct {
 	// First and Last bound the range; First <= Last.

@@ -292,7 +292,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 	// The listing is only a hint of where Services may hold mappings that
 	// nothing records: without it every Service is still served (renewed,
 	// repaired) at the keys its spec, status and this process know.
-	var hints map[string][]igd.Key
+	var hints tableHints
 	var err error
 	if !onlyFailed {
 		hints, err = lb.hints(ctx)
@@ -319,7 +319,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 		if onlyFailed && len(lb.failedPorts(o)) == 0 {
 			continue
 		}
-		if err := lb.passService(ctx, w, o, svc, nodes, hints[o.token]); err != nil {
+		if err := lb.passService(ctx, w, o, svc, nodes, hints.of(lb, o)); err != nil {
 			failed = true
 			logger.Error(err, "Background reconcile of service failed", "service", klog.KObj(svc))
 		}
@@ -329,30 +329,53 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 	}
 }
 
-// hints lists the router's table where the client can, and returns by owner
-// token the keys of our format's mappings to a node: where a Service may hold
-// mappings nothing else records.
-func (lb *LoadBalancer) hints(ctx context.Context) (map[string][]igd.Key, error) {
+// tableHints is what a listing of the router's table says about where
+// Services may hold mappings nothing else records.
+type tableHints struct {
+	byToken map[string][]igd.Key // our format's mappings to a node, by owner token
+	guarded []igd.Mapping        // mappings to a node whose description is a guarded client's token
+}
+
+// of returns the keys o may hold by the hints.
+func (h tableHints) of(lb *LoadBalancer, o owner) []igd.Key {
+	keys := h.byToken[o.token]
+	for _, m := range h.guarded {
+		if lb.guardedFor(o, m) {
+			keys = append(slices.Clip(keys), m.Key())
+		}
+	}
+	return keys
+}
+
+// hints lists the router's table where the client can: where a Service may
+// hold mappings nothing else records.
+func (lb *LoadBalancer) hints(ctx context.Context) (tableHints, error) {
 	l, ok := lb.cfg.Client.(igd.Lister)
 	if !ok {
-		return nil, nil
+		return tableHints{}, nil
 	}
-	out := make(map[string][]igd.Key)
+	_, guarded := lb.cfg.Client.(igd.GuardedClient)
+	h := tableHints{byToken: make(map[string][]igd.Key)}
 	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
 		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
 		switch {
 		case errors.Is(err, igd.ErrNotSupported):
-			return nil, nil
+			return tableHints{}, nil
 		case err != nil:
-			return nil, fmt.Errorf("loadbalancer: list router table: %w", err)
+			return tableHints{}, fmt.Errorf("loadbalancer: list router table: %w", err)
 		}
 		for _, m := range ms {
-			if p, ok := parseDescription(m.Description); ok && lb.isNodeAddr(m.InternalClient) {
-				out[p.token] = append(out[p.token], m.Key())
+			if !lb.isNodeAddr(m.InternalClient) {
+				continue
+			}
+			if p, ok := parseDescription(m.Description); ok {
+				h.byToken[p.token] = append(h.byToken[p.token], m.Key())
+			} else if guarded {
+				h.guarded = append(h.guarded, m)
 			}
 		}
 	}
-	return out, nil
+	return h, nil
 }
 
 // passService serves one Service during a pass and patches its status.

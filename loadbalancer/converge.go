@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // converge brings the Service's own mappings from r, a read of its keys made
@@ -119,7 +120,7 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 		return false
 	}
 	// A router that alters descriptions would be rewritten on every pass.
-	if m.Description != p.description && !(wrote && h.written.Description == p.description) {
+	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) {
 		return false
 	}
 	below := lb.cfg.renewBelow()
@@ -150,7 +151,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		}
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
-	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description
+	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
 	if moved || relabel {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil
@@ -159,7 +160,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		// and miniupnpd keeps the description of a mapping re-added with the
 		// same client and port: moving or relabelling is a delete and an
 		// add. A LAN host taking the port in between fails the add.
-		if err := lb.cfg.Client.DeletePortMapping(ctx, p.key.Protocol, p.key.ExternalPort); err != nil {
+		if err := lb.delete(ctx, o, old); err != nil {
 			return lb.deleteFailed(o, old, err)
 		}
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
@@ -176,7 +177,13 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	// and lose (or even fault) its reply. The next read of the Service's
 	// keys confirms it or drops it.
 	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
-	stored, err := lb.cfg.Client.AddPortMapping(ctx, want)
+	var stored igd.Mapping
+	var err error
+	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
+		stored, err = g.AddFor(ctx, o.token, want)
+	} else {
+		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)
+	}
 	if err != nil {
 		return 0, lb.addFailed(ctx, req, p.key, err)
 	}
@@ -205,7 +212,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 // one GetPortMapping names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
-	if igd.Code(err) == 0 {
+	if igd.Code(err) == 0 && !pcpRefused(err) {
 		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
 	}
 	// The router answered with a fault: one read says whether it stored the
@@ -242,6 +249,14 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
 }
 
+// pcpRefused reports whether a guarded add failed because the router answered
+// with a refusal (a PCP result code, or a port it would not give), not
+// because it could not be reached.
+func pcpRefused(err error) bool {
+	var re *pcp.ResultError
+	return errors.As(err, &re) || errors.Is(err, pcp.ErrCannotProvideExternal)
+}
+
 // deleteFailed turns a DeletePortMapping error for our mapping old into a
 // PortError. A secure-mode router refuses (606) to delete a previous
 // leader's mapping: the caller is told to come back when it expires.
@@ -266,12 +281,22 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, read
 	if after, ok := lb.expiring(o, m, readAt); ok {
 		return after, nil
 	}
-	if err := lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
+	if err := lb.delete(ctx, o, m); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })
 	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
 	return 0, nil
+}
+
+// delete deletes our mapping m, as read: through the router's guard when the
+// client has one (the router then refuses if m is no longer ours).
+func (lb *LoadBalancer) delete(ctx context.Context, o owner, m igd.Mapping) error {
+	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
+		m.InternalPort = lb.internalPort(o, m)
+		return g.DeleteFor(ctx, o.token, m)
+	}
+	return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 }
 
 // expiringLease is the lease left under which a mapping is not deleted (or

@@ -113,8 +113,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 // at a node this process knows, or at the address this process mapped the key
 // to for o (any LAN host can write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
-	p, ok := parseDescription(m.Description)
-	if !ok || p.token != o.token {
+	if p, ok := parseDescription(m.Description); (!ok || p.token != o.token) && !lb.guardedFor(o, m) {
 		return false
 	}
 	if lb.isNodeAddr(m.InternalClient) {
@@ -123,6 +122,13 @@ func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	// Mapped by this process to a node deleted since: ours, to be moved.
 	h := lb.heldAt(o, m.Key())
 	return h.written.InternalClient.IsValid() && h.written.InternalClient == m.InternalClient.Unmap()
+}
+
+// guardedFor reports whether the client is an igd.GuardedClient and m
+// carries o's token (the router stores that in place of our description).
+func (lb *LoadBalancer) guardedFor(o owner, m igd.Mapping) bool {
+	g, ok := lb.cfg.Client.(igd.GuardedClient)
+	return ok && g.OwnedBy(o.token, m)
 }
 
 // cachedExternalIP returns the last usable external IP (invalid when none),

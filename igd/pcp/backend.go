@@ -1,0 +1,137 @@
+package pcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// MinSecretLen is the shortest secret NewBackend takes.
+const MinSecretLen = 32
+
+// Backend is an igd.GuardedClient for a router that speaks both UPnP IGD and
+// PCP (miniupnpd with enable_natpmp=yes): it reads, asks the external IP
+// and makes plain adds and deletes through its UPnP client, and adds and
+// deletes an owner's mappings through PCP with the owner's nonce
+// (NonceFor under the secret).
+//
+// What the router then enforces: a PCP delete removes only a mapping to the
+// internal address and port that carries the nonce (with another it answers
+// NOT_AUTHORIZED); a mapping that is gone, or that another host's took the
+// key of, is never deleted by DeleteFor. What it does not: UPnP ignores
+// nonces (any LAN host's DeletePortMapping removes a PCP mapping), the
+// description that carries the nonce is readable through UPnP (a host that
+// reads it can use it), a MAP for the same internal address and port
+// replaces the mapping whatever its nonce, and PREFER_FAILURE is enforced by
+// this client (see MapRequest.PreferFailure). Ownership is still proved by
+// a read (OwnedBy); PCP makes the delete that follows it safe.
+type Backend struct {
+	igd.Client
+	pcp    *Client
+	secret []byte
+}
+
+var _ igd.GuardedClient = (*Backend)(nil)
+
+// NewBackend returns a Backend reading through upnp and writing through
+// client, with nonces derived under secret (at least MinSecretLen bytes;
+// every process of one cluster must use the same). A new secret makes every
+// mapping made under the old one another owner's: they stay until their
+// lease ends and are then mapped again.
+func NewBackend(upnp igd.Client, client *Client, secret []byte) (*Backend, error) {
+	switch {
+	case upnp == nil || client == nil:
+		return nil, errors.New("pcp: backend: the UPnP client and the PCP client are both required")
+	case len(secret) < MinSecretLen:
+		return nil, fmt.Errorf("pcp: backend: secret is %d bytes, must be at least %d", len(secret), MinSecretLen)
+	}
+	return &Backend{Client: upnp, pcp: client, secret: append([]byte(nil), secret...)}, nil
+}
+
+// ListPortMappings lists through the UPnP client when it lists, else
+// returns an error matching igd.ErrNotSupported.
+func (b *Backend) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
+	if l, ok := b.Client.(igd.Lister); ok {
+		return l.ListPortMappings(ctx, proto, ports)
+	}
+	return nil, fmt.Errorf("pcp: backend: list: %w", igd.ErrNotSupported)
+}
+
+// AddFor maps m through PCP for owner, with PREFER_FAILURE and THIRD_PARTY
+// when m's internal client is not this host. A lease of 0 asks for
+// igd.MaxLease (PCP has no permanent mappings; the router clamps it). It
+// returns m with the lease granted. Another mapping at the key gives an
+// error matching igd.ErrConflict and pcp.ErrCannotProvideExternal; a router
+// that refuses THIRD_PARTY gives ErrUnsupportedOption.
+func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.Mapping, error) {
+	if err := m.Validate(); err != nil {
+		return igd.Mapping{}, err
+	}
+	lifetime := m.Lease
+	if lifetime == 0 {
+		lifetime = igd.MaxLease
+	}
+	res, err := b.pcp.Map(ctx, MapRequest{
+		Protocol: m.Protocol, InternalAddr: m.InternalClient, InternalPort: m.InternalPort,
+		ExternalPort: m.ExternalPort, Lifetime: lifetime, PreferFailure: true,
+		Nonce: NonceFor(b.secret, owner, m.Key()),
+	})
+	switch {
+	case errors.Is(err, ErrCannotProvideExternal):
+		return igd.Mapping{}, fmt.Errorf("%w: %w", igd.ErrConflict, err)
+	case errors.Is(err, ErrUnsupportedOption):
+		return igd.Mapping{}, fmt.Errorf("pcp: map %s to %s: the router refuses THIRD_PARTY (miniupnpd: pcp_allow_thirdparty=yes allows it); map to this host only: %w", m.Key(), m.InternalClient, err)
+	case err != nil:
+		return igd.Mapping{}, err
+	}
+	m.Lease = res.Lifetime
+	return m, nil
+}
+
+// DeleteFor removes m for owner. A mapping PCP made (its description carries
+// a nonce) is deleted through PCP with owner's nonce: the router refuses
+// (an error matching igd.ErrNotAuthorized) when the mapping to m's internal
+// address and port carries another, and a router holding none answers
+// NO_RESOURCES, which counts as deleted. Any other mapping (made through
+// UPnP, by an earlier version) is deleted through UPnP, on the proof of the
+// caller's read alone.
+func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) error {
+	if !strings.HasPrefix(m.Description, descriptionPrefix) {
+		return b.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
+	}
+	if m.InternalPort == 0 {
+		return fmt.Errorf("pcp: delete %s: %w", m.Key(), &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "a PCP delete names the mapping by its internal port"})
+	}
+	err := b.pcp.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.secret, owner, m.Key()))
+	switch {
+	case errors.Is(err, ErrNoResources):
+		return nil
+	case errors.Is(err, ErrNotAuthorized):
+		return fmt.Errorf("%w: %w", igd.ErrNotAuthorized, err)
+	}
+	return err
+}
+
+// OwnedBy reports whether m's description is the one the router stores for
+// a mapping AddFor made for owner at m's key: "PCP MAP " and the nonce's
+// three 32-bit words, each as 8 hex digits in the router's byte order
+// (either order is taken).
+func (b *Backend) OwnedBy(owner string, m igd.Mapping) bool {
+	if !strings.HasPrefix(m.Description, descriptionPrefix) {
+		return false
+	}
+	n := NonceFor(b.secret, owner, m.Key())
+	return m.Description == Description(n, binary.LittleEndian) || m.Description == Description(n, binary.BigEndian)
+}
+
+const descriptionPrefix = "PCP MAP "
+
+// Description returns the description miniupnpd stores for a PCP mapping
+// with nonce on a router of byte order order.
+func Description(nonce [12]byte, order binary.ByteOrder) string {
+	return fmt.Sprintf("%s%08x%08x%08x", descriptionPrefix, order.Uint32(nonce[0:]), order.Uint32(nonce[4:]), order.Uint32(nonce[8:]))
+}

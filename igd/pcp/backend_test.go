@@ -1,0 +1,197 @@
+package pcp_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
+)
+
+var (
+	backendSecret = []byte("0123456789abcdef0123456789abcdef")
+	nodeA         = netip.MustParseAddr("192.168.1.20")
+	lanHost       = netip.MustParseAddr("192.168.1.99")
+	controller    = netip.MustParseAddr("192.168.1.10")
+)
+
+// backendEnv is a Backend from controller on a fake router speaking UPnP and
+// PCP (THIRD_PARTY allowed).
+type backendEnv struct {
+	router *fake.Router
+	server *fake.PCPServer
+	clock  *clocktesting.FakeClock
+}
+
+func newBackendEnv(t *testing.T, thirdParty bool) *backendEnv {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := fake.NewRouter(fake.RouterConfig{Clock: clk})
+	s, err := fake.NewPCPServer(fake.PCPConfig{Router: r, AllowThirdParty: thirdParty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &backendEnv{router: r, server: s, clock: clk}
+}
+
+func (e *backendEnv) backend(t *testing.T, secret []byte) *pcp.Backend {
+	t.Helper()
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pcp.NewBackend(e.router.Client(controller), c, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNewBackendRefusesAShortSecret(t *testing.T) {
+	e := newBackendEnv(t, true)
+	c, _ := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	_, err := pcp.NewBackend(e.router.Client(controller), c, backendSecret[:31])
+	if err == nil || err.Error() != "pcp: backend: secret is 31 bytes, must be at least 32" {
+		t.Errorf("NewBackend with a 31-byte secret: %v", err)
+	}
+}
+
+func TestBackendGuardsItsMappings(t *testing.T) {
+	e := newBackendEnv(t, true)
+	b := e.backend(t, backendSecret)
+	ctx := context.Background()
+	want := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080,
+		Description: "ignored by PCP", Lease: time.Hour, Enabled: true}
+	got, err := b.AddFor(ctx, "default/web", want)
+	if err != nil {
+		t.Fatalf("AddFor: %v", err)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("AddFor returned (-want +got):\n%s", diff)
+	}
+	read, err := b.GetPortMapping(ctx, igd.TCP, 8080)
+	if err != nil {
+		t.Fatalf("GetPortMapping: %v", err)
+	}
+	if !b.OwnedBy("default/web", read) {
+		t.Errorf("OwnedBy(default/web, %+v) = false for the mapping AddFor made", read)
+	}
+	if b.OwnedBy("default/other", read) || e.backend(t, []byte("another cluster's secret, 32 byt")).OwnedBy("default/web", read) {
+		t.Errorf("the mapping reads as owned by another owner, or under another secret")
+	}
+	// Another cluster's controller (another secret) cannot delete it, and
+	// neither can the same cluster for another owner.
+	other := e.backend(t, []byte("another cluster's secret, 32 byt"))
+	if err := other.DeleteFor(ctx, "default/web", read); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Errorf("DeleteFor under another secret = %v, want igd.ErrNotAuthorized", err)
+	}
+	if err := b.DeleteFor(ctx, "default/other", read); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Errorf("DeleteFor for another owner = %v, want igd.ErrNotAuthorized", err)
+	}
+	// A second process of the cluster (same secret) renews and deletes it.
+	second := e.backend(t, backendSecret)
+	if _, err := second.AddFor(ctx, "default/web", want); err != nil {
+		t.Errorf("renewal by a second process: %v", err)
+	}
+	if err := second.DeleteFor(ctx, "default/web", read); err != nil {
+		t.Errorf("DeleteFor by a second process: %v", err)
+	}
+	if ms := e.router.Mappings(); len(ms) != 0 {
+		t.Errorf("table after the delete: %v", ms)
+	}
+	// Deleting what is gone succeeds (NO_RESOURCES).
+	if err := b.DeleteFor(ctx, "default/web", read); err != nil {
+		t.Errorf("second DeleteFor: %v", err)
+	}
+}
+
+// A delete sent late, once our mapping expired and a LAN host took the key,
+// leaves the host's mapping: the router matches the internal address, port
+// and nonce, not the key.
+func TestBackendLateDeleteSparesTheHostThatTookTheKey(t *testing.T) {
+	e := newBackendEnv(t, true)
+	b := e.backend(t, backendSecret)
+	ctx := context.Background()
+	if _, err := b.AddFor(ctx, "default/web", igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA,
+		InternalPort: 30080, Lease: 2 * time.Minute, Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := b.GetPortMapping(ctx, igd.TCP, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(3 * time.Minute) // expired
+	host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: lanHost, InternalPort: 8080,
+		Description: "console", Lease: time.Hour, Enabled: true}
+	if _, err := e.router.Client(lanHost).AddPortMapping(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteFor(ctx, "default/web", read); err != nil {
+		t.Errorf("late DeleteFor: %v", err)
+	}
+	got, err := b.GetPortMapping(ctx, igd.TCP, 8080)
+	if err != nil {
+		t.Fatalf("the host's mapping is gone: %v", err)
+	}
+	if diff := cmp.Diff(host, got, cmpopts.IgnoreFields(igd.Mapping{}, "Lease"), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("the host's mapping (-want +got):\n%s", diff)
+	}
+}
+
+func TestBackendAddRefusals(t *testing.T) {
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080, Lease: time.Hour, Enabled: true}
+	t.Run("held by another host", func(t *testing.T) {
+		e := newBackendEnv(t, true)
+		host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: lanHost, InternalPort: 8080,
+			Description: "console", Lease: time.Hour, Enabled: true}
+		if _, err := e.router.Client(lanHost).AddPortMapping(ctx, host); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.backend(t, backendSecret).AddFor(ctx, "default/web", m)
+		if !errors.Is(err, igd.ErrConflict) || !errors.Is(err, pcp.ErrCannotProvideExternal) {
+			t.Errorf("AddFor on a held key = %v, want igd.ErrConflict and pcp.ErrCannotProvideExternal", err)
+		}
+		if diff := cmp.Diff([]igd.Mapping{host}, e.router.Mappings(), cmpopts.IgnoreFields(igd.Mapping{}, "Lease"), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Errorf("table (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("third party refused", func(t *testing.T) {
+		e := newBackendEnv(t, false)
+		_, err := e.backend(t, backendSecret).AddFor(ctx, "default/web", m)
+		if !errors.Is(err, pcp.ErrUnsupportedOption) {
+			t.Errorf("AddFor toward a node with THIRD_PARTY refused = %v, want pcp.ErrUnsupportedOption", err)
+		}
+	})
+}
+
+// A mapping made through UPnP (an earlier version of the controller) is
+// deleted through UPnP: it carries no nonce.
+func TestBackendDeletesAUPnPMappingThroughUPnP(t *testing.T) {
+	e := newBackendEnv(t, true)
+	b := e.backend(t, backendSecret)
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080,
+		Description: "ck1 c/default/web -", Lease: time.Hour, Enabled: true}
+	if _, err := b.AddPortMapping(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if b.OwnedBy("c/default/web", m) {
+		t.Error("OwnedBy is true for a mapping without a nonce")
+	}
+	if err := b.DeleteFor(ctx, "c/default/web", m); err != nil {
+		t.Fatal(err)
+	}
+	if ms := e.router.Mappings(); len(ms) != 0 {
+		t.Errorf("table after the delete: %v", ms)
+	}
+}
