@@ -41,7 +41,7 @@ func pcpBackend(t *testing.T, r *fake.Router, s *fake.PCPServer, secret []byte) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pcp.NewBackend(r.Client(addrA), c, secret)
+	b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: r.Client(addrA), PCP: c, Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,17 @@
 package pcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -31,25 +37,50 @@ const MinSecretLen = 32
 // a read (OwnedBy); PCP makes the delete that follows it safe.
 type Backend struct {
 	igd.Client
-	pcp    *Client
-	secret []byte
+	cfg BackendConfig
+
+	mu        sync.Mutex
+	upnpUntil time.Time // with FallBack: adds go through UPnP until then
 }
 
 var _ igd.GuardedClient = (*Backend)(nil)
 
-// NewBackend returns a Backend reading through upnp and writing through
-// client, with nonces derived under secret (at least MinSecretLen bytes;
-// every process of one cluster must use the same). A new secret makes every
-// mapping made under the old one another owner's: they stay until their
-// lease ends and are then mapped again.
-func NewBackend(upnp igd.Client, client *Client, secret []byte) (*Backend, error) {
+// FallBackFor is how long a Backend with BackendConfig.FallBack writes
+// through UPnP, without trying PCP, after the router did not take a PCP
+// request.
+const FallBackFor = time.Minute
+
+// BackendConfig configures a Backend.
+type BackendConfig struct {
+	// UPnP reads the router, and makes the plain adds and deletes.
+	// Required.
+	UPnP igd.Client
+	// PCP writes an owner's mappings. Required.
+	PCP *Client
+	// Secret derives the nonces (NonceFor): at least MinSecretLen bytes,
+	// the same in every process of one cluster. A new secret makes every
+	// mapping made under the old one another owner's: they stay until
+	// their lease ends and are then mapped again.
+	Secret []byte
+	// FallBack makes AddFor write through UPnP, with the caller's
+	// description, when the router does not take the PCP request: nothing
+	// answers on its PCP port (ICMP port unreachable, or no answer within
+	// the PCP client's CallTimeout), it refuses PCP version 2, or it
+	// refuses THIRD_PARTY. AddFor logs it, and writes through UPnP for
+	// FallBackFor. False returns those errors.
+	FallBack bool
+}
+
+// NewBackend returns a Backend configured by cfg. It does no I/O.
+func NewBackend(cfg BackendConfig) (*Backend, error) {
 	switch {
-	case upnp == nil || client == nil:
-		return nil, errors.New("pcp: backend: the UPnP client and the PCP client are both required")
-	case len(secret) < MinSecretLen:
-		return nil, fmt.Errorf("pcp: backend: secret is %d bytes, must be at least %d", len(secret), MinSecretLen)
+	case cfg.UPnP == nil || cfg.PCP == nil:
+		return nil, errors.New("pcp: backend: BackendConfig.UPnP and BackendConfig.PCP are both required")
+	case len(cfg.Secret) < MinSecretLen:
+		return nil, fmt.Errorf("pcp: backend: BackendConfig.Secret is %d bytes, must be at least %d", len(cfg.Secret), MinSecretLen)
 	}
-	return &Backend{Client: upnp, pcp: client, secret: append([]byte(nil), secret...)}, nil
+	cfg.Secret = bytes.Clone(cfg.Secret)
+	return &Backend{Client: cfg.UPnP, cfg: cfg}, nil
 }
 
 // ListPortMappings lists through the UPnP client when it lists, else
@@ -71,15 +102,25 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	if err := m.Validate(); err != nil {
 		return igd.Mapping{}, err
 	}
+	if b.fallingBack() {
+		return b.Client.AddPortMapping(ctx, m)
+	}
 	lifetime := m.Lease
 	if lifetime == 0 {
 		lifetime = igd.MaxLease
 	}
-	res, err := b.pcp.Map(ctx, MapRequest{
+	res, err := b.cfg.PCP.Map(ctx, MapRequest{
 		Protocol: m.Protocol, InternalAddr: m.InternalClient, InternalPort: m.InternalPort,
 		ExternalPort: m.ExternalPort, Lifetime: lifetime, PreferFailure: true,
-		Nonce: NonceFor(b.secret, owner, m.Key()),
+		Nonce: NonceFor(b.cfg.Secret, owner, m.Key()),
 	})
+	if err != nil && b.cfg.FallBack && ctx.Err() == nil && notTaken(err) {
+		b.mu.Lock()
+		b.upnpUntil = time.Now().Add(FallBackFor)
+		b.mu.Unlock()
+		klog.FromContext(ctx).Info("Router did not take a PCP mapping; writing through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", FallBackFor, "err", err)
+		return b.Client.AddPortMapping(ctx, m)
+	}
 	switch {
 	case errors.Is(err, ErrCannotProvideExternal):
 		return igd.Mapping{}, fmt.Errorf("%w: %w", igd.ErrConflict, err)
@@ -90,6 +131,20 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	}
 	m.Lease = res.Lifetime
 	return m, nil
+}
+
+// fallingBack reports whether adds go through UPnP now.
+func (b *Backend) fallingBack() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Now().Before(b.upnpUntil)
+}
+
+// notTaken reports whether a Map failed because the router does not do what
+// it was asked over PCP (see BackendConfig.FallBack).
+func notTaken(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrUnsupportedVersion) || errors.Is(err, ErrUnsupportedOption)
 }
 
 // DeleteFor removes m for owner. A mapping PCP made (its description carries
@@ -106,7 +161,7 @@ func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) er
 	if m.InternalPort == 0 {
 		return fmt.Errorf("pcp: delete %s: %w", m.Key(), &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "a PCP delete names the mapping by its internal port"})
 	}
-	err := b.pcp.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.secret, owner, m.Key()))
+	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
 	switch {
 	case errors.Is(err, ErrNoResources):
 		return nil
@@ -124,7 +179,7 @@ func (b *Backend) OwnedBy(owner string, m igd.Mapping) bool {
 	if !strings.HasPrefix(m.Description, descriptionPrefix) {
 		return false
 	}
-	n := NonceFor(b.secret, owner, m.Key())
+	n := NonceFor(b.cfg.Secret, owner, m.Key())
 	return m.Description == Description(n, binary.LittleEndian) || m.Description == Description(n, binary.BigEndian)
 }
 

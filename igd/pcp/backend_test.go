@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,11 +46,18 @@ func newBackendEnv(t *testing.T, thirdParty bool) *backendEnv {
 
 func (e *backendEnv) backend(t *testing.T, secret []byte) *pcp.Backend {
 	t.Helper()
+	return e.backendWith(t, pcp.BackendConfig{Secret: secret})
+}
+
+// backendWith completes cfg's UPnP and PCP clients.
+func (e *backendEnv) backendWith(t *testing.T, cfg pcp.BackendConfig) *pcp.Backend {
+	t.Helper()
 	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pcp.NewBackend(e.router.Client(controller), c, secret)
+	cfg.UPnP, cfg.PCP = e.router.Client(controller), c
+	b, err := pcp.NewBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +67,8 @@ func (e *backendEnv) backend(t *testing.T, secret []byte) *pcp.Backend {
 func TestNewBackendRefusesAShortSecret(t *testing.T) {
 	e := newBackendEnv(t, true)
 	c, _ := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
-	_, err := pcp.NewBackend(e.router.Client(controller), c, backendSecret[:31])
-	if err == nil || err.Error() != "pcp: backend: secret is 31 bytes, must be at least 32" {
+	_, err := pcp.NewBackend(pcp.BackendConfig{UPnP: e.router.Client(controller), PCP: c, Secret: backendSecret[:31]})
+	if err == nil || err.Error() != "pcp: backend: BackendConfig.Secret is 31 bytes, must be at least 32" {
 		t.Errorf("NewBackend with a 31-byte secret: %v", err)
 	}
 }
@@ -193,5 +201,45 @@ func TestBackendDeletesAUPnPMappingThroughUPnP(t *testing.T) {
 	}
 	if ms := e.router.Mappings(); len(ms) != 0 {
 		t.Errorf("table after the delete: %v", ms)
+	}
+}
+
+// With FallBack, a router that does not take the PCP request (here: nothing
+// listens on its PCP port, or THIRD_PARTY is refused) is written through
+// UPnP with the caller's description; without, the error is returned.
+func TestBackendFallBack(t *testing.T) {
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080,
+		Description: "ck1 c/default/web -", Lease: time.Hour, Enabled: true}
+	for _, tc := range []struct {
+		name       string
+		thirdParty bool
+		closed     bool
+		fallBack   bool
+		wantErr    error
+	}{
+		{name: "no PCP server, fall back", closed: true, fallBack: true},
+		{name: "no PCP server", closed: true, wantErr: syscall.ECONNREFUSED},
+		{name: "THIRD_PARTY refused, fall back", fallBack: true},
+		{name: "THIRD_PARTY refused", wantErr: pcp.ErrUnsupportedOption},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newBackendEnv(t, tc.thirdParty)
+			b := e.backendWith(t, pcp.BackendConfig{Secret: backendSecret, FallBack: tc.fallBack})
+			if tc.closed {
+				e.server.Close()
+			}
+			_, err := b.AddFor(ctx, "c/default/web", m)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("AddFor = %v, want %v", err, tc.wantErr)
+			}
+			var want []igd.Mapping
+			if tc.fallBack {
+				want = []igd.Mapping{m}
+			}
+			if diff := cmp.Diff(want, e.router.Mappings(), cmpopts.IgnoreFields(igd.Mapping{}, "Lease"), cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("table (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
