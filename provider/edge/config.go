@@ -65,7 +65,29 @@ type GatewayConfig struct {
 	// CallTimeout bounds each router call: at least MinCallTimeout, at most
 	// MaxTimeout; igd.DefaultCallTimeout.
 	CallTimeout metav1.Duration `json:"callTimeout"`
+	// Protocol writes mappings through "upnp" (UPnP IGD), "pcp" (PCP, with
+	// each mapping's nonce derived from pcpSecretFile, so that the router
+	// refuses any other host's PCP delete; reads stay UPnP: for a router
+	// serving both, such as miniupnpd with enable_natpmp=yes and
+	// pcp_allow_thirdparty=yes; restarts are repaired on the router's
+	// ANNOUNCE, with no idle probe) or "auto" (the default: "pcp" when
+	// pcpSecretFile is set, writing through UPnP whenever the router does
+	// not take a PCP request, and probing as "upnp" does; else "upnp").
+	Protocol string `json:"protocol"`
+	// PCPSecretFile is a file holding the cluster's PCP secret, at least
+	// 32 bytes, the same for every replica (a mounted Kubernetes Secret).
+	// Required with protocol "pcp". A new secret leaves the mappings made
+	// under the old one to expire with their lease before they are mapped
+	// again.
+	PCPSecretFile string `json:"pcpSecretFile"`
 }
+
+// Values of gateway.protocol.
+const (
+	ProtocolAuto = "auto"
+	ProtocolUPnP = "upnp"
+	ProtocolPCP  = "pcp"
+)
 
 // LoadBalancerConfig is the "loadBalancer" section: how Services are mapped
 // (the keys are loadbalancer.Config's).
@@ -130,7 +152,7 @@ type NodeAddress struct {
 // Default returns the configuration an empty cloud-config means.
 func Default() Config {
 	return Config{
-		Gateway:      GatewayConfig{DiscoveryTimeout: metav1.Duration{Duration: igd.DefaultDiscoveryTimeout}, CallTimeout: metav1.Duration{Duration: igd.DefaultCallTimeout}},
+		Gateway:      GatewayConfig{Protocol: ProtocolAuto, DiscoveryTimeout: metav1.Duration{Duration: igd.DefaultDiscoveryTimeout}, CallTimeout: metav1.Duration{Duration: igd.DefaultCallTimeout}},
 		LoadBalancer: LoadBalancerConfig{Lease: metav1.Duration{Duration: loadbalancer.DefaultLease}},
 	}
 }
@@ -209,6 +231,18 @@ func (c Config) validate() field.ErrorList {
 		case u.Host == "":
 			bad(gw.Child("url"), c.Gateway.URL, "has no host")
 		}
+	}
+	switch c.Gateway.Protocol {
+	case "", ProtocolAuto, ProtocolUPnP:
+	case ProtocolPCP:
+		if c.Gateway.PCPSecretFile == "" {
+			bad(gw.Child("pcpSecretFile"), "", `must be set with gateway.protocol "pcp"`)
+		}
+		if c.LoadBalancer.PermanentLease {
+			bad(lb.Child("permanentLease"), "true", `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`)
+		}
+	default:
+		bad(gw.Child("protocol"), c.Gateway.Protocol, `must be "auto", "upnp" or "pcp"`)
 	}
 	timeout("discoveryTimeout", c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
 	timeout("callTimeout", c.Gateway.CallTimeout, MinCallTimeout)

@@ -99,6 +99,8 @@ gateway:
   url: https://router.lan/desc.xml
   discoveryTimeout: 500ms
   callTimeout: 1m
+  protocol: pcp
+  pcpSecretFile: /etc/edge-ccm/pcp/secret
 loadBalancer:
   lease: 168h
   services: annotated
@@ -126,6 +128,8 @@ instances:
 					URL:              "https://router.lan/desc.xml",
 					DiscoveryTimeout: metav1.Duration{Duration: 500 * time.Millisecond},
 					CallTimeout:      metav1.Duration{Duration: time.Minute},
+					Protocol:         ProtocolPCP,
+					PCPSecretFile:    "/etc/edge-ccm/pcp/secret",
 				},
 				LoadBalancer: LoadBalancerConfig{
 					Lease:                    metav1.Duration{Duration: 168 * time.Hour},
@@ -176,7 +180,10 @@ func TestParseConfigInvalid(t *testing.T) {
 		contains string
 	}{
 		{name: "unknown top-level key", in: "gatway: {}\n", fields: []string{"gatway"}, contains: "unknown field"},
-		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, url"},
+		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, pcpSecretFile, protocol, url"},
+		{name: "unknown protocol", in: "gateway:\n  protocol: natpmp\n", fields: []string{"gateway.protocol"}, contains: `must be "auto", "upnp" or "pcp"`},
+		{name: "pcp without a secret", in: "gateway:\n  protocol: pcp\n", fields: []string{"gateway.pcpSecretFile"}, contains: "must be set with gateway.protocol"},
+		{name: "pcp with permanent leases", in: "gateway:\n  protocol: pcp\n  pcpSecretFile: /s\nloadBalancer:\n  permanentLease: true\n", fields: []string{"loadBalancer.permanentLease"}, contains: "PCP mappings always have a lifetime"},
 		{name: "key with wrong case", in: "loadbalancer:\n  lease: 1h\n", fields: []string{"loadbalancer"}, contains: "unknown field"},
 		{name: "unknown key in a node entry", in: "instances:\n  nodes:\n    n1:\n      adresses: []\n", fields: []string{`instances.nodes[n1].adresses`}},
 		{name: "duration without unit", in: "gateway:\n  callTimeout: 2\n", fields: []string{"gateway.callTimeout"}, contains: "no unit"},

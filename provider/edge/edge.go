@@ -1,11 +1,14 @@
 package edge
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net/netip"
 	"net/url"
 	"os"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
@@ -80,7 +83,8 @@ func configFrom(config io.Reader, getenv func(string) string) (Config, error) {
 // tests. The zero value is what Factory uses.
 type Options struct {
 	// Client talks to the router. Nil means an igd.UPnPClient configured
-	// from cfg.Gateway (which finds the router lazily, on first use).
+	// from cfg.Gateway (which finds the router lazily, on first use), in
+	// a pcp.Backend when gateway.protocol writes through PCP.
 	Client igd.Client
 	// Class, when not "", serves the Services of that loadBalancerClass
 	// for a class controller (provider/lbclass), and classless ones only
@@ -111,6 +115,20 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var pcpClient *pcp.Client // the router's PCP server: announcements, and PCP writes
+	if opts.Announcer == nil || (opts.Client == nil && cfg.Gateway.usesPCP()) {
+		var server netip.AddrPort
+		if u, err := url.Parse(cfg.Gateway.URL); err == nil && cfg.Gateway.URL != "" {
+			if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+				server = netip.AddrPortFrom(a.Unmap(), pcp.Port)
+			}
+		}
+		c, err := pcp.NewClient(pcp.Config{Server: server})
+		if err != nil {
+			return nil, fmt.Errorf("edge: router's PCP server: %w", err)
+		}
+		pcpClient = c
+	}
 	client := opts.Client
 	if client == nil {
 		upnp, err := igd.NewClient(cfg.Gateway.ClientConfig())
@@ -118,29 +136,38 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 			return nil, fmt.Errorf("edge: router client: %w", err)
 		}
 		client = upnp
+		if cfg.Gateway.usesPCP() {
+			secret, err := os.ReadFile(cfg.Gateway.PCPSecretFile)
+			if err != nil {
+				return nil, fmt.Errorf("edge: gateway.pcpSecretFile: %w", err)
+			}
+			b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: bytes.TrimSpace(secret),
+				FallBack: cfg.Gateway.Protocol != ProtocolPCP})
+			if err != nil {
+				return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: %w", cfg.Gateway.PCPSecretFile, err)
+			}
+			client = b
+		}
 	}
 	announcer := opts.Announcer
 	if announcer == nil {
-		var server netip.AddrPort
-		if u, err := url.Parse(cfg.Gateway.URL); err == nil && cfg.Gateway.URL != "" {
-			if a, err := netip.ParseAddr(u.Hostname()); err == nil {
-				server = netip.AddrPortFrom(a.Unmap(), pcp.Port)
-			}
-		}
-		a, err := pcp.NewClient(pcp.Config{Server: server})
-		if err != nil {
-			return nil, fmt.Errorf("edge: router announcements: %w", err)
-		}
-		announcer = a
+		announcer = pcpClient
 	}
 	lease := cfg.LoadBalancer.Lease.Duration // 0: the library's default
 	if cfg.LoadBalancer.PermanentLease {
 		lease = loadbalancer.PermanentLease
 	}
+	var probe time.Duration // 0: the library's default
+	if cfg.Gateway.Protocol == ProtocolPCP {
+		// The router announces its restarts, and every renewal checks
+		// its epoch: no probe between renewals.
+		probe = cmp.Or(cfg.LoadBalancer.RenewInterval.Duration, min(cmp.Or(lease, loadbalancer.DefaultLease)/2, loadbalancer.DefaultMaxRenewInterval))
+	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Client:                   client,
 		Lease:                    lease,
 		RenewInterval:            cfg.LoadBalancer.RenewInterval.Duration,
+		ProbeInterval:            probe,
 		Services:                 cfg.LoadBalancer.Services,
 		Class:                    opts.Class,
 		Classless:                opts.Classless,
@@ -162,6 +189,12 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		InstancesV2:  instances,
 		ClusterID:    true,
 	})
+}
+
+// usesPCP reports whether mappings are written through PCP: protocol "pcp",
+// or "auto" with a secret.
+func (g GatewayConfig) usesPCP() bool {
+	return g.Protocol == ProtocolPCP || (g.Protocol != ProtocolUPnP && g.PCPSecretFile != "")
 }
 
 // ClientConfig is the router client's configuration the "gateway" section
