@@ -65,3 +65,36 @@ func TestAnnouncedRestartIsRepairedAtOnce(t *testing.T) {
 		t.Error("the listener outlived the background work")
 	}
 }
+
+// A restart announced within the quiet time after the last announced one is
+// repaired when the quiet time ends, not dropped: with a probe interval as
+// long as the renewal interval (the edge provider's protocol "pcp") nothing
+// else would find it before the renewal.
+func TestAnnouncementWithinTheQuietTimeIsRepairedAfterIt(t *testing.T) {
+	a := &announcer{restarts: make(chan struct{})}
+	e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 5 * time.Minute, ProbeInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	before := e.table()
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	eventually(t, "the announcement listener", func() bool { return a.listening.Load() == 1 })
+	e.router.Reboot()
+	passes := e.lb.passes.Load()
+	a.restarts <- struct{}{}
+	eventually(t, "the first repair pass", func() bool { return e.lb.passes.Load() > passes })
+	diffRows(t, "table after the first announced restart", e.table(), before)
+
+	e.router.Reboot() // again, a second later
+	e.clock.Step(time.Second)
+	passes = e.lb.passes.Load()
+	a.restarts <- struct{}{} // within the quiet time: deferred
+	a.restarts <- struct{}{} // taken once the one before is done
+	if n := e.lb.passes.Load() - passes; n != 0 {
+		t.Errorf("%d passes within the quiet time, want 0", n)
+	}
+	e.clock.Step(DefaultProbeInterval)
+	eventually(t, "the deferred repair pass", func() bool { return e.lb.passes.Load() > passes })
+	diffRows(t, "table after the second announced restart", e.table(), before)
+	r.stop(t)
+}

@@ -195,7 +195,9 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	trigger()                  // one pass at start: repair what changed while we were away
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	var restarts <-chan struct{}
-	var announcedQuiet time.Time // announced restarts are ignored until then
+	var announcedQuiet time.Time // announced restarts wait until then
+	var deferred <-chan time.Time // armed by an announcement within the quiet time
+	quiet := min(lb.cfg.ProbeInterval, DefaultProbeInterval)
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
 		listening := make(chan struct{})
@@ -226,14 +228,24 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		case <-restarts:
 			// Any LAN host can send an ANNOUNCE from the router's address:
-			// at most one repair per probe interval comes from them; a
-			// restart announced within it is still found by the probe.
+			// at most one repair per quiet time comes from them. One
+			// within it is not dropped (with protocol "pcp" no probe
+			// would find that restart before the renewal): it runs when
+			// the quiet time ends.
 			now := lb.cfg.Clock.Now()
 			if now.Before(announcedQuiet) {
+				if deferred == nil {
+					deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
+				}
 				continue
 			}
-			announcedQuiet = now.Add(lb.cfg.ProbeInterval)
+			announcedQuiet = now.Add(quiet)
 			logger.Info("Router announced a restart; repairing")
+			repairsTotal.Inc()
+		case <-deferred:
+			deferred = nil
+			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
+			logger.Info("Router announced a restart during the last repair's quiet time; repairing")
 			repairsTotal.Inc()
 		case <-ticker.C():
 		case <-kick:

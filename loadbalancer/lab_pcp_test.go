@@ -1,0 +1,209 @@
+package loadbalancer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
+)
+
+// labPCP is a PCP client acting from node i of lab; dials counts its
+// requests (one socket per call).
+func labPCP(t testing.TB, lab *igdtest.Lab, i int, dials *atomic.Int64) *pcp.Client {
+	t.Helper()
+	n := lab.Nodes[i]
+	c, err := pcp.NewClient(pcp.Config{
+		Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port),
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials != nil {
+				dials.Add(1)
+			}
+			return n.DialContext(ctx, network, addr)
+		},
+		ListenPacket: n.ListenPacket,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// labBackend is a pcp.Backend acting from node i, reading through upnp.
+func labBackend(t testing.TB, upnp igd.Client, c *pcp.Client, secret []byte) *pcp.Backend {
+	t.Helper()
+	b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: upnp, PCP: c, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestLabServedThroughPCP: on miniupnpd with PCP and THIRD_PARTY on, a
+// Service's port is mapped through PCP from the CCM's host (node 0) toward
+// node 1, and answers from the internet. A LAN host's PCP delete with
+// another nonce is refused; its UPnP delete is not (UPnP checks no nonce),
+// and the next Ensure maps the port again. A second CCM of the cluster
+// (same secret) renews and deletes the first one's mapping.
+func TestLabServedThroughPCP(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := labNodes(lab)[1:] // node 1 only: a target that is not the CCM's host
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err)
+	}
+	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
+	nonce := pcp.NonceFor(pcpSecret, newOwner(testCluster, "default", "web").token, key)
+	peer := labClient(t, lab, 1)
+	m, err := peer.GetPortMapping(ctx, igd.TCP, 8080)
+	if err != nil {
+		t.Fatalf("the mapping, read by a peer: %v", err)
+	}
+	if want := pcp.Description(nonce, binary.LittleEndian); m.InternalClient != lab.Nodes[1].Addr || m.InternalPort != 30080 || m.Description != want {
+		t.Fatalf("mapping = %v, want to %s:30080 described %q", m, lab.Nodes[1].Addr, want)
+	}
+	serveNodePort(t, lab, 1, 30080, "hello through PCP")
+	if body, err := lab.InternetGet(ctx, fmt.Sprintf("http://%s:8080/", lab.ExternalIP)); err != nil || body != "hello through PCP" {
+		t.Fatalf("GET from the internet = %q, %v", body, err)
+	}
+
+	// Node 1 (the mapping's own internal address) tries to delete it over
+	// PCP with a nonce of its own: refused.
+	var guess [12]byte
+	copy(guess[:], "not the key!")
+	if err := labPCP(t, lab, 1, nil).Delete(ctx, igd.TCP, lab.Nodes[1].Addr, 30080, guess); !errors.Is(err, pcp.ErrNotAuthorized) {
+		t.Errorf("a LAN host's PCP delete with another nonce = %v, want pcp.ErrNotAuthorized", err)
+	}
+	if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); err != nil {
+		t.Fatalf("the mapping after the refused delete: %v", err)
+	}
+	// Over UPnP nothing checks the nonce.
+	if out, err := lab.Upnpc(ctx, 1, "-d", "8080", "TCP"); err != nil {
+		t.Fatalf("upnpc -d: %v\n%s", err, out)
+	}
+	if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Fatalf("the mapping after upnpc -d: %v, want gone (UPnP checks no nonce)", err)
+	}
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatalf("Ensure after upnpc -d: %v", err)
+	}
+
+	// A second CCM of the cluster, on node 1, with the same secret.
+	second, err := New(Config{Client: labBackend(t, peer, labPCP(t, lab, 1, nil), pcpSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.seeNodes(nodes)
+	if _, err := second.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatalf("Ensure from the second CCM: %v", err)
+	}
+	if err := second.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Fatalf("EnsureLoadBalancerDeleted from the second CCM: %v", err)
+	}
+	if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Errorf("the mapping after the second CCM's delete: %v, want gone", err)
+	}
+}
+
+// TestLabPCPWithoutThirdParty: where the router refuses THIRD_PARTY the
+// port fails with an error that says so, and with SecureMode the Service is
+// mapped to the CCM's own node through PCP.
+func TestLabPCPWithoutThirdParty(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	ctx := labContext(t)
+	nodes := labNodes(lab)
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes[1:])
+	if err = notForwarded(lb, svc, err); !errors.Is(err, pcp.ErrUnsupportedOption) || !strings.Contains(err.Error(), "THIRD_PARTY") {
+		t.Fatalf("Ensure toward node 1 = %v, want pcp.ErrUnsupportedOption naming THIRD_PARTY", err)
+	}
+	own, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret), SecureMode: true, NodeName: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := own.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatalf("Ensure with SecureMode: %v", err)
+	}
+	m, err := labClient(t, lab, 1).GetPortMapping(ctx, igd.TCP, 8080)
+	if err != nil || m.InternalClient != lab.Nodes[0].Addr || !strings.HasPrefix(m.Description, "PCP MAP ") {
+		t.Fatalf("mapping = %v, %v; want a PCP mapping to node 0 (%s)", m, err, lab.Nodes[0].Addr)
+	}
+}
+
+// BenchmarkLabPCPEnsureVsBareMaps compares, on one lab, a new 10-port
+// Service served through PCP with ten bare PCP MAPs of the same ports
+// (ensure/bare), and counts the router calls of a no-op Ensure
+// (noop-calls; the Service has 10 ports).
+func BenchmarkLabPCPEnsureVsBareMaps(b *testing.B) {
+	lab := igdtest.Start(b, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true, Daemonize: true})
+	ctx := context.Background()
+	var dials atomic.Int64
+	cc := newCounting(labClient(b, lab, 0))
+	pc := labPCP(b, lab, 0, &dials)
+	lb, err := New(Config{Client: labBackend(b, cc, pc, pcpSecret)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := labNodes(lab)[1:]
+	var ports []v1.ServicePort
+	for i := range 10 {
+		ports = append(ports, port(fmt.Sprintf("p%d", i), v1.ProtocolTCP, int32(21000+i), int32(30000+i)))
+	}
+	var ensure, bare time.Duration
+	noop := 0
+	for i := range b.N {
+		svc := newService("bench", fmt.Sprintf("s%d", i), withPorts(ports...))
+		start := time.Now()
+		if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+			b.Fatal(err)
+		}
+		ensure += time.Since(start)
+		cc.take()
+		before := dials.Load()
+		if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range cc.take() {
+			noop += n
+		}
+		noop += int(dials.Load() - before)
+		if err := lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		for j := range 10 {
+			if _, err := pc.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: lab.Nodes[1].Addr, InternalPort: uint16(30000 + j),
+				ExternalPort: uint16(21000 + j), Lifetime: time.Hour, PreferFailure: true, Nonce: [12]byte{byte(i), byte(j)}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bare += time.Since(start)
+		for j := range 10 {
+			if err := pc.Delete(ctx, igd.TCP, lab.Nodes[1].Addr, uint16(30000+j), [12]byte{byte(i), byte(j)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(ensure)/float64(bare), "ensure/bare")
+	b.ReportMetric(float64(noop)/float64(b.N), "noop-calls")
+}
