@@ -195,7 +195,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	trigger()                  // one pass at start: repair what changed while we were away
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	var restarts <-chan struct{}
-	var announcedQuiet time.Time // announced restarts wait until then
+	var announcedQuiet time.Time  // announced restarts wait until then
 	var deferred <-chan time.Time // armed by an announcement within the quiet time
 	quiet := min(lb.cfg.ProbeInterval, DefaultProbeInterval)
 	if a := lb.cfg.Announcer; a != nil {
