@@ -84,6 +84,17 @@ func RegisterMetrics() {
 	})
 }
 
+// ObserveRequest records, in this package's request metrics, one call to the
+// router by another protocol of this module (igd/pcp: request is the PCP
+// opcode, "MAP") that started at start; code is "" for a success, else the
+// error label, from a fixed set the caller keeps small.
+func ObserveRequest(request string, start time.Time, code string) {
+	requestDuration.WithLabelValues(request).Observe(time.Since(start).Seconds())
+	if code != "" {
+		requestErrors.WithLabelValues(request, code).Inc()
+	}
+}
+
 // observeCall records one SOAP call to the router that started at start and
 // ended with err.
 func observeCall(action string, start time.Time, err error) {

@@ -48,6 +48,34 @@
 // what the table holds. A listing the router refuses (igd.ErrNotSupported,
 // or any UPnP error: some answer 402 or 501) is replaced by the gets.
 //
+// # Through PCP (an igd.GuardedClient: igd/pcp.Backend)
+//
+// When Config.Client is an igd.GuardedClient the Service's own adds and
+// deletes go through it, and everything above still holds: reads, and so
+// every proof of ownership, are the client's (UPnP on pcp.Backend). A
+// mapping is the Service's when its description is the router's rendering
+// of the nonce derived from the owner token and key under the cluster's
+// secret (or a description of ours, from before). What the router
+// (miniupnpd 2.3.1) then enforces itself:
+//
+//   - A delete removes only the first mapping to the node's address and
+//     nodePort, and only if it carries the Service's nonce (else
+//     NOT_AUTHORIZED, reported as igd.ErrNotAuthorized): a delete sent late,
+//     after our mapping expired and a LAN host took the key, removes
+//     nothing. A LAN host's mapping to the same node and nodePort listed
+//     before ours makes our deletes fail until it goes.
+//   - Another cluster (another secret) cannot delete our mappings over PCP;
+//     a second process of this cluster (same secret) renews and deletes
+//     them.
+//
+// What it does not, and ccmkit still proves: PREFER_FAILURE (pcp.Backend
+// undoes the port the router gave instead, and reports the key taken);
+// UPnP ignores nonces, so any LAN host's DeletePortMapping removes our
+// mapping and a host that reads its description (the nonce) can delete it
+// over PCP; a MAP for the same node and nodePort at the key replaces it
+// whatever its nonce. Reads before writes, and the API server's
+// arbitration, stay as they are.
+//
 // # Nodes
 //
 // All of a Service's mappings target one eligible node (Ready, IPv4

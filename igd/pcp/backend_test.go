@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
@@ -241,5 +243,50 @@ func TestBackendFallBack(t *testing.T) {
 				t.Errorf("table (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// PCP requests are counted in igd's request metrics under request "MAP",
+// a refusal under its result code's name.
+func TestRequestMetrics(t *testing.T) {
+	igd.RegisterMetrics()
+	errorsByCode := func() map[string]float64 {
+		t.Helper()
+		got, err := testutil.GetCounterValuesFromGatherer(legacyregistry.DefaultGatherer,
+			"cloudprovider_ccmkit_api_request_errors", map[string]string{"request": "MAP"}, "code")
+		if err != nil {
+			return nil // no error counted yet
+		}
+		return got
+	}
+	requests := func() uint64 {
+		t.Helper()
+		h, err := testutil.GetHistogramVecFromGatherer(legacyregistry.DefaultGatherer,
+			"cloudprovider_ccmkit_api_request_duration_seconds", map[string]string{"request": "MAP"})
+		if err != nil {
+			return 0 // no sample yet
+		}
+		var n uint64
+		for _, s := range h {
+			n += s.GetSampleCount()
+		}
+		return n
+	}
+	e := newBackendEnv(t, true)
+	b := e.backend(t, backendSecret)
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080, Lease: time.Hour, Enabled: true}
+	n0, refused0 := requests(), errorsByCode()["NOT_AUTHORIZED"]
+	if _, err := b.AddFor(ctx, "default/web", m); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteFor(ctx, "default/other", igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080, Description: "PCP MAP 0"}); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Fatalf("DeleteFor for another owner: %v", err)
+	}
+	if n := requests() - n0; n != 2 {
+		t.Errorf("%d MAP requests counted, want 2", n)
+	}
+	if n := errorsByCode()["NOT_AUTHORIZED"] - refused0; n != 1 {
+		t.Errorf("%v NOT_AUTHORIZED errors counted, want 1", n)
 	}
 }

@@ -260,7 +260,8 @@ func wireProto(p igd.Protocol) uint8 {
 // call sends m (completed with the client address and, when internal is
 // another host, THIRD_PARTY) until the matching answer comes or ctx or
 // CallTimeout ends, and returns the answer when its result is SUCCESS.
-func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr) (mapMessage, error) {
+func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr) (_ mapMessage, err error) {
+	defer func(start time.Time) { igd.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	server, err := c.server(ctx)
@@ -335,6 +336,25 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 		rt = jitter(min(2*rt, maxRT))
 	}
 	return mapMessage{}, fmt.Errorf("pcp: %s: no answer from %s: %w", op, server, ctx.Err())
+}
+
+// errorCode is the code label of a failed call (see igd.ObserveRequest): the
+// result code's name, or timeout, canceled or transport; "" for none.
+func errorCode(err error) string {
+	var re *ResultError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &re) && int(re.Code) < len(codeNames):
+		return re.Code.String()
+	case errors.As(err, &re):
+		return "other"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "transport"
 }
 
 // jitter returns d scaled by a random factor in [0.9, 1.1] (RFC 6887
