@@ -119,6 +119,11 @@ type Options struct {
 	// PCP asks the router's PCP server (RFC 6887). Nil means a client for
 	// the router's LAN address on pcp.Port.
 	PCP *pcp.Client
+	// RequirePCP says the load balancer writes only through PCP (the edge
+	// cloud-config's gateway.protocol "pcp"): a router without a PCP
+	// server, or one refusing THIRD_PARTY without SecureMode, then fails
+	// the pcp check.
+	RequirePCP bool
 }
 
 // Defaults of Options.
@@ -462,9 +467,16 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 	switch {
 	case err != nil && errors.As(err, new(*pcp.ResultError)):
 		f.Status, f.Detail = OK, "a PCP server answers on port 5351 but refused a mapping for this host: "+err.Error()
+		if r.o.RequirePCP {
+			f.Status, f.Fix = Fail, "gateway.protocol: auto (writes through UPnP where PCP refuses), or allow PCP mappings on the router"
+		}
 		return f
 	case err != nil:
 		f.Status, f.Detail = OK, "no PCP server answered on port 5351 ("+err.Error()+"): the load balancer speaks UPnP IGD"
+		if r.o.RequirePCP {
+			f.Status, f.Detail = Fail, "no PCP server answered on port 5351 ("+err.Error()+")"
+			f.Fix = "miniupnpd.conf: enable_natpmp=yes (OpenWrt: uci set upnpd.config.enable_natpmp=1), or gateway.protocol: auto"
+		}
 		return f
 	}
 	f.Status = OK
@@ -478,6 +490,9 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 		f.Detail += fmt.Sprintf("; THIRD_PARTY allowed (mapped for %s)", other)
 	case errors.Is(err, pcp.ErrUnsupportedOption):
 		f.Detail += fmt.Sprintf("; THIRD_PARTY refused (for %s): through PCP a host maps only for itself, as in secure mode (miniupnpd.conf: pcp_allow_thirdparty=yes allows it)", other)
+		if r.o.RequirePCP && !r.o.SecureMode {
+			f.Status, f.Fix = Fail, "loadBalancer.secureMode: true (map to this node only), or miniupnpd.conf: pcp_allow_thirdparty=yes, or gateway.protocol: auto"
+		}
 	default:
 		f.Detail += fmt.Sprintf("; THIRD_PARTY could not be told (for %s): %v", other, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
 )
 
@@ -56,12 +57,17 @@ func TestRunJudgesTheRouterAgainstTheConfig(t *testing.T) {
 			routercheck.CheckIPv6: ok, routercheck.CheckPCP: ok, // no PCP server on loopback
 		}
 	}
+	withPCP := func(m map[string]routercheck.Status, st routercheck.Status) map[string]routercheck.Status {
+		m[routercheck.CheckPCP] = st
+		return m
+	}
 	for _, tc := range []struct {
 		name    string
 		router  fake.RouterConfig
 		svc     fake.UPnPService
 		hooks   *fake.RouterHooks
 		opts    routercheck.Options
+		pcp     *fake.PCPConfig // a PCP server on the router, this test's client its caller
 		want    map[string]routercheck.Status
 		problem string
 	}{
@@ -77,6 +83,15 @@ func TestRunJudgesTheRouterAgainstTheConfig(t *testing.T) {
 			opts: routercheck.Options{PermanentLease: true}, want: all(ok, skip, ok, ok)},
 		{name: "refuses this host", hooks: &refuseAll,
 			want: all(fail, skip, skip, skip), problem: routercheck.CheckMapSelf},
+		{name: "PCP required, no PCP server", opts: routercheck.Options{RequirePCP: true},
+			want: withPCP(all(ok, ok, ok, ok), fail), problem: routercheck.CheckPCP},
+		{name: "PCP required, THIRD_PARTY refused", pcp: &fake.PCPConfig{}, opts: routercheck.Options{RequirePCP: true},
+			want: withPCP(all(ok, ok, ok, ok), fail), problem: routercheck.CheckPCP},
+		{name: "PCP required, THIRD_PARTY refused, secure mode", router: fake.RouterConfig{SecureMode: true}, pcp: &fake.PCPConfig{},
+			opts: routercheck.Options{RequirePCP: true, SecureMode: true}, want: all(ok, ok, ok, ok)},
+		{name: "PCP required, THIRD_PARTY allowed", pcp: &fake.PCPConfig{AllowThirdParty: true},
+			opts: routercheck.Options{RequirePCP: true}, want: all(ok, ok, ok, ok)},
+		{name: "THIRD_PARTY refused, PCP not required", pcp: &fake.PCPConfig{}, want: all(ok, ok, ok, ok)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := fake.NewRouter(tc.router)
@@ -90,6 +105,17 @@ func TestRunJudgesTheRouterAgainstTheConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.opts.OtherHost = lanHost
+			if tc.pcp != nil {
+				tc.pcp.Router = r
+				s, err := fake.NewPCPServer(*tc.pcp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				if tc.opts.PCP, err = pcp.NewClient(pcp.Config{Server: s.Addr()}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			rep, err := routercheck.Run(t.Context(), c, tc.opts)
 			if err != nil {
 				t.Fatal(err)
