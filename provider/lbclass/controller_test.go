@@ -319,6 +319,11 @@ func TestSync(t *testing.T) {
 				ingress = got.Status.LoadBalancer.Ingress[0].IP
 			}
 			_, exists := e.lb.Status(types.NamespacedName{Namespace: "default", Name: "a"})
+			// The fake clientset keeps the empty list a patch leaves; the
+			// API server's reads omit it.
+			if len(got.Finalizers) == 0 {
+				got.Finalizers = nil
+			}
 			type result struct {
 				Methods, Events, Finalizers []string
 				Ingress                     string
@@ -514,6 +519,30 @@ func TestDeletedWithoutFinalizer(t *testing.T) {
 	}
 	if e.c.lookup("default/a") != nil {
 		t.Error("the Service is still remembered after its clean-up")
+	}
+}
+
+// TestStaleCacheKeepsOthersFinalizers: a sync from a cache behind the API
+// server removes this controller's finalizer only. The cache still shows
+// the Service as the clean-up after its switch to ClusterIP left it between
+// its two writes (status cleared, finalizer not yet removed), while on the
+// API server it is this controller's no more but another class's, whose
+// finalizer the cache does not show yet: that finalizer, and the status,
+// stay.
+func TestStaleCacheKeepsOthersFinalizers(t *testing.T) {
+	// The informers read one clientset (the cache), the controller writes
+	// another (the API server).
+	server := k8sfake.NewClientset(svc("a", class(otherClass), finalizers(otherClass), status("198.51.100.1")), node("n1"))
+	e := newEnv(t, func(c *Config) { c.Client = server }, svc("a", clusterIP(), finalizers(testClass)), node("n1"))
+	if err := e.c.sync(context.Background(), "default/a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := server.CoreV1().Services("default").Get(context.Background(), "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{otherClass}) || len(got.Status.LoadBalancer.Ingress) != 1 || got.Status.LoadBalancer.Ingress[0].IP != "198.51.100.1" {
+		t.Errorf("after a sync from the stale cache: finalizers %v, status %v; want [%s] and the other class's status", got.Finalizers, got.Status.LoadBalancer, otherClass)
 	}
 }
 

@@ -2,6 +2,7 @@ package lbclass
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -9,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -187,21 +190,31 @@ func (c *Controller) syncFailed(svc *v1.Service, err error) error {
 	return fmt.Errorf("lbclass: service %s/%s: %w", svc.Namespace, svc.Name, err)
 }
 
-// patchFinalizers adds (add) or removes the controller's finalizer. The
-// strategic merge patch adds or removes that one entry, whatever other
-// finalizers others add or remove meanwhile.
+// patchFinalizers adds (add) or removes the controller's finalizer with a
+// strategic merge patch naming that one entry, so the finalizers others add
+// or remove meanwhile stay as they are, even those svc (read from the
+// cache, which may be behind the API server) does not show. A patch
+// computed from svc would not do: removing the only finalizer svc shows is
+// "finalizers": null, which drops every finalizer of the Service, such as
+// that of a class it was handed over to since, whose load balancer its
+// deletion would then no longer wait for.
 func (c *Controller) patchFinalizers(ctx context.Context, svc *v1.Service, add bool) error {
 	if hasFinalizer(svc, c.cfg.Finalizer) == add {
 		return nil
 	}
-	updated := svc.DeepCopy()
+	// finalizers has the merge strategy: a list given is merged into the
+	// API server's, and $deleteFromPrimitiveList removes its entries.
+	field := "$deleteFromPrimitiveList/finalizers"
 	if add {
-		updated.Finalizers = append(updated.Finalizers, c.cfg.Finalizer)
-	} else {
-		updated.Finalizers = slices.DeleteFunc(updated.Finalizers, func(f string) bool { return f == c.cfg.Finalizer })
+		field = "finalizers"
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{field: []string{c.cfg.Finalizer}}})
+	if err != nil {
+		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Patching finalizer", "service", klog.KObj(svc), "finalizer", c.cfg.Finalizer, "add", add)
-	got, err := servicehelper.PatchService(c.cfg.Client.CoreV1(), svc, updated)
+	// Through the status subresource, as servicehelper.PatchService.
+	got, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return err
 	}
