@@ -143,7 +143,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			return !withEndpoints[t.name]
 		})
 	}
-	if lb.cfg.SecureMode {
+	if lb.selfOnly() {
 		name, addr, err := lb.selfNode(ctx, nodes)
 		if err != nil {
 			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
@@ -157,7 +157,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 		}
 		if len(targets) == 0 {
 			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
-			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router is in secure mode and maps only to this node, %s, which %s",
+			req.noTarget = lb.retry(fmt.Errorf("%w for service %s: the router maps only to this node (secure mode, or PCP without THIRD_PARTY), %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
 	} else if len(targets) == 0 {
@@ -165,6 +165,14 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 	}
 	req.candidates = targets
 	return req, nil
+}
+
+// selfOnly reports whether the router maps only to this process's node:
+// Config.SecureMode, or a client that says so (igd/pcp.Backend once the
+// router refused THIRD_PARTY).
+func (lb *LoadBalancer) selfOnly() bool {
+	s, ok := lb.cfg.Client.(interface{ SelfOnly() bool })
+	return lb.cfg.SecureMode || ok && s.SelfOnly()
 }
 
 // describeReasons lists why each node is not eligible, sorted by node name.

@@ -80,8 +80,10 @@
 //
 // All of a Service's mappings target one eligible node (Ready, IPv4
 // InternalIP, not excluded or being deleted; for externalTrafficPolicy
-// Local, with a ready endpoint; on a secure-mode router, the node this
-// process runs on): the one they point at while it stays eligible, else the
+// Local, with a ready endpoint; on a secure-mode router, or through a client
+// that says it maps only to this host (SelfOnly, as igd/pcp.Backend does
+// once the router refused THIRD_PARTY: the operation is then served again
+// at once), the node this process runs on): the one they point at while it stays eligible, else the
 // highest rendezvous hash of Service and node. Without an eligible node the
 // Service keeps its mappings that still forward to its current nodePorts,
 // loses the others, and gets an api.RetryError.

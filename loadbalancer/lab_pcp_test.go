@@ -121,32 +121,35 @@ func TestLabServedThroughPCP(t *testing.T) {
 	}
 }
 
-// TestLabPCPWithoutThirdParty: where the router refuses THIRD_PARTY the
-// port fails with an error that says so, and with SecureMode the Service is
-// mapped to the CCM's own node through PCP.
+// TestLabPCPWithoutThirdParty: where the router refuses THIRD_PARTY, a
+// Service the rendezvous hash gives to another node is mapped to the CCM's
+// own node through PCP, in the same Ensure, and the backend says so.
 func TestLabPCPWithoutThirdParty(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
 	nodes := labNodes(lab)
-	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
-	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	targets, _ := eligibleTargets(nodes)
+	var svc *v1.Service
+	for i := 0; svc == nil; i++ {
+		name := fmt.Sprintf("web%d", i)
+		if tgt, _ := chooseTarget(newOwner(testCluster, "default", name).key(), targets, nil); tgt.name == "node-b" {
+			svc = newService("default", name, withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+		}
+	}
+	b := labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)
+	lb, err := New(Config{Client: b})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes[1:])
-	if err = notForwarded(lb, svc, err); !errors.Is(err, pcp.ErrUnsupportedOption) || !strings.Contains(err.Error(), "THIRD_PARTY") {
-		t.Fatalf("Ensure toward node 1 = %v, want pcp.ErrUnsupportedOption naming THIRD_PARTY", err)
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatalf("Ensure: %v", err)
 	}
-	own, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret), SecureMode: true, NodeName: "node-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := own.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
-		t.Fatalf("Ensure with SecureMode: %v", err)
+	if !b.SelfOnly() {
+		t.Error("the backend does not say the router maps to this host only")
 	}
 	m, err := labClient(t, lab, 1).GetPortMapping(ctx, igd.TCP, 8080)
 	if err != nil || m.InternalClient != lab.Nodes[0].Addr || !strings.HasPrefix(m.Description, "PCP MAP ") {
-		t.Fatalf("mapping = %v, %v; want a PCP mapping to node 0 (%s)", m, err, lab.Nodes[0].Addr)
+		t.Fatalf("mapping = %v, %v; want a PCP mapping to node 0 (%s), the CCM's own", m, err, lab.Nodes[0].Addr)
 	}
 }
 

@@ -236,26 +236,34 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	if invalid == nil && extErr == nil {
 		invalid = checkLoadBalancerIP(o, svc, ext)
 	}
-	var req request
-	if invalid == nil {
-		var err error
-		if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
-			return nil, err
+	var failed map[igd.Key]*PortError
+	var err error
+	// A router that refuses, during this operation, to map for another
+	// host (the client says so: SelfOnly) is served once more, to this
+	// process's node.
+	for selfOnly := lb.selfOnly(); ; selfOnly = true {
+		var req request
+		if invalid == nil {
+			if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
+				return nil, err
+			}
+			invalid = err
 		}
-		invalid = err
+		if invalid != nil {
+			// Ports the user asked to restrict must not stay open.
+			return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
+		}
+		if !op.pass {
+			lb.update(o, func(s *serviceState) { s.deleted = false })
+		}
+		var got reading
+		if got, err = lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...)); err != nil {
+			return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
+		}
+		if failed, err = lb.converge(ctx, t, req, got); selfOnly || !lb.selfOnly() {
+			break
+		}
 	}
-	if invalid != nil {
-		// Ports the user asked to restrict must not stay open.
-		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
-	}
-	if !op.pass {
-		lb.update(o, func(s *serviceState) { s.deleted = false })
-	}
-	got, err := lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...))
-	if err != nil {
-		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
-	}
-	failed, err := lb.converge(ctx, t, req, got)
 	if err != nil || (len(failed) > 0 && len(failed) == len(plans)) { // no port forwarded: fail as a whole
 		return nil, errors.Join(err, joinPortErrors(failed))
 	}

@@ -41,6 +41,7 @@ type Backend struct {
 
 	mu        sync.Mutex
 	upnpUntil time.Time // with FallBack: adds go through UPnP until then
+	selfOnly  bool      // without FallBack: the router refused THIRD_PARTY
 }
 
 var _ igd.GuardedClient = (*Backend)(nil)
@@ -125,12 +126,29 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	case errors.Is(err, ErrCannotProvideExternal):
 		return igd.Mapping{}, fmt.Errorf("%w: %w", igd.ErrConflict, err)
 	case errors.Is(err, ErrUnsupportedOption):
+		b.mu.Lock()
+		first := !b.selfOnly
+		b.selfOnly = true
+		b.mu.Unlock()
+		if first {
+			klog.FromContext(ctx).Info("Router refuses PCP THIRD_PARTY; mapping to this host only", "key", m.Key(), "internalClient", m.InternalClient, "err", err)
+		}
 		return igd.Mapping{}, fmt.Errorf("pcp: map %s to %s: the router refuses THIRD_PARTY (miniupnpd: pcp_allow_thirdparty=yes allows it); map to this host only: %w", m.Key(), m.InternalClient, err)
 	case err != nil:
 		return igd.Mapping{}, err
 	}
 	m.Lease = res.Lifetime
 	return m, nil
+}
+
+// SelfOnly reports whether the router refused a mapping for another host
+// (THIRD_PARTY) to a Backend without FallBack: like a router in secure mode
+// it maps only to this host from then on, until the process restarts. The
+// load balancer then targets its own node.
+func (b *Backend) SelfOnly() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.selfOnly
 }
 
 // fallingBack reports whether adds go through UPnP now.

@@ -121,8 +121,8 @@ type Options struct {
 	PCP *pcp.Client
 	// RequirePCP says the load balancer writes only through PCP (the edge
 	// cloud-config's gateway.protocol "pcp"): a router without a PCP
-	// server, or one refusing THIRD_PARTY without SecureMode, then fails
-	// the pcp check.
+	// server then fails the pcp check, and one refusing THIRD_PARTY
+	// without SecureMode warns (the load balancer maps to its own node).
 	RequirePCP bool
 }
 
@@ -491,7 +491,7 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 	case errors.Is(err, pcp.ErrUnsupportedOption):
 		f.Detail += fmt.Sprintf("; THIRD_PARTY refused (for %s): through PCP a host maps only for itself, as in secure mode (miniupnpd.conf: pcp_allow_thirdparty=yes allows it)", other)
 		if r.o.RequirePCP && !r.o.SecureMode {
-			f.Status, f.Fix = Fail, "loadBalancer.secureMode: true (map to this node only), or miniupnpd.conf: pcp_allow_thirdparty=yes, or gateway.protocol: auto"
+			f.Status, f.Fix = Warn, "every Service will map to the CCM's own node; miniupnpd.conf: pcp_allow_thirdparty=yes lets it map to any node (or gateway.protocol: auto, through UPnP)"
 		}
 	default:
 		f.Detail += fmt.Sprintf("; THIRD_PARTY could not be told (for %s): %v", other, err)

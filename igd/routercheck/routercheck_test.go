@@ -86,7 +86,7 @@ func TestRunJudgesTheRouterAgainstTheConfig(t *testing.T) {
 		{name: "PCP required, no PCP server", opts: routercheck.Options{RequirePCP: true},
 			want: withPCP(all(ok, ok, ok, ok), fail), problem: routercheck.CheckPCP},
 		{name: "PCP required, THIRD_PARTY refused", pcp: &fake.PCPConfig{}, opts: routercheck.Options{RequirePCP: true},
-			want: withPCP(all(ok, ok, ok, ok), fail), problem: routercheck.CheckPCP},
+			want: withPCP(all(ok, ok, ok, ok), warn)},
 		{name: "PCP required, THIRD_PARTY refused, secure mode", router: fake.RouterConfig{SecureMode: true}, pcp: &fake.PCPConfig{},
 			opts: routercheck.Options{RequirePCP: true, SecureMode: true}, want: all(ok, ok, ok, ok)},
 		{name: "PCP required, THIRD_PARTY allowed", pcp: &fake.PCPConfig{AllowThirdParty: true},
