@@ -354,11 +354,26 @@ type pcpRequest struct {
 // ProcessIncomingPCPPacket does. A nil answer means no answer.
 func (s *PCPServer) handle(b []byte, src netip.AddrPort) ([]byte, PCPCall) {
 	call := PCPCall{From: src}
-	if len(b) < 3 || b[1]&pcpResponseBit != 0 {
+	if len(b) < 2 || b[1]&pcpResponseBit != 0 {
 		return nil, call // too short to read, or a response: dropped
 	}
-	if b[0] == 0 || b[0] == 1 {
-		// NAT-PMP (version 0) and PCP version 1 are not modelled.
+	if b[0] == 0 && b[1] == 0 {
+		// NAT-PMP's public address request (natpmp.c): the external
+		// address, or result 3 (network failure) while there is none.
+		call.Version, call.Opcode = 0, 0
+		resp := []byte{0, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		s.mu.Lock()
+		binary.BigEndian.PutUint32(resp[4:], s.epochLocked())
+		s.mu.Unlock()
+		if ext := s.router.ExternalIP(); ext.Is4() && !ext.IsUnspecified() {
+			copy(resp[8:], ext.AsSlice())
+		} else {
+			resp[3] = 3
+		}
+		return resp, call
+	}
+	if len(b) < 3 || b[0] == 0 || b[0] == 1 {
+		// Too short for PCP; the other NAT-PMP requests and PCP version 1 are not modelled.
 		return nil, call
 	}
 	// The answer is the request rewritten in place, as miniupnpd does it:

@@ -290,3 +290,19 @@ func TestRequestMetrics(t *testing.T) {
 		t.Errorf("%v NOT_AUTHORIZED errors counted, want 1", n)
 	}
 }
+
+func TestExternalAddr(t *testing.T) {
+	e := newBackendEnv(t, true)
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ExternalAddr(context.Background())
+	if want := e.router.ExternalIP(); err != nil || got != want {
+		t.Errorf("ExternalAddr = %v, %v; want %v", got, err, want)
+	}
+	e.router.SetExternalIP(netip.IPv4Unspecified()) // the WAN link is down
+	if _, err := c.ExternalAddr(context.Background()); !errors.As(err, new(*pcp.ResultError)) {
+		t.Errorf("ExternalAddr with the WAN down = %v, want a *pcp.ResultError", err)
+	}
+}

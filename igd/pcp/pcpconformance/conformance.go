@@ -136,6 +136,7 @@ func cases() []testCase {
 		{name: "Raw/Options", run: testOptions},
 		{name: "NoSuggestedPortTakesTheInternalPort", run: testNoSuggestedPort},
 		{name: "DeleteFindsTheNewestMapping", run: testDeleteNewest},
+		{name: "NATPMPExternalAddress", run: testExternalAddr},
 	}
 }
 
@@ -680,4 +681,13 @@ func testDeleteNewest(t *testing.T, tg Target) {
 		t.Errorf("Delete of the one left = %v", err)
 	}
 	wantNoMapping(t, tg, tcpExt)
+}
+
+// testExternalAddr: NAT-PMP's public address request, on the PCP port,
+// answers the external address.
+func testExternalAddr(t *testing.T, tg Target) {
+	got, err := client(t, tg, 0, nil).ExternalAddr(ctx(t))
+	if err != nil || got != tg.ExternalIP {
+		t.Errorf("ExternalAddr = %v, %v; want %s", got, err, tg.ExternalIP)
+	}
 }

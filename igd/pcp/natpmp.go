@@ -1,0 +1,64 @@
+package pcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// ExternalAddr asks the server for its external IPv4 address with NAT-PMP's
+// public address request (RFC 6886 §3.2; a PCP server on port 5351 that
+// also speaks NAT-PMP, as miniupnpd does with enable_natpmp=yes, answers
+// it). A result other than success is a *ResultError with the NAT-PMP
+// result code; retransmissions and the timeout are Map's.
+func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
+	defer func(start time.Time) { igd.ObserveRequest("NATPMP_ADDRESS", start, errorCode(err)) }(time.Now())
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	server, err := c.server(ctx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
+	}
+	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 64)
+	for rt := jitter(initialRT); ctx.Err() == nil; rt = jitter(min(2*rt, maxRT)) {
+		if _, err := conn.Write([]byte{0, 0}); err != nil {
+			return netip.Addr{}, fmt.Errorf("pcp: external address: send to %s: %w", server, err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(rt)); err != nil {
+			return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
+		}
+		for ctx.Err() == nil {
+			n, err := conn.Read(buf)
+			var ne net.Error
+			switch {
+			case errors.Is(err, syscall.ECONNREFUSED):
+				return netip.Addr{}, fmt.Errorf("pcp: external address: %s: %w", server, err)
+			case errors.As(err, &ne) && ne.Timeout():
+			case err != nil:
+				return netip.Addr{}, fmt.Errorf("pcp: external address: receive from %s: %w", server, err)
+			case n < 12 || buf[0] != 0 || buf[1] != 128:
+				continue // not the answer
+			case binary.BigEndian.Uint16(buf[2:]) != 0:
+				return netip.Addr{}, &ResultError{Op: "external address", Code: ResultCode(binary.BigEndian.Uint16(buf[2:]))}
+			default:
+				return netip.AddrFrom4([4]byte(buf[8:12])), nil
+			}
+			break
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("pcp: external address: no answer from %s: %w", server, ctx.Err())
+}
