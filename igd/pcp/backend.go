@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,11 +20,15 @@ import (
 // MinSecretLen is the shortest secret NewBackend takes.
 const MinSecretLen = 32
 
-// Backend is an igd.GuardedClient for a router that speaks both UPnP IGD and
-// PCP (miniupnpd with enable_natpmp=yes): it reads, asks the external IP
-// and makes plain adds and deletes through its UPnP client, and adds and
-// deletes an owner's mappings through PCP with the owner's nonce
-// (NonceFor under the secret).
+// Backend is an igd.GuardedClient for a router that speaks PCP: it adds and
+// deletes an owner's mappings through PCP with the owner's nonce (NonceFor
+// under the secret). With a UPnP client (a router that speaks both, such as
+// miniupnpd with enable_natpmp=yes) it reads, asks the external IP and
+// makes plain adds and deletes through it; without, it cannot read (Reads
+// is false: GetPortMapping, ListPortMappings and the plain adds and deletes
+// return an error matching igd.ErrNotSupported), asks the external IP with
+// NAT-PMP (Client.ExternalAddr) and takes this host's address from its PCP
+// socket.
 //
 // What the router then enforces: a PCP delete removes only a mapping to the
 // internal address and port that carries the nonce (with another it answers
@@ -33,10 +38,10 @@ const MinSecretLen = 32
 // description that carries the nonce is readable through UPnP (a host that
 // reads it can use it), a MAP for the same internal address and port
 // replaces the mapping whatever its nonce, and PREFER_FAILURE is enforced by
-// this client (see MapRequest.PreferFailure). Ownership is still proved by
-// a read (OwnedBy); PCP makes the delete that follows it safe.
+// this client (see MapRequest.PreferFailure). Where it reads, ownership is
+// still proved by a read (OwnedBy), and PCP makes the delete that follows
+// it safe.
 type Backend struct {
-	igd.Client
 	cfg BackendConfig
 
 	mu        sync.Mutex
@@ -53,8 +58,8 @@ const FallBackFor = time.Minute
 
 // BackendConfig configures a Backend.
 type BackendConfig struct {
-	// UPnP reads the router, and makes the plain adds and deletes.
-	// Required.
+	// UPnP reads the router, and makes the plain adds and deletes. Nil:
+	// the router is written through PCP only and never read.
 	UPnP igd.Client
 	// PCP writes an owner's mappings. Required.
 	PCP *Client
@@ -68,26 +73,85 @@ type BackendConfig struct {
 	// answers on its PCP port (ICMP port unreachable, or no answer within
 	// the PCP client's CallTimeout), it refuses PCP version 2, or it
 	// refuses THIRD_PARTY. AddFor logs it, and writes through UPnP for
-	// FallBackFor. False returns those errors.
+	// FallBackFor. False returns those errors. It needs UPnP.
 	FallBack bool
 }
 
 // NewBackend returns a Backend configured by cfg. It does no I/O.
 func NewBackend(cfg BackendConfig) (*Backend, error) {
 	switch {
-	case cfg.UPnP == nil || cfg.PCP == nil:
-		return nil, errors.New("pcp: backend: BackendConfig.UPnP and BackendConfig.PCP are both required")
+	case cfg.PCP == nil:
+		return nil, errors.New("pcp: backend: BackendConfig.PCP is required")
+	case cfg.FallBack && cfg.UPnP == nil:
+		return nil, errors.New("pcp: backend: BackendConfig.FallBack needs BackendConfig.UPnP")
 	case len(cfg.Secret) < MinSecretLen:
 		return nil, fmt.Errorf("pcp: backend: BackendConfig.Secret is %d bytes, must be at least %d", len(cfg.Secret), MinSecretLen)
 	}
 	cfg.Secret = bytes.Clone(cfg.Secret)
-	return &Backend{Client: cfg.UPnP, cfg: cfg}, nil
+	return &Backend{cfg: cfg}, nil
+}
+
+// Reads reports whether the backend reads the router (it has a UPnP
+// client).
+func (b *Backend) Reads() bool { return b.cfg.UPnP != nil }
+
+// errCannotRead is what the reads and the plain writes of a Backend
+// without UPnP return.
+var errCannotRead = fmt.Errorf("pcp: backend without UPnP: %w", igd.ErrNotSupported)
+
+// ExternalIP asks the UPnP client, or else the PCP server (NAT-PMP); a
+// server without an external address gives an error matching
+// igd.ErrInvalidExternalIP.
+func (b *Backend) ExternalIP(ctx context.Context) (netip.Addr, error) {
+	if b.cfg.UPnP != nil {
+		return b.cfg.UPnP.ExternalIP(ctx)
+	}
+	a, err := b.cfg.PCP.ExternalAddr(ctx)
+	var re *ResultError
+	if errors.As(err, &re) {
+		return netip.Addr{}, fmt.Errorf("%w: %w", igd.ErrInvalidExternalIP, err)
+	}
+	return a, err
+}
+
+// LocalAddr asks the UPnP client, or else returns the address the PCP
+// client sends from.
+func (b *Backend) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	if b.cfg.UPnP != nil {
+		return b.cfg.UPnP.LocalAddr(ctx)
+	}
+	return b.cfg.PCP.LocalAddr(ctx)
+}
+
+// AddPortMapping is the UPnP client's; without one it is not supported (a
+// PCP mapping needs an owner: AddFor).
+func (b *Backend) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+	if b.cfg.UPnP == nil {
+		return igd.Mapping{}, errCannotRead
+	}
+	return b.cfg.UPnP.AddPortMapping(ctx, m)
+}
+
+// DeletePortMapping is the UPnP client's; without one it is not supported.
+func (b *Backend) DeletePortMapping(ctx context.Context, proto igd.Protocol, externalPort uint16) error {
+	if b.cfg.UPnP == nil {
+		return errCannotRead
+	}
+	return b.cfg.UPnP.DeletePortMapping(ctx, proto, externalPort)
+}
+
+// GetPortMapping is the UPnP client's; without one it is not supported.
+func (b *Backend) GetPortMapping(ctx context.Context, proto igd.Protocol, externalPort uint16) (igd.Mapping, error) {
+	if b.cfg.UPnP == nil {
+		return igd.Mapping{}, errCannotRead
+	}
+	return b.cfg.UPnP.GetPortMapping(ctx, proto, externalPort)
 }
 
 // ListPortMappings lists through the UPnP client when it lists, else
 // returns an error matching igd.ErrNotSupported.
 func (b *Backend) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
-	if l, ok := b.Client.(igd.Lister); ok {
+	if l, ok := b.cfg.UPnP.(igd.Lister); ok {
 		return l.ListPortMappings(ctx, proto, ports)
 	}
 	return nil, fmt.Errorf("pcp: backend: list: %w", igd.ErrNotSupported)
@@ -104,7 +168,7 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 		return igd.Mapping{}, err
 	}
 	if b.fallingBack() {
-		return b.Client.AddPortMapping(ctx, m)
+		return b.cfg.UPnP.AddPortMapping(ctx, m)
 	}
 	lifetime := m.Lease
 	if lifetime == 0 {
@@ -120,7 +184,7 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 		b.upnpUntil = time.Now().Add(FallBackFor)
 		b.mu.Unlock()
 		klog.FromContext(ctx).Info("Router did not take a PCP mapping; writing through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", FallBackFor, "err", err)
-		return b.Client.AddPortMapping(ctx, m)
+		return b.cfg.UPnP.AddPortMapping(ctx, m)
 	}
 	switch {
 	case errors.Is(err, ErrCannotProvideExternal):
@@ -171,10 +235,10 @@ func notTaken(err error) bool {
 // address and port carries another, and a router holding none answers
 // NO_RESOURCES, which counts as deleted. Any other mapping (made through
 // UPnP, by an earlier version) is deleted through UPnP, on the proof of the
-// caller's read alone.
+// caller's read alone; without UPnP every delete goes through PCP.
 func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) error {
-	if !strings.HasPrefix(m.Description, descriptionPrefix) {
-		return b.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
+	if b.cfg.UPnP != nil && !strings.HasPrefix(m.Description, descriptionPrefix) {
+		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
 	if m.InternalPort == 0 {
 		return fmt.Errorf("pcp: delete %s: %w", m.Key(), &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "a PCP delete names the mapping by its internal port"})

@@ -62,3 +62,22 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 	}
 	return netip.Addr{}, fmt.Errorf("pcp: external address: no answer from %s: %w", server, ctx.Err())
 }
+
+// LocalAddr returns the address this client sends from toward the server:
+// the PCP client address of its requests. It sends nothing.
+func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	server, err := c.server(ctx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+	}
+	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+	}
+	defer conn.Close()
+	local, err := netip.ParseAddrPort(conn.LocalAddr().String())
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+	}
+	return local.Addr().Unmap(), nil
+}
