@@ -572,7 +572,7 @@ func TestReadSortsItsKeys(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	web := newService("default", "web", withPorts(port("b", v1.ProtocolTCP, 90, 30090), port("a", v1.ProtocolTCP, 80, 30080)))
 	e.mustEnsure(t, web, threeNodes())
-	got, err := e.lb.read(context.Background(), []igd.Key{k(igd.TCP, 90), k(igd.TCP, 80), k(igd.TCP, 90)})
+	got, err := e.lb.read(context.Background(), newOwner(testCluster, "default", "web"), []igd.Key{k(igd.TCP, 90), k(igd.TCP, 80), k(igd.TCP, 90)})
 	if err != nil || len(got.mappings) != 2 {
 		t.Errorf("read = %v, %v; want both mappings", got, err)
 	}

@@ -242,11 +242,17 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			announcedQuiet = now.Add(quiet)
 			logger.Info("Router announced a restart; repairing")
 			repairsTotal.Inc()
+			if lb.blind() {
+				lb.expireAll()
+			}
 		case <-deferred:
 			deferred = nil
 			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
 			logger.Info("Router announced a restart during the last repair's quiet time; repairing")
 			repairsTotal.Inc()
+			if lb.blind() {
+				lb.expireAll()
+			}
 		case <-ticker.C():
 		case <-kick:
 		case <-retry:

@@ -181,6 +181,15 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	var err error
 	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
 		stored, err = g.AddFor(ctx, o.token, want)
+		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
+			// Ours to another node or this one's former address, written
+			// by a process before this one? Delete those (the router
+			// checks the nonce) and ask once more.
+			if serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr); serr != nil {
+				return 0, lb.addFailed(ctx, req, p.key, errors.Join(err, serr))
+			}
+			stored, err = g.AddFor(ctx, o.token, want)
+		}
 	} else {
 		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)
 	}
@@ -212,13 +221,16 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 // one GetPortMapping names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
+	if lb.blind() {
+		return lb.blindAddFailed(o, k, err)
+	}
 	if igd.Code(err) == 0 && !pcpRefused(err) {
 		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
 	}
 	// The router answered with a fault: one read says whether it stored the
 	// add anyway (then k stays held), or who holds k.
 	var holder igd.Mapping
-	r, gerr := lb.read(ctx, []igd.Key{k}) // as every read of the Service's keys
+	r, gerr := lb.read(ctx, o, []igd.Key{k}) // as every read of the Service's keys
 	if gerr == nil {
 		var ok bool
 		if holder, ok = r.mappings[k]; !ok {
@@ -309,6 +321,9 @@ const expiringLease = 5 * time.Second
 // expiringLease left now, as a delete is about to be sent, and if so when to
 // come back: once it has expired.
 func (lb *LoadBalancer) expiring(o owner, m igd.Mapping, readAt time.Time) (time.Duration, bool) {
+	if lb.blind() {
+		return 0, false // the router deletes only the mapping with our nonce
+	}
 	left, ok := lb.leaseLeft(o, m, readAt)
 	if !ok || left >= expiringLease {
 		return 0, false

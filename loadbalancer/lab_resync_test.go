@@ -87,7 +87,7 @@ func BenchmarkLabResync(b *testing.B) {
 			b.ReportMetric(callsPer[200]/callsPer[10], "calls-growth-200/10")
 			b.ReportMetric(whole.Seconds(), "s/resync@200")
 			// The router is still alive and holds every mapping.
-			ms, err := setup.read(ctx, specKeys(svcs[len(svcs)-1]))
+			ms, err := setup.read(ctx, owner{}, specKeys(svcs[len(svcs)-1]))
 			if err != nil || len(ms.mappings) != 2 {
 				b.Fatalf("after the resync the router answers %v, %v", ms, err)
 			}

@@ -96,6 +96,15 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		ip, err := lb.refreshExternalIP(ctx)
 		return lb.getStatus(ctx, o, service, plans, ip, err), true, nil
 	}
+	if lb.blind() {
+		// Nothing to read: the status the service controller recorded
+		// says whether it exists (toward "exists": the delete sweeps).
+		t.release()
+		if len(service.Status.LoadBalancer.Ingress) == 0 {
+			return nil, false, nil
+		}
+		return service.Status.LoadBalancer.DeepCopy(), true, nil
+	}
 	// The external IP is asked while the keys are read: a Get costs about
 	// one read, as the service controller asks it before every delete.
 	type answer struct {
@@ -107,7 +116,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		ip, err := lb.refreshExternalIP(ctx)
 		extC <- answer{ip, err}
 	}()
-	got, err := lb.read(ctx, lb.knownKeys(o, service, nil))
+	got, err := lb.read(ctx, o, lb.knownKeys(o, service, nil))
 	t.release()
 	ext := <-extC
 	if err != nil {
@@ -257,7 +266,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 			lb.update(o, func(s *serviceState) { s.deleted = false })
 		}
 		var got reading
-		if got, err = lb.read(ctx, lb.knownKeys(o, svc, plans, op.extra...)); err != nil {
+		if got, err = lb.read(ctx, o, lb.knownKeys(o, svc, plans, op.extra...)); err != nil {
 			return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
 		}
 		if failed, err = lb.converge(ctx, t, req, got); selfOnly || !lb.selfOnly() {
@@ -291,13 +300,18 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 
 // withdrawIn removes every mapping of svc, in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
-	got, err := lb.read(ctx, lb.knownKeys(t.owner, svc, nil))
+	keys := lb.knownKeys(t.owner, svc, nil)
+	var swept error
+	if lb.blind() { // what this process did not write, at the spec's nodePorts
+		swept = lb.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})
+	}
+	got, err := lb.read(ctx, t.owner, keys)
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)
 	}
 	lb.update(t.owner, func(s *serviceState) { s.failed = nil }) // no port is wanted
 	_, err = lb.converge(ctx, t, request{owner: t.owner}, got)
-	return err
+	return errors.Join(swept, err)
 }
 
 // owner returns the owner of service, and remembers the cluster name. It

@@ -20,12 +20,16 @@ type reading struct {
 	mappings map[igd.Key]igd.Mapping
 }
 
-// read returns what the router holds at keys, the proof every write rests
-// on: a listing per protocol where the client can list, else one get a key.
+// read returns what the router holds at o's keys, the proof every write
+// rests on: a listing per protocol where the client can list, else one get a
+// key; on a blind client, what this process wrote (recall).
 // A listing the router refuses (it lacks the action, or rejects its
 // arguments: 402, 501) falls back to the gets; only a failure to reach the
 // router fails the read.
-func (lb *LoadBalancer) read(ctx context.Context, keys []igd.Key) (reading, error) {
+func (lb *LoadBalancer) read(ctx context.Context, o owner, keys []igd.Key) (reading, error) {
+	if lb.blind() {
+		return lb.recall(o, keys), nil
+	}
 	r := reading{at: lb.cfg.Clock.Now(), mappings: make(map[igd.Key]igd.Mapping, len(keys))}
 	if len(keys) == 0 {
 		return r, nil

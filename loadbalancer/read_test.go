@@ -32,7 +32,7 @@ func TestReadListsNarrowRanges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := lb.read(context.Background(), tt.keys); err != nil {
+			if _, err := lb.read(context.Background(), owner{}, tt.keys); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(got, tt.want) {

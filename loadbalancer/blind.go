@@ -1,0 +1,118 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
+)
+
+// A client that cannot read (igd/pcp.Backend without UPnP) is written
+// blind: every write is conditional or guarded by the router (an add takes
+// a key only where it is free or forwards to the same node and port; a
+// delete removes only the mapping to the node and port that carries the
+// Service's nonce), so a write never rests on a read, and what this process
+// wrote stands in for the read. See the package documentation.
+
+// blind reports whether the client is an igd.GuardedClient that cannot read.
+func (lb *LoadBalancer) blind() bool {
+	r, ok := lb.cfg.Client.(interface{ Reads() bool })
+	_, guarded := lb.cfg.Client.(igd.GuardedClient)
+	return ok && guarded && !r.Reads()
+}
+
+// recall is read's stand-in on a blind client: the mappings this process
+// wrote at keys for o, as written, with no lease of the router's (the lease
+// granted decides when they are renewed).
+func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
+	r := reading{at: lb.cfg.Clock.Now(), mappings: make(map[igd.Key]igd.Mapping, len(keys))}
+	for _, k := range keys {
+		if h := lb.heldAt(o, k); h.written.InternalClient.IsValid() {
+			m := h.written
+			m.Lease = 0
+			r.mappings[k] = m
+		}
+	}
+	return r
+}
+
+// sweep deletes, through the router's guard, o's mappings at each key of
+// nodePorts to that nodePort on any node address seen: the mappings of a
+// Service this process did not write (it restarted, or another process of
+// the cluster wrote them). A refusal (the first mapping to that node and
+// port is another's) and a node holding none are not errors.
+func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
+	g := lb.cfg.Client.(igd.GuardedClient)
+	lb.mu.Lock()
+	addrs := make([]netip.Addr, 0, len(lb.nodeAddrs))
+	for a := range lb.nodeAddrs {
+		if a != except {
+			addrs = append(addrs, a)
+		}
+	}
+	lb.mu.Unlock()
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	var errs []error
+	for k, port := range nodePorts {
+		for _, a := range addrs {
+			err := g.DeleteFor(ctx, o.token, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: a, InternalPort: port})
+			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) {
+				errs = append(errs, fmt.Errorf("loadbalancer: service %s: delete %s to %s:%d: %w", o.key(), k, a, port, err))
+			}
+		}
+	}
+	if len(errs) == 0 && len(nodePorts) > 0 {
+		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(nodePorts), "nodes", len(addrs))
+	}
+	return errors.Join(errs...)
+}
+
+// specNodePorts returns the nodePort of each of svc's ports at keys this
+// process holds nothing for.
+func (lb *LoadBalancer) specNodePorts(o owner, svc *v1.Service, keys []igd.Key) map[igd.Key]uint16 {
+	out := make(map[igd.Key]uint16)
+	for _, p := range svc.Spec.Ports {
+		k, ok := portKey(p.Protocol, p.Port)
+		if ok && p.NodePort > 0 && p.NodePort < 65536 && slices.Contains(keys, k) && !lb.heldAt(o, k).written.InternalClient.IsValid() {
+			out[k] = uint16(p.NodePort)
+		}
+	}
+	return out
+}
+
+// blindAddFailed is addFailed on a blind client: the router's refusal is
+// the answer (nothing of ours was stored at k), anything else leaves k held.
+func (lb *LoadBalancer) blindAddFailed(o owner, k igd.Key, err error) error {
+	if !pcpRefused(err) {
+		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
+	}
+	lb.update(o, func(s *serviceState) { delete(s.held, k) })
+	if errors.Is(err, pcp.ErrCannotProvideExternal) {
+		err = fmt.Errorf("%w: %w", ErrPortInUse, err)
+	}
+	return &PortError{Service: o.key(), Key: k, Err: err}
+}
+
+// expireAll makes every mapping this process wrote due for renewal: a
+// blind client's router restarted, and nothing else would tell that they
+// are gone.
+func (lb *LoadBalancer) expireAll() {
+	now := lb.cfg.Clock.Now()
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, s := range lb.services {
+		for k, h := range s.held {
+			if h.written.InternalClient.IsValid() {
+				h.expires = now
+				s.held[k] = h
+			}
+		}
+	}
+}
