@@ -200,106 +200,68 @@ func invalid(errs field.ErrorList) error {
 	return nil
 }
 
-func (c Config) validate() field.ErrorList {
-	var errs field.ErrorList
+func (c Config) validate() (errs field.ErrorList) {
 	gw, lb, inst := field.NewPath("gateway"), field.NewPath("loadBalancer"), field.NewPath("instances")
-	bad := func(path *field.Path, value, detail string) {
-		errs = append(errs, field.Invalid(path, clip(value), detail))
-	}
-	name := func(path *field.Path, v, what string, check func(string) []string) {
-		if msgs := check(v); len(msgs) > 0 {
-			bad(path, v, what+strings.Join(msgs, "; "))
+	// add reports a problem (detail "": none), only the first of each key.
+	add := func(path *field.Path, value, detail string) {
+		if detail != "" && (len(errs) == 0 || errs[len(errs)-1].Field != path.String()) {
+			errs = append(errs, field.Invalid(path, clip(value), detail))
 		}
 	}
-	label := func(path *field.Path, v string) {
-		if v != "" {
-			name(path, v, "not a valid label value: ", validation.IsValidLabelValue)
+	when := func(bad bool, detail string) string { return map[bool]string{true: detail}[bad] }
+	problems := func(what string, msgs []string) string { return when(len(msgs) > 0, what+strings.Join(msgs, "; ")) }
+	labels := func(path *field.Path, values ...string) {
+		for i, key := range []string{"zone", "region", "instanceType"} {
+			add(path.Child(key), values[i], when(values[i] != "", problems("not a valid label value: ", validation.IsValidLabelValue(values[i]))))
 		}
 	}
-	timeout := func(key string, d metav1.Duration, floor time.Duration) {
-		if d.Duration < floor || d.Duration > MaxTimeout {
-			bad(gw.Child(key), d.Duration.String(), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
-		}
+	g, l := c.Gateway, c.LoadBalancer
+	u, err := url.Parse(g.URL)
+	u = cmp.Or(u, new(url.URL))
+	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"))
+	add(gw.Child("url"), g.URL, when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"))
+	add(gw.Child("url"), g.URL, when(g.URL != "" && u.Host == "", "has no host"))
+	pcp := g.Protocol == ProtocolPCP
+	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", `must be set with gateway.protocol "pcp"`))
+	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`))
+	add(gw.Child("protocol"), g.Protocol, when(!slices.Contains([]string{"", ProtocolAuto, ProtocolUPnP, ProtocolPCP}, g.Protocol), `must be "auto", "upnp" or "pcp"`))
+	for _, t := range []struct {
+		key   string
+		d     metav1.Duration
+		floor time.Duration
+	}{{"discoveryTimeout", g.DiscoveryTimeout, MinDiscoveryTimeout}, {"callTimeout", g.CallTimeout, MinCallTimeout}} {
+		add(gw.Child(t.key), t.d.Duration.String(), when(t.d.Duration < t.floor || t.d.Duration > MaxTimeout, fmt.Sprintf("must be at least %s and at most %s", t.floor, MaxTimeout)))
 	}
 
-	if u, err := url.Parse(c.Gateway.URL); c.Gateway.URL != "" {
-		switch {
-		case err != nil:
-			bad(gw.Child("url"), c.Gateway.URL, "not a URL")
-		case u.Scheme != "http" && u.Scheme != "https":
-			bad(gw.Child("url"), c.Gateway.URL, "must be an http:// or https:// URL of the router's root description")
-		case u.Host == "":
-			bad(gw.Child("url"), c.Gateway.URL, "has no host")
-		}
-	}
-	switch c.Gateway.Protocol {
-	case "", ProtocolAuto, ProtocolUPnP:
-	case ProtocolPCP:
-		if c.Gateway.PCPSecretFile == "" {
-			bad(gw.Child("pcpSecretFile"), "", `must be set with gateway.protocol "pcp"`)
-		}
-		if c.LoadBalancer.PermanentLease {
-			bad(lb.Child("permanentLease"), "true", `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`)
-		}
-	default:
-		bad(gw.Child("protocol"), c.Gateway.Protocol, `must be "auto", "upnp" or "pcp"`)
-	}
-	timeout("discoveryTimeout", c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
-	timeout("callTimeout", c.Gateway.CallTimeout, MinCallTimeout)
-
-	lease, renew := c.LoadBalancer.Lease.Duration, c.LoadBalancer.RenewInterval.Duration
-	switch {
-	case lease == 0:
-	case c.LoadBalancer.PermanentLease && lease != loadbalancer.DefaultLease:
-		bad(lb.Child("lease"), lease.String(), "must be unset when loadBalancer.permanentLease is true")
-	case lease < loadbalancer.MinLease || lease > igd.MaxLease:
-		bad(lb.Child("lease"), lease.String(), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease))
-	case lease%time.Second != 0:
-		bad(lb.Child("lease"), lease.String(), "must be whole seconds")
-	}
+	lease, renew := l.Lease.Duration, l.RenewInterval.Duration
+	add(lb.Child("lease"), lease.String(), when(lease != 0 && l.PermanentLease && lease != loadbalancer.DefaultLease, "must be unset when loadBalancer.permanentLease is true"))
+	add(lb.Child("lease"), lease.String(), when(lease != 0 && (lease < loadbalancer.MinLease || lease > igd.MaxLease), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease)))
+	add(lb.Child("lease"), lease.String(), when(lease%time.Second != 0, "must be whole seconds"))
 	limit := cmp.Or(lease, loadbalancer.DefaultLease) / 2
-	if c.LoadBalancer.PermanentLease {
+	if l.PermanentLease {
 		limit = igd.MaxLease / 2
 	}
-	pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
-	switch {
-	case renew == 0:
-	case renew < 0 || renew > limit:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
-	case renew < MinRenewInterval:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval))
-	case renew < pass:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
-	}
-	services := c.LoadBalancer.Services.String() // valid if it reads back; the error names the values
-	if err := new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services)); err != nil {
-		bad(lb.Child("services"), services, err.Error())
-	}
-	if n := c.LoadBalancer.NodeName; n != "" {
-		name(lb.Child("nodeName"), n, "not a node name: ", validation.IsDNS1123Subdomain)
-	}
+	pass := g.DiscoveryTimeout.Duration + renewPassCallTimeouts*g.CallTimeout.Duration
+	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && (renew < 0 || renew > limit), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit)))
+	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && renew < MinRenewInterval, fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval)))
+	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && renew < pass, fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts)))
+	services := l.Services.String() // valid if it reads back; the error names the values
+	err = new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services))
+	add(lb.Child("services"), services, when(err != nil, fmt.Sprint(err)))
+	add(lb.Child("nodeName"), l.NodeName, when(l.NodeName != "", problems("not a node name: ", validation.IsDNS1123Subdomain(l.NodeName))))
 
-	label(inst.Child("zone"), c.Instances.Zone)
-	label(inst.Child("region"), c.Instances.Region)
-	label(inst.Child("instanceType"), c.Instances.InstanceType)
+	labels(inst, c.Instances.Zone, c.Instances.Region, c.Instances.InstanceType)
 	for _, n := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node, base := c.Instances.Nodes[n], inst.Child("nodes").Key(clip(n))
-		name(base, n, "not a node name: ", validation.IsDNS1123Subdomain)
-		label(base.Child("zone"), node.Zone)
-		label(base.Child("region"), node.Region)
-		label(base.Child("instanceType"), node.InstanceType)
+		add(base, n, problems("not a node name: ", validation.IsDNS1123Subdomain(n)))
+		labels(base, node.Zone, node.Region, node.InstanceType)
 		for i, a := range node.Addresses {
-			path := base.Child("addresses").Index(i)
-			switch v1.NodeAddressType(a.Type) {
-			case v1.NodeInternalIP, v1.NodeExternalIP:
-				if _, err := netip.ParseAddr(a.Address); err != nil {
-					bad(path.Child("address"), a.Address, "must be an IP address for type "+a.Type)
-				}
-			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
-				name(path.Child("address"), a.Address, "must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain)
-			default:
-				bad(path.Child("type"), a.Type, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS")
-			}
+			path, t := base.Child("addresses").Index(i), v1.NodeAddressType(a.Type)
+			ip, dns := t == v1.NodeInternalIP || t == v1.NodeExternalIP, t == v1.NodeHostName || t == v1.NodeInternalDNS || t == v1.NodeExternalDNS
+			_, err := netip.ParseAddr(a.Address)
+			add(path.Child("address"), a.Address, when(ip && err != nil, "must be an IP address for type "+a.Type))
+			add(path.Child("address"), a.Address, when(dns, problems("must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain(a.Address))))
+			add(path.Child("type"), a.Type, when(!ip && !dns, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS"))
 		}
 	}
 	return errs
