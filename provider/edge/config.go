@@ -38,17 +38,14 @@ const (
 )
 
 const (
-	// renewPassCallTimeouts is how many callTimeouts, after a
-	// discoveryTimeout, a background pass needs to find a rebooted router,
-	// list its table (five) and renew a mapping before renewInterval cuts it
-	// off.
+	// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a background
+	// pass needs to find a rebooted router, list its table (five) and renew a mapping.
 	renewPassCallTimeouts = 6
-	// maxConfigSize bounds a cloud-config, as read and with YAML aliases
-	// expanded: decoding costs up to ~360 times the size (23 MiB for 64 KiB
-	// of one-character list items); a node entry is about a hundred bytes.
+	// maxConfigSize bounds a cloud-config, as read and with YAML aliases expanded: decoding
+	// costs up to ~360 times the size (23 MiB for 64 KiB of one-character list items).
 	maxConfigSize = 64 << 10
-	// maxQuoted bounds what an error quotes of a value, a key or a YAML
-	// message; maxReported, the problems it lists.
+	// maxQuoted bounds what an error quotes of a value, a key or a YAML message;
+	// maxReported, the problems it lists.
 	maxQuoted, maxReported = 100, 20
 )
 
@@ -225,14 +222,12 @@ func ParseConfig(r io.Reader) (Config, error) {
 	return cfg, nil
 }
 
-// Validate checks every key of c and reports all problems (see
-// ErrInvalidConfig).
+// Validate checks every key of c and reports all problems (see ErrInvalidConfig).
 func (c Config) Validate() error {
 	return invalid(c.validate())
 }
 
-// invalid returns nil for no errs, else an ErrInvalidConfig naming the first
-// maxReported.
+// invalid returns nil for no errs, else an ErrInvalidConfig naming the first maxReported.
 func invalid(errs field.ErrorList) error {
 	if len(errs) > maxReported {
 		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), len(errs)-maxReported)
@@ -251,9 +246,9 @@ func clip(s string) string {
 
 func (c Config) validate() (errs field.ErrorList) {
 	gw, lb, inst := field.NewPath("gateway"), field.NewPath("loadBalancer"), field.NewPath("instances")
-	// add reports a problem (detail "": none), only the first of each key.
-	add := func(path *field.Path, value, detail string) {
-		if detail != "" && (len(errs) == 0 || errs[len(errs)-1].Field != path.String()) {
+	// add reports the first of a key's problems ("": none).
+	add := func(path *field.Path, value string, details ...string) {
+		if detail := cmp.Or(details...); detail != "" {
 			errs = append(errs, field.Invalid(path, clip(value), detail))
 		}
 	}
@@ -267,38 +262,34 @@ func (c Config) validate() (errs field.ErrorList) {
 	g, l := c.Gateway, c.LoadBalancer
 	u, err := url.Parse(g.URL)
 	u = cmp.Or(u, new(url.URL))
-	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"))
-	add(gw.Child("url"), g.URL, when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"))
-	add(gw.Child("url"), g.URL, when(g.URL != "" && u.Host == "", "has no host"))
+	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"),
+		when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"),
+		when(g.URL != "" && u.Host == "", "has no host"))
 	pcp := g.Protocol == ProtocolPCP
 	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", `must be set with gateway.protocol "pcp"`))
 	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`))
 	add(gw.Child("protocol"), g.Protocol, when(!slices.Contains([]string{"", ProtocolAuto, ProtocolUPnP, ProtocolPCP}, g.Protocol), `must be "auto", "upnp" or "pcp"`))
-	for _, t := range []struct {
-		key   string
-		d     metav1.Duration
-		floor time.Duration
-	}{{"discoveryTimeout", g.DiscoveryTimeout, MinDiscoveryTimeout}, {"callTimeout", g.CallTimeout, MinCallTimeout}} {
-		add(gw.Child(t.key), t.d.Duration.String(), when(t.d.Duration < t.floor || t.d.Duration > MaxTimeout, fmt.Sprintf("must be at least %s and at most %s", t.floor, MaxTimeout)))
+	timeout := func(key string, d, floor time.Duration) {
+		add(gw.Child(key), d.String(), when(d < floor || d > MaxTimeout, fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout)))
 	}
-
+	timeout("discoveryTimeout", g.DiscoveryTimeout.Duration, MinDiscoveryTimeout)
+	timeout("callTimeout", g.CallTimeout.Duration, MinCallTimeout)
 	lease, renew := l.Lease.Duration, l.RenewInterval.Duration
-	add(lb.Child("lease"), lease.String(), when(lease != 0 && l.PermanentLease && lease != loadbalancer.DefaultLease, "must be unset when loadBalancer.permanentLease is true"))
-	add(lb.Child("lease"), lease.String(), when(lease != 0 && (lease < loadbalancer.MinLease || lease > igd.MaxLease), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease)))
-	add(lb.Child("lease"), lease.String(), when(lease%time.Second != 0, "must be whole seconds"))
+	add(lb.Child("lease"), lease.String(), when(lease != 0 && l.PermanentLease && lease != loadbalancer.DefaultLease, "must be unset when loadBalancer.permanentLease is true"),
+		when(lease != 0 && (lease < loadbalancer.MinLease || lease > igd.MaxLease), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease)),
+		when(lease%time.Second != 0, "must be whole seconds"))
 	limit := cmp.Or(lease, loadbalancer.DefaultLease) / 2
 	if l.PermanentLease {
 		limit = igd.MaxLease / 2
 	}
 	pass := g.DiscoveryTimeout.Duration + renewPassCallTimeouts*g.CallTimeout.Duration
-	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && (renew < 0 || renew > limit), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit)))
-	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && renew < MinRenewInterval, fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval)))
-	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && renew < pass, fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts)))
+	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && (renew < 0 || renew > limit), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit)),
+		when(renew != 0 && renew < MinRenewInterval, fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval)),
+		when(renew != 0 && renew < pass, fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts)))
 	services := l.Services.String() // valid if it reads back; the error names the values
 	err = new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services))
 	add(lb.Child("services"), services, when(err != nil, fmt.Sprint(err)))
 	add(lb.Child("nodeName"), l.NodeName, when(l.NodeName != "", problems("not a node name: ", validation.IsDNS1123Subdomain(l.NodeName))))
-
 	labels(inst, c.Instances.Zone, c.Instances.Region, c.Instances.InstanceType)
 	for _, n := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node, base := c.Instances.Nodes[n], inst.Child("nodes").Key(clip(n))
@@ -308,8 +299,7 @@ func (c Config) validate() (errs field.ErrorList) {
 			path, t := base.Child("addresses").Index(i), v1.NodeAddressType(a.Type)
 			ip, dns := t == v1.NodeInternalIP || t == v1.NodeExternalIP, t == v1.NodeHostName || t == v1.NodeInternalDNS || t == v1.NodeExternalDNS
 			_, err := netip.ParseAddr(a.Address)
-			add(path.Child("address"), a.Address, when(ip && err != nil, "must be an IP address for type "+a.Type))
-			add(path.Child("address"), a.Address, when(dns, problems("must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain(a.Address))))
+			add(path.Child("address"), a.Address, when(ip && err != nil, "must be an IP address for type "+a.Type), when(dns, problems("must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain(a.Address))))
 			add(path.Child("type"), a.Type, when(!ip && !dns, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS"))
 		}
 	}
