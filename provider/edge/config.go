@@ -222,12 +222,12 @@ func ParseConfig(r io.Reader) (Config, error) {
 	return cfg, nil
 }
 
-// Validate checks every key of c and reports all problems (see ErrInvalidConfig).
+// Validate checks every key of c and reports all problems (ErrInvalidConfig).
 func (c Config) Validate() error {
 	return invalid(c.validate())
 }
 
-// invalid returns nil for no errs, else an ErrInvalidConfig naming the first maxReported.
+// invalid wraps the first maxReported errs in an ErrInvalidConfig; none: nil.
 func invalid(errs field.ErrorList) error {
 	if len(errs) > maxReported {
 		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), len(errs)-maxReported)
