@@ -1,21 +1,28 @@
 package edge
 
 import (
+	"bytes"
 	"cmp"
+	"encoding"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/loadbalancer"
@@ -30,10 +37,17 @@ const (
 	MinRenewInterval    = 10 * time.Second
 )
 
-// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a
-// background pass needs to find a rebooted router, list its table (five) and
-// renew a mapping before renewInterval cuts it off.
-const renewPassCallTimeouts = 6
+const (
+	// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a background
+	// pass needs to find a rebooted router, list its table (five) and renew a mapping.
+	renewPassCallTimeouts = 6
+	// maxConfigSize bounds a cloud-config, as read and with YAML aliases expanded: decoding
+	// costs up to ~360 times the size (23 MiB for 64 KiB of one-character list items).
+	maxConfigSize = 64 << 10
+	// maxQuoted bounds what an error quotes of a value, a key or a YAML message;
+	// maxReported, the problems it lists.
+	maxQuoted, maxReported = 100, 20
+)
 
 // ErrInvalidConfig is matched (with errors.Is) by every error ParseConfig and
 // Config.Validate return. Problems with keys are *field.Error values naming
@@ -167,30 +181,53 @@ func ParseConfig(r io.Reader) (Config, error) {
 	if r == nil {
 		return cfg, nil
 	}
-	errs, err := decodeYAML(r, &cfg)
-	if err != nil || slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Type != field.ErrorTypeInvalid }) {
-		return Config{}, cmp.Or(err, invalid(errs))
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: read: %w", ErrInvalidConfig, err)
+	} else if len(data) > maxConfigSize {
+		return Config{}, fmt.Errorf("%w: larger than %d bytes", ErrInvalidConfig, maxConfigSize)
+	}
+	// yaml.v3 nodes keep each alias a pointer, so aliases are bounded before
+	// anything expands them (go-yaml bounds only the share of nodes that come
+	// from aliases, which a 10 KB file of long strings passes while expanding
+	// to 10 MB), and a second document, which YAMLToJSONStrict would ignore,
+	// is refused (an empty one, as after a trailing "---", is harmless).
+	dec, size := yamlv3.NewDecoder(bytes.NewReader(data)), 0
+	for n := 1; ; n++ {
+		var doc yamlv3.Node
+		if err = dec.Decode(&doc); err != nil {
+			break
+		} else if err := expand(&doc, &size, map[*yamlv3.Node]bool{}); err != nil || size > maxConfigSize {
+			return Config{}, cmp.Or(err, fmt.Errorf("%w: YAML aliases expand the document past %d bytes", ErrInvalidConfig, maxConfigSize))
+		} else if c := doc.Content; n > 1 && len(c) > 0 && c[0].ShortTag() != "!!null" {
+			return Config{}, invalid(field.ErrorList{field.Forbidden(field.NewPath("(document)"), fmt.Sprintf("YAML document %d (after a \"---\" line) would be ignored: a cloud-config is one document", n))})
+		}
+	}
+	var doc []byte
+	if errors.Is(err, io.EOF) {
+		doc, err = yaml.YAMLToJSONStrict(data) // refusing duplicate keys
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: not valid YAML: %s", ErrInvalidConfig, clip(err.Error()))
+	}
+	errs := decodeStrict(nil, doc, reflect.ValueOf(&cfg).Elem())
+	if slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Type != field.ErrorTypeInvalid }) {
+		return Config{}, invalid(errs)
+	} else if err := invalid(append(cfg.validate(), errs...)); err != nil {
+		return Config{}, err
 	}
 	if len(cfg.Instances.Nodes) == 0 {
 		cfg.Instances.Nodes = nil // "nodes: {}" is the default, as Default() writes it
 	}
-	if err := invalid(append(cfg.validate(), errs...)); err != nil {
-		return Config{}, err
-	}
 	return cfg, nil
 }
 
-// Validate checks every key of c and reports all problems (see
-// ErrInvalidConfig).
+// Validate checks every key of c and reports all problems (ErrInvalidConfig).
 func (c Config) Validate() error {
 	return invalid(c.validate())
 }
 
-// maxReported bounds the problems an error lists.
-const maxReported = 20
-
-// invalid returns nil for no errs, else an ErrInvalidConfig naming the first
-// maxReported.
+// invalid wraps the first maxReported errs in an ErrInvalidConfig; none: nil.
 func invalid(errs field.ErrorList) error {
 	if len(errs) > maxReported {
 		return fmt.Errorf("%w: %w (and %d more)", ErrInvalidConfig, errs[:maxReported].ToAggregate(), len(errs)-maxReported)
@@ -200,107 +237,162 @@ func invalid(errs field.ErrorList) error {
 	return nil
 }
 
-func (c Config) validate() field.ErrorList {
-	var errs field.ErrorList
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxQuoted], "") + "..."
+}
+
+func (c Config) validate() (errs field.ErrorList) {
 	gw, lb, inst := field.NewPath("gateway"), field.NewPath("loadBalancer"), field.NewPath("instances")
-	bad := func(path *field.Path, value, detail string) {
-		errs = append(errs, field.Invalid(path, clip(value), detail))
-	}
-	name := func(path *field.Path, v, what string, check func(string) []string) {
-		if msgs := check(v); len(msgs) > 0 {
-			bad(path, v, what+strings.Join(msgs, "; "))
+	// add reports the first of a key's problems ("": none).
+	add := func(path *field.Path, value string, details ...string) {
+		if detail := cmp.Or(details...); detail != "" {
+			errs = append(errs, field.Invalid(path, clip(value), detail))
 		}
 	}
-	label := func(path *field.Path, v string) {
-		if v != "" {
-			name(path, v, "not a valid label value: ", validation.IsValidLabelValue)
+	when := func(bad bool, detail string) string { return map[bool]string{true: detail}[bad] }
+	problems := func(what string, msgs []string) string { return when(len(msgs) > 0, what+strings.Join(msgs, "; ")) }
+	labels := func(path *field.Path, values ...string) {
+		for i, key := range []string{"zone", "region", "instanceType"} {
+			add(path.Child(key), values[i], when(values[i] != "", problems("not a valid label value: ", validation.IsValidLabelValue(values[i]))))
 		}
 	}
-	timeout := func(key string, d metav1.Duration, floor time.Duration) {
-		if d.Duration < floor || d.Duration > MaxTimeout {
-			bad(gw.Child(key), d.Duration.String(), fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout))
-		}
+	g, l := c.Gateway, c.LoadBalancer
+	u, err := url.Parse(g.URL)
+	u = cmp.Or(u, new(url.URL))
+	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"),
+		when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"),
+		when(g.URL != "" && u.Host == "", "has no host"))
+	pcp := g.Protocol == ProtocolPCP
+	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", `must be set with gateway.protocol "pcp"`))
+	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`))
+	add(gw.Child("protocol"), g.Protocol, when(!slices.Contains([]string{"", ProtocolAuto, ProtocolUPnP, ProtocolPCP}, g.Protocol), `must be "auto", "upnp" or "pcp"`))
+	timeout := func(key string, d, floor time.Duration) {
+		add(gw.Child(key), d.String(), when(d < floor || d > MaxTimeout, fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout)))
 	}
-
-	if u, err := url.Parse(c.Gateway.URL); c.Gateway.URL != "" {
-		switch {
-		case err != nil:
-			bad(gw.Child("url"), c.Gateway.URL, "not a URL")
-		case u.Scheme != "http" && u.Scheme != "https":
-			bad(gw.Child("url"), c.Gateway.URL, "must be an http:// or https:// URL of the router's root description")
-		case u.Host == "":
-			bad(gw.Child("url"), c.Gateway.URL, "has no host")
-		}
-	}
-	switch c.Gateway.Protocol {
-	case "", ProtocolAuto, ProtocolUPnP:
-	case ProtocolPCP:
-		if c.Gateway.PCPSecretFile == "" {
-			bad(gw.Child("pcpSecretFile"), "", `must be set with gateway.protocol "pcp"`)
-		}
-		if c.LoadBalancer.PermanentLease {
-			bad(lb.Child("permanentLease"), "true", `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`)
-		}
-	default:
-		bad(gw.Child("protocol"), c.Gateway.Protocol, `must be "auto", "upnp" or "pcp"`)
-	}
-	timeout("discoveryTimeout", c.Gateway.DiscoveryTimeout, MinDiscoveryTimeout)
-	timeout("callTimeout", c.Gateway.CallTimeout, MinCallTimeout)
-
-	lease, renew := c.LoadBalancer.Lease.Duration, c.LoadBalancer.RenewInterval.Duration
-	switch {
-	case lease == 0:
-	case c.LoadBalancer.PermanentLease && lease != loadbalancer.DefaultLease:
-		bad(lb.Child("lease"), lease.String(), "must be unset when loadBalancer.permanentLease is true")
-	case lease < loadbalancer.MinLease || lease > igd.MaxLease:
-		bad(lb.Child("lease"), lease.String(), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease))
-	case lease%time.Second != 0:
-		bad(lb.Child("lease"), lease.String(), "must be whole seconds")
-	}
+	timeout("discoveryTimeout", g.DiscoveryTimeout.Duration, MinDiscoveryTimeout)
+	timeout("callTimeout", g.CallTimeout.Duration, MinCallTimeout)
+	lease, renew := l.Lease.Duration, l.RenewInterval.Duration
+	add(lb.Child("lease"), lease.String(), when(lease != 0 && l.PermanentLease && lease != loadbalancer.DefaultLease, "must be unset when loadBalancer.permanentLease is true"),
+		when(lease != 0 && (lease < loadbalancer.MinLease || lease > igd.MaxLease), fmt.Sprintf("must be 0 (the default, %s) or between %s and %s (routers cap leases at 7 days)", loadbalancer.DefaultLease, loadbalancer.MinLease, igd.MaxLease)),
+		when(lease%time.Second != 0, "must be whole seconds"))
 	limit := cmp.Or(lease, loadbalancer.DefaultLease) / 2
-	if c.LoadBalancer.PermanentLease {
+	if l.PermanentLease {
 		limit = igd.MaxLease / 2
 	}
-	pass := c.Gateway.DiscoveryTimeout.Duration + renewPassCallTimeouts*c.Gateway.CallTimeout.Duration
-	switch {
-	case renew == 0:
-	case renew < 0 || renew > limit:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit))
-	case renew < MinRenewInterval:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval))
-	case renew < pass:
-		bad(lb.Child("renewInterval"), renew.String(), fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts))
-	}
-	services := c.LoadBalancer.Services.String() // valid if it reads back; the error names the values
-	if err := new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services)); err != nil {
-		bad(lb.Child("services"), services, err.Error())
-	}
-	if n := c.LoadBalancer.NodeName; n != "" {
-		name(lb.Child("nodeName"), n, "not a node name: ", validation.IsDNS1123Subdomain)
-	}
-
-	label(inst.Child("zone"), c.Instances.Zone)
-	label(inst.Child("region"), c.Instances.Region)
-	label(inst.Child("instanceType"), c.Instances.InstanceType)
+	pass := g.DiscoveryTimeout.Duration + renewPassCallTimeouts*g.CallTimeout.Duration
+	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && (renew < 0 || renew > limit), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit)),
+		when(renew != 0 && renew < MinRenewInterval, fmt.Sprintf("must be 0 (automatic) or at least %s", MinRenewInterval)),
+		when(renew != 0 && renew < pass, fmt.Sprintf("must be 0 (automatic) or at least %s (gateway.discoveryTimeout + %d × gateway.callTimeout), so that a background pass can find the router, list its table and renew before it is cut off", pass, renewPassCallTimeouts)))
+	services := l.Services.String() // valid if it reads back; the error names the values
+	err = new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services))
+	add(lb.Child("services"), services, when(err != nil, fmt.Sprint(err)))
+	add(lb.Child("nodeName"), l.NodeName, when(l.NodeName != "", problems("not a node name: ", validation.IsDNS1123Subdomain(l.NodeName))))
+	labels(inst, c.Instances.Zone, c.Instances.Region, c.Instances.InstanceType)
 	for _, n := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node, base := c.Instances.Nodes[n], inst.Child("nodes").Key(clip(n))
-		name(base, n, "not a node name: ", validation.IsDNS1123Subdomain)
-		label(base.Child("zone"), node.Zone)
-		label(base.Child("region"), node.Region)
-		label(base.Child("instanceType"), node.InstanceType)
+		add(base, n, problems("not a node name: ", validation.IsDNS1123Subdomain(n)))
+		labels(base, node.Zone, node.Region, node.InstanceType)
 		for i, a := range node.Addresses {
-			path := base.Child("addresses").Index(i)
-			switch v1.NodeAddressType(a.Type) {
-			case v1.NodeInternalIP, v1.NodeExternalIP:
-				if _, err := netip.ParseAddr(a.Address); err != nil {
-					bad(path.Child("address"), a.Address, "must be an IP address for type "+a.Type)
-				}
-			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
-				name(path.Child("address"), a.Address, "must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain)
-			default:
-				bad(path.Child("type"), a.Type, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS")
-			}
+			path, t := base.Child("addresses").Index(i), v1.NodeAddressType(a.Type)
+			ip, dns := t == v1.NodeInternalIP || t == v1.NodeExternalIP, t == v1.NodeHostName || t == v1.NodeInternalDNS || t == v1.NodeExternalDNS
+			_, err := netip.ParseAddr(a.Address)
+			add(path.Child("address"), a.Address, when(ip && err != nil, "must be an IP address for type "+a.Type), when(dns, problems("must be a DNS name for type "+a.Type+": ", validation.IsDNS1123Subdomain(a.Address))))
+			add(path.Child("type"), a.Type, when(!ip && !dns, "must be one of InternalIP, ExternalIP, Hostname, InternalDNS, ExternalDNS"))
 		}
 	}
 	return errs
+}
+
+// expand adds to size n's size with its aliases expanded (the bytes of each
+// scalar, plus one per node), stopping past maxConfigSize; open holds the
+// nodes being counted.
+func expand(n *yamlv3.Node, size *int, open map[*yamlv3.Node]bool) error {
+	if n.Kind == yamlv3.AliasNode {
+		n = n.Alias
+	}
+	if open[n] {
+		return fmt.Errorf("%w: YAML alias at line %d is inside its own anchor's value", ErrInvalidConfig, n.Line)
+	}
+	open[n], *size = true, *size+len(n.Value)+1
+	defer delete(open, n)
+	for _, c := range n.Content {
+		if err := expand(c, size, open); err != nil || *size > maxConfigSize {
+			return err
+		}
+	}
+	return nil
+}
+
+var durationType, textType = reflect.TypeFor[metav1.Duration](), reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// decodeStrict decodes the JSON data into out with kjson.UnmarshalStrict
+// (case-sensitive keys, unknown keys refused). When that fails it descends
+// into data, decoding each key, list item or map entry on its own, so that
+// every problem is reported with its full path: kjson reports only the first
+// value of the wrong type, without map keys or list indexes.
+func decodeStrict(path *field.Path, data []byte, out reflect.Value) (errs field.ErrorList) {
+	strict, err := kjson.UnmarshalStrict(data, out.Addr().Interface())
+	if err == nil && len(strict) == 0 {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	var list []json.RawMessage
+	switch t := out.Type(); {
+	case t == durationType && string(data) == "0": // metav1.Duration reads only strings
+		out.SetZero()
+		fallthrough
+	case t == durationType && string(data) == "null":
+		return nil
+	case t.Kind() == reflect.Struct && kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) == nil && obj != nil:
+		fields := map[string]int{}
+		for i := range t.NumField() {
+			fields[t.Field(i).Tag.Get("json")] = i
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if i, known := fields[key]; known {
+				errs = append(errs, decodeStrict(path.Child(key), obj[key], out.Field(i))...)
+			} else {
+				errs = append(errs, field.Forbidden(path.Child(clip(key)), "unknown field (known: "+strings.Join(slices.Sorted(maps.Keys(fields)), ", ")+")"))
+			}
+		}
+		return errs
+	case t.Kind() == reflect.Map && kjson.UnmarshalCaseSensitivePreserveInts(data, &obj) == nil && obj != nil: // UnmarshalStrict made the map
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			elem := reflect.New(t.Elem()).Elem()
+			errs = append(errs, decodeStrict(path.Key(clip(key)), obj[key], elem)...)
+			out.SetMapIndex(reflect.ValueOf(key), elem)
+		}
+		return errs
+	case t.Kind() == reflect.Slice && kjson.UnmarshalCaseSensitivePreserveInts(data, &list) == nil && list != nil:
+		out.Set(reflect.MakeSlice(t, len(list), len(list)))
+		for i, item := range list {
+			errs = append(errs, decodeStrict(path.Index(i), item, out.Index(i))...)
+		}
+		return errs
+	case reflect.PointerTo(t).Implements(textType) && data[0] == '"':
+		var s string
+		_ = json.Unmarshal(data, &s)
+		return field.ErrorList{field.Invalid(path, clip(s), err.Error())} // it names the values accepted
+	}
+	var value any = json.RawMessage(data)
+	if len(data) > maxQuoted {
+		value = clip(string(data))
+	}
+	return field.ErrorList{field.TypeInvalid(cmp.Or(path, field.NewPath("(document)")), value, reason(out.Type(), data))}
+}
+
+// reason says what a value of type t should have been, given JSON data.
+func reason(t reflect.Type, data []byte) string {
+	got := cmp.Or(map[byte]string{'{': "a mapping", '[': "a list", '"': "a string", 't': "a boolean", 'f': "a boolean", 'n': "null"}[data[0]], "a number")
+	if t == durationType {
+		return cmp.Or(map[string]string{"a number": "a number has no unit: write a Go duration such as \"90s\" or \"1h\"", "a string": "not a Go duration such as \"2s\" or \"1h\""}[got], "must be a Go duration string such as \"2s\", not "+got)
+	}
+	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false"}[t.Kind()]
+	if reflect.PointerTo(t).Implements(textType) {
+		want = "a string"
+	}
+	return "must be " + cmp.Or(want, t.String()) + ", not " + got
 }
