@@ -156,14 +156,27 @@ func TestLabPCPWithoutThirdParty(t *testing.T) {
 // BenchmarkLabPCPEnsureVsBareMaps compares, on one lab, a new 10-port
 // Service served through PCP with ten bare PCP MAPs of the same ports
 // (ensure/bare), and counts the router calls of a no-op Ensure
-// (noop-calls; the Service has 10 ports).
+// (noop-calls; the Service has 10 ports): reads through UPnP (reads) and
+// through a backend that never reads (blind).
 func BenchmarkLabPCPEnsureVsBareMaps(b *testing.B) {
+	b.Run("reads", func(b *testing.B) { benchPCPEnsure(b, false) })
+	b.Run("blind", func(b *testing.B) { benchPCPEnsure(b, true) })
+}
+
+func benchPCPEnsure(b *testing.B, blind bool) {
 	lab := igdtest.Start(b, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true, Daemonize: true})
 	ctx := context.Background()
 	var dials atomic.Int64
 	cc := newCounting(labClient(b, lab, 0))
 	pc := labPCP(b, lab, 0, &dials)
-	lb, err := New(Config{Client: labBackend(b, cc, pc, pcpSecret)})
+	client := igd.Client(labBackend(b, cc, pc, pcpSecret))
+	if blind {
+		var err error
+		if client, err = pcp.NewBackend(pcp.BackendConfig{PCP: pc, Secret: pcpSecret}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lb, err := New(Config{Client: client})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -209,4 +222,68 @@ func BenchmarkLabPCPEnsureVsBareMaps(b *testing.B) {
 	}
 	b.ReportMetric(float64(ensure)/float64(bare), "ensure/bare")
 	b.ReportMetric(float64(noop)/float64(b.N), "noop-calls")
+}
+
+// TestLabServedBlind: the same through a backend that never reads (PCP
+// only; the lab's UPnP serves only the test's own checks): mapped toward
+// node 1 and reachable from the internet; renewed by a fresh process after
+// the target node left (its sweep deletes the old mapping), deleted by
+// another fresh process, and repaired after an announced reboot.
+func TestLabServedBlind(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 3, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	blind := func(i int) *LoadBalancer {
+		b, err := pcp.NewBackend(pcp.BackendConfig{PCP: labPCP(t, lab, i, nil), Secret: pcpSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := New(Config{Client: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	all := labNodes(lab)
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+	first := blind(0)
+	st, err := first.EnsureLoadBalancer(ctx, testCluster, svc, all[1:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Ingress) != 1 || st.Ingress[0].IP != lab.ExternalIP.String() {
+		t.Errorf("status %+v, want %s", st, lab.ExternalIP)
+	}
+	svc.Status.LoadBalancer = *st
+	peer := labClient(t, lab, 2)
+	mappedTo := func(want netip.Addr) {
+		t.Helper()
+		m, err := peer.GetPortMapping(ctx, igd.TCP, 8080)
+		if err != nil || m.InternalClient != want || !strings.HasPrefix(m.Description, "PCP MAP ") {
+			t.Fatalf("mapping = %v, %v; want a PCP mapping to %s", m, err, want)
+		}
+	}
+	mappedTo(lab.Nodes[1].Addr)
+	serveNodePort(t, lab, 1, 30080, "hello, blind")
+	if body, err := lab.InternetGet(ctx, fmt.Sprintf("http://%s:8080/", lab.ExternalIP)); err != nil || body != "hello, blind" {
+		t.Fatalf("GET from the internet = %q, %v", body, err)
+	}
+
+	second := blind(2)
+	second.seeNodes(all)
+	if _, err := second.EnsureLoadBalancer(ctx, testCluster, svc, all[2:]); err != nil {
+		t.Fatalf("Ensure from a fresh process toward node 2: %v", err)
+	}
+	mappedTo(lab.Nodes[2].Addr)
+
+	third := blind(0)
+	third.seeNodes(all)
+	if _, exists, err := third.GetLoadBalancer(ctx, testCluster, svc); err != nil || !exists {
+		t.Fatalf("GetLoadBalancer from a fresh process = %t, %v", exists, err)
+	}
+	if err := third.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+		t.Errorf("after the delete: %v, want no mapping", err)
+	}
 }

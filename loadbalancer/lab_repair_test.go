@@ -14,6 +14,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // BenchmarkLabRepairInSeconds runs the background work with the default
@@ -28,10 +29,12 @@ import (
 // Sub-benchmark pcp serves through a pcp.Backend with the probe interval
 // set to the renewal interval, as the edge provider's protocol "pcp" does:
 // no idle call; idle-calls/5s counts UPnP calls and PCP requests.
+// Sub-benchmark blind does the same through a backend that never reads.
 func BenchmarkLabRepairInSeconds(b *testing.B) {
 	b.Run("probe", func(b *testing.B) { benchRepair(b, "probe") })
 	b.Run("announce", func(b *testing.B) { benchRepair(b, "announce") })
 	b.Run("pcp", func(b *testing.B) { benchRepair(b, "pcp") })
+	b.Run("blind", func(b *testing.B) { benchRepair(b, "blind") })
 }
 
 func benchRepair(b *testing.B, mode string) {
@@ -44,9 +47,17 @@ func benchRepair(b *testing.B, mode string) {
 	if mode != "probe" {
 		a := labPCP(b, lab, 0, &dials)
 		cfg.Announcer = a
-		if mode == "pcp" {
+		switch mode {
+		case "pcp":
 			cfg.Client = labBackend(b, cc, a, pcpSecret)
 			cfg.ProbeInterval = DefaultMaxRenewInterval // the renewal interval of the default lease
+		case "blind":
+			blind, err := pcp.NewBackend(pcp.BackendConfig{PCP: a, Secret: pcpSecret})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.Client = blind
+			cfg.ProbeInterval = DefaultMaxRenewInterval
 		}
 	}
 	lb, err := New(cfg)
