@@ -102,7 +102,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	lb := cfg.LoadBalancer
 	rep, err := routercheck.Run(ctx, client, routercheck.Options{
 		SecureMode: lb.SecureMode, PermanentLease: lb.PermanentLease, AllowNonPublicExternalIP: lb.AllowNonPublicExternalIP,
-		OtherHost: other, PCP: net.pcp, RequirePCP: cfg.Gateway.Protocol == edge.ProtocolPCP,
+		OtherHost: other, PCP: net.pcp, RequirePCP: cfg.Gateway.Protocol == edge.ProtocolPCP || cfg.Gateway.Protocol == edge.ProtocolPCPOnly,
 	})
 	if err != nil {
 		return fail(err)

@@ -86,11 +86,14 @@ type GatewayConfig struct {
 	// pcp_allow_thirdparty=yes; restarts are repaired on the router's
 	// ANNOUNCE, with no idle probe) or "auto" (the default: "pcp" when
 	// pcpSecretFile is set, writing through UPnP whenever the router does
-	// not take a PCP request, and probing as "upnp" does; else "upnp").
+	// not take a PCP request, and probing as "upnp" does; else "upnp"), or
+	// "pcp-only" (as "pcp", never reading the router: for a router that
+	// speaks PCP and not UPnP; the PCP server is gateway.url's host, else
+	// the default gateway).
 	Protocol string `json:"protocol"`
 	// PCPSecretFile is a file holding the cluster's PCP secret, at least
 	// 32 bytes, the same for every replica (a mounted Kubernetes Secret).
-	// Required with protocol "pcp". A new secret leaves the mappings made
+	// Required with protocol "pcp" and "pcp-only". A new secret leaves the mappings made
 	// under the old one to expire with their lease before they are mapped
 	// again.
 	PCPSecretFile string `json:"pcpSecretFile"`
@@ -101,6 +104,8 @@ const (
 	ProtocolAuto = "auto"
 	ProtocolUPnP = "upnp"
 	ProtocolPCP  = "pcp"
+	// ProtocolPCPOnly writes through PCP and never reads the router.
+	ProtocolPCPOnly = "pcp-only"
 )
 
 // LoadBalancerConfig is the "loadBalancer" section: how Services are mapped
@@ -265,10 +270,10 @@ func (c Config) validate() (errs field.ErrorList) {
 	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"),
 		when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"),
 		when(g.URL != "" && u.Host == "", "has no host"))
-	pcp := g.Protocol == ProtocolPCP
-	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", `must be set with gateway.protocol "pcp"`))
-	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, `must be false with gateway.protocol "pcp": PCP mappings always have a lifetime`))
-	add(gw.Child("protocol"), g.Protocol, when(!slices.Contains([]string{"", ProtocolAuto, ProtocolUPnP, ProtocolPCP}, g.Protocol), `must be "auto", "upnp" or "pcp"`))
+	pcp := g.Protocol == ProtocolPCP || g.Protocol == ProtocolPCPOnly
+	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", fmt.Sprintf("must be set with gateway.protocol %q", g.Protocol)))
+	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, fmt.Sprintf("must be false with gateway.protocol %q: PCP mappings always have a lifetime", g.Protocol)))
+	add(gw.Child("protocol"), g.Protocol, when(!slices.Contains([]string{"", ProtocolAuto, ProtocolUPnP, ProtocolPCP, ProtocolPCPOnly}, g.Protocol), `must be "auto", "upnp", "pcp" or "pcp-only"`))
 	timeout := func(key string, d, floor time.Duration) {
 		add(gw.Child(key), d.String(), when(d < floor || d > MaxTimeout, fmt.Sprintf("must be at least %s and at most %s", floor, MaxTimeout)))
 	}

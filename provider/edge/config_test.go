@@ -181,7 +181,7 @@ func TestParseConfigInvalid(t *testing.T) {
 	}{
 		{name: "unknown top-level key", in: "gatway: {}\n", fields: []string{"gatway"}, contains: "unknown field"},
 		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, pcpSecretFile, protocol, url"},
-		{name: "unknown protocol", in: "gateway:\n  protocol: natpmp\n", fields: []string{"gateway.protocol"}, contains: `must be "auto", "upnp" or "pcp"`},
+		{name: "unknown protocol", in: "gateway:\n  protocol: natpmp\n", fields: []string{"gateway.protocol"}, contains: `must be "auto", "upnp", "pcp" or "pcp-only"`},
 		{name: "pcp without a secret", in: "gateway:\n  protocol: pcp\n", fields: []string{"gateway.pcpSecretFile"}, contains: "must be set with gateway.protocol"},
 		{name: "pcp with permanent leases", in: "gateway:\n  protocol: pcp\n  pcpSecretFile: /s\nloadBalancer:\n  permanentLease: true\n", fields: []string{"loadBalancer.permanentLease"}, contains: "PCP mappings always have a lifetime"},
 		{name: "key with wrong case", in: "loadbalancer:\n  lease: 1h\n", fields: []string{"loadbalancer"}, contains: "unknown field"},

@@ -141,8 +141,11 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 			if err != nil {
 				return nil, fmt.Errorf("edge: gateway.pcpSecretFile: %w", err)
 			}
-			b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: bytes.TrimSpace(secret),
-				FallBack: cfg.Gateway.Protocol != ProtocolPCP})
+			bc := pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: bytes.TrimSpace(secret), FallBack: cfg.Gateway.Protocol != ProtocolPCP}
+			if cfg.Gateway.Protocol == ProtocolPCPOnly {
+				bc.UPnP, bc.FallBack = nil, false
+			}
+			b, err := pcp.NewBackend(bc)
 			if err != nil {
 				return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: %w", cfg.Gateway.PCPSecretFile, err)
 			}
@@ -158,7 +161,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		lease = loadbalancer.PermanentLease
 	}
 	var probe time.Duration // 0: the library's default
-	if cfg.Gateway.Protocol == ProtocolPCP {
+	if cfg.Gateway.Protocol == ProtocolPCP || cfg.Gateway.Protocol == ProtocolPCPOnly {
 		// The router announces its restarts, and every renewal checks
 		// its epoch: no probe between renewals.
 		probe = cmp.Or(cfg.LoadBalancer.RenewInterval.Duration, min(cmp.Or(lease, loadbalancer.DefaultLease)/2, loadbalancer.DefaultMaxRenewInterval))
@@ -191,10 +194,10 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	})
 }
 
-// usesPCP reports whether mappings are written through PCP: protocol "pcp",
-// or "auto" with a secret.
+// usesPCP reports whether mappings are written through PCP: protocol "pcp"
+// or "pcp-only", or "auto" with a secret.
 func (g GatewayConfig) usesPCP() bool {
-	return g.Protocol == ProtocolPCP || (g.Protocol != ProtocolUPnP && g.PCPSecretFile != "")
+	return g.Protocol == ProtocolPCP || g.Protocol == ProtocolPCPOnly || (g.Protocol != ProtocolUPnP && g.PCPSecretFile != "")
 }
 
 // ClientConfig is the router client's configuration the "gateway" section

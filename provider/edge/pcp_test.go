@@ -28,16 +28,18 @@ func TestGatewayProtocol(t *testing.T) {
 	svc := cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 8080, 30080),
 		cluster.Annotation(loadbalancer.AnnotationLoadBalancerType, loadbalancer.AnnotationValue))
 	for _, tt := range []struct {
-		name     string
-		config   string
-		noPCP    bool // nothing listens on the PCP port
-		wantDesc string
+		name        string
+		config      string
+		noPCP       bool // nothing listens on the PCP port
+		wantDesc    string
+		noUPnPCalls bool
 	}{
 		{name: "auto without a secret", config: "", wantDesc: "ck1 "},
 		{name: "auto with a secret", config: "  pcpSecretFile: " + secret + "\n", wantDesc: "PCP MAP "},
 		{name: "auto with a secret, no PCP server", config: "  pcpSecretFile: " + secret + "\n", noPCP: true, wantDesc: "ck1 "},
 		{name: "upnp with a secret", config: "  protocol: upnp\n  pcpSecretFile: " + secret + "\n", wantDesc: "ck1 "},
 		{name: "pcp", config: "  protocol: pcp\n  pcpSecretFile: " + secret + "\n", wantDesc: "PCP MAP "},
+		{name: "pcp-only", config: "  protocol: pcp-only\n  pcpSecretFile: " + secret + "\n", wantDesc: "PCP MAP ", noUPnPCalls: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			router := fake.NewRouter(fake.RouterConfig{})
@@ -65,6 +67,9 @@ func TestGatewayProtocol(t *testing.T) {
 			lb, _ := cloud.LoadBalancer()
 			if _, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", svc, []*v1.Node{node}); err != nil {
 				t.Fatalf("EnsureLoadBalancer: %v", err)
+			}
+			if n := len(router.Calls()); tt.noUPnPCalls && n != 0 {
+				t.Errorf("%d UPnP calls, want none: %v", n, router.Calls())
 			}
 			ms := router.Mappings()
 			if len(ms) != 1 || !strings.HasPrefix(ms[0].Description, tt.wantDesc) {
