@@ -76,6 +76,31 @@
 // whatever its nonce. Reads before writes, and the API server's
 // arbitration, stay as they are.
 //
+// A GuardedClient that cannot read (Reads false: igd/pcp.Backend without
+// UPnP) is written blind: what this process wrote stands in for the read,
+// since every write is conditional or guarded by the router and so needs
+// no proof (an add takes a key only where it is free or forwards to the
+// same node and nodePort; a delete removes only the mapping to that node
+// and nodePort carrying the Service's nonce). What changes:
+//
+//   - An add refused because the key holds a mapping deletes the
+//     Service's own mappings at that key to the nodePort on every other
+//     node address seen (one guarded delete each; a restart or a second
+//     process may have mapped it elsewhere) and asks once more; then the
+//     port is ErrPortInUse, its holder unnamed.
+//   - A process that did not write a Service's mappings deletes them by
+//     the same sweep, at the spec's nodePorts; GetLoadBalancer answers
+//     from the Service's recorded status (toward "exists").
+//   - What it cannot find: a mapping of ours whose nodePort is no longer
+//     in the spec, written by another process (or before a restart), is
+//     left to its lease; so is one behind another host's mapping to the
+//     same node and nodePort (the router's delete looks at the first).
+//     Until it expires, its key refuses the Service.
+//   - Nothing reads the router, so nothing sees a restart but
+//     Config.Announcer (and the epoch check of every answer): an announced
+//     restart makes every mapping due for renewal at once; an unannounced
+//     one is repaired at the next renewal.
+//
 // # Nodes
 //
 // All of a Service's mappings target one eligible node (Ready, IPv4
