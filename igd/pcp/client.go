@@ -264,20 +264,14 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 	defer func(start time.Time) { igd.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	server, err := c.server(ctx)
+	conn, server, err := c.dial(ctx, op)
 	if err != nil {
-		return mapMessage{}, fmt.Errorf("pcp: %s: %w", op, err)
-	}
-	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
-	if err != nil {
-		return mapMessage{}, fmt.Errorf("pcp: %s: %w", op, err)
+		return mapMessage{}, err
 	}
 	defer conn.Close()
-	local, err := netip.ParseAddrPort(conn.LocalAddr().String())
-	if err != nil {
-		return mapMessage{}, fmt.Errorf("pcp: %s: local address: %w", op, err)
+	if m.ClientAddr, err = localAddr(conn, op); err != nil {
+		return mapMessage{}, err
 	}
-	m.ClientAddr = local.Addr().Unmap()
 	if internal.IsValid() && internal != m.ClientAddr {
 		m.ThirdParty = internal
 	}

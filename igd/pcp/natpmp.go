@@ -22,13 +22,9 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 	defer func(start time.Time) { igd.ObserveRequest("NATPMP_ADDRESS", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	server, err := c.server(ctx)
+	conn, server, err := c.dial(ctx, "external address")
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
-	}
-	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
+		return netip.Addr{}, err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
@@ -66,18 +62,32 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 // LocalAddr returns the address this client sends from toward the server:
 // the PCP client address of its requests. It sends nothing.
 func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	conn, _, err := c.dial(ctx, "local address")
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer conn.Close()
+	return localAddr(conn, "local address")
+}
+
+// dial opens the connected socket a call of op sends from.
+func (c *Client) dial(ctx context.Context, op string) (net.Conn, netip.AddrPort, error) {
 	server, err := c.server(ctx)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+		return nil, netip.AddrPort{}, fmt.Errorf("pcp: %s: %w", op, err)
 	}
 	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+		return nil, netip.AddrPort{}, fmt.Errorf("pcp: %s: %w", op, err)
 	}
-	defer conn.Close()
+	return conn, server, nil
+}
+
+// localAddr is conn's local IPv4 address.
+func localAddr(conn net.Conn, op string) (netip.Addr, error) {
 	local, err := netip.ParseAddrPort(conn.LocalAddr().String())
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pcp: local address: %w", err)
+		return netip.Addr{}, fmt.Errorf("pcp: %s: local address: %w", op, err)
 	}
 	return local.Addr().Unmap(), nil
 }
