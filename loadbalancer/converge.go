@@ -152,7 +152,12 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
 	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
-	if moved || relabel {
+	// Through PCP the router refuses a MAP at a key its mapping holds for
+	// another internal port (CANNOT_PROVIDE_EXTERNAL), where UPnP replaces
+	// it: a mapping to a stale nodePort is deleted first.
+	_, guarded := lb.cfg.Client.(igd.GuardedClient)
+	repoint := guarded && mine && !moved && lb.internalPort(o, old) != 0 && lb.internalPort(o, old) != p.nodePort
+	if moved || relabel || repoint {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil
 		}
@@ -199,7 +204,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		})
 	}
 	msg, v := "Added port mapping", 0
-	if mine && !moved && !relabel {
+	if mine && !moved && !relabel && !repoint {
 		msg, v = "Renewed port mapping", 2
 	} else {
 		lb.tell(req.svc, v1.EventTypeNormal, EventReasonMappedPort, "Mapped %s to %s:%d (%s)", p.key, tgt.name, p.nodePort, tgt.addr)

@@ -152,14 +152,13 @@ func notTaken(err error) bool {
 // (an error matching igd.ErrNotAuthorized) when the mapping to m's internal
 // address and port carries another, and a router holding none answers
 // NO_RESOURCES, which counts as deleted. Any other mapping (made through
-// UPnP, by an earlier version) is deleted through UPnP, on the proof of the
-// caller's read alone.
+// UPnP, by an earlier version), and one whose internal port the caller does
+// not know (miniupnpd 2.3.6 with nftables reports 0, and a PCP delete names
+// the mapping by its internal port), is deleted through UPnP, on the proof
+// of the caller's read alone.
 func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) error {
-	if !strings.HasPrefix(m.Description, descriptionPrefix) {
+	if !strings.HasPrefix(m.Description, descriptionPrefix) || m.InternalPort == 0 {
 		return b.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
-	}
-	if m.InternalPort == 0 {
-		return fmt.Errorf("pcp: delete %s: %w", m.Key(), &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "a PCP delete names the mapping by its internal port"})
 	}
 	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
 	switch {
