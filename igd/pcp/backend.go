@@ -67,7 +67,8 @@ type BackendConfig struct {
 	// answers on its PCP port (ICMP port unreachable, or no answer within
 	// the PCP client's CallTimeout), it refuses PCP version 2, or it
 	// refuses THIRD_PARTY. AddFor logs it, and writes through UPnP for
-	// FallBackFor. False returns those errors.
+	// FallBackFor; DeleteFor then deletes that mapping through UPnP. False
+	// returns those errors.
 	FallBack bool
 }
 
@@ -155,12 +156,22 @@ func notTaken(err error) bool {
 // UPnP, by an earlier version), and one whose internal port the caller does
 // not know (miniupnpd 2.3.6 with nftables reports 0, and a PCP delete names
 // the mapping by its internal port), is deleted through UPnP, on the proof
-// of the caller's read alone.
+// of the caller's read alone; so is a mapping PCP made, with FallBack, when
+// the router does not take the PCP delete.
 func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) error {
 	if !strings.HasPrefix(m.Description, descriptionPrefix) || m.InternalPort == 0 {
 		return b.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
 	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
+	if err != nil && b.cfg.FallBack && ctx.Err() == nil && notTaken(err) {
+		// As AddFor writes: else a mapping PCP made could not be deleted
+		// (nor moved) before its lease ends.
+		b.mu.Lock()
+		b.upnpUntil = time.Now().Add(FallBackFor)
+		b.mu.Unlock()
+		klog.FromContext(ctx).Info("Router did not take a PCP delete; deleting through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "err", err)
+		return b.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
+	}
 	switch {
 	case errors.Is(err, ErrNoResources):
 		return nil
