@@ -63,7 +63,16 @@
 //     NOT_AUTHORIZED, reported as igd.ErrNotAuthorized): a delete sent late,
 //     after our mapping expired and a LAN host took the key, removes
 //     nothing. A LAN host's mapping to the same node and nodePort listed
-//     before ours makes our deletes fail until it goes.
+//     before ours makes our deletes fail until it goes (or ours expires).
+//     A mapping whose internal port the router does not report (0:
+//     miniupnpd 2.3.6) cannot be named in a PCP delete, and is deleted
+//     through UPnP on the read's proof, as one made through UPnP; so is
+//     one PCP made, with pcp.BackendConfig.FallBack, when the router does
+//     not take the PCP delete.
+//   - The router refuses a MAP at a key its mapping holds for another
+//     internal port: when a Service's nodePort changes, its mapping is
+//     deleted (through PCP) and made again, as when it moves to another
+//     node.
 //   - Another cluster (another secret) cannot delete our mappings over PCP;
 //     a second process of this cluster (same secret) renews and deletes
 //     them.
