@@ -154,9 +154,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
 	// Through PCP the router refuses a MAP at a key its mapping holds for
 	// another internal port (CANNOT_PROVIDE_EXTERNAL), where UPnP replaces
-	// it: a mapping to a stale nodePort is deleted first.
+	// it: a mapping to a stale nodePort, or to one not known (a router
+	// that reports 0, after a restart), is deleted first.
 	_, guarded := lb.cfg.Client.(igd.GuardedClient)
-	repoint := guarded && mine && !moved && lb.internalPort(o, old) != 0 && lb.internalPort(o, old) != p.nodePort
+	repoint := guarded && mine && !moved && lb.internalPort(o, old) != p.nodePort
 	if moved || relabel || repoint {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil

@@ -70,9 +70,9 @@
 //     one PCP made, with pcp.BackendConfig.FallBack, when the router does
 //     not take the PCP delete.
 //   - The router refuses a MAP at a key its mapping holds for another
-//     internal port: when a Service's nodePort changes, its mapping is
-//     deleted (through PCP) and made again, as when it moves to another
-//     node.
+//     internal port: when a Service's nodePort changes (or is not known:
+//     a router that reports 0, after a restart), its mapping is deleted
+//     and made again, as when it moves to another node.
 //   - Another cluster (another secret) cannot delete our mappings over PCP;
 //     a second process of this cluster (same secret) renews and deletes
 //     them.

@@ -110,3 +110,48 @@ func TestPCPWithdrawWithInternalPortZeroAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// On a router that reports internal port 0 (miniupnpd 2.3.6), a nodePort
+// that changed while no process knew the mapping's (after a restart) is
+// still served: the router refuses the MAP at the key (its mapping goes to
+// the old nodePort), so the mapping is deleted and made again. Through UPnP
+// the add replaces it.
+func TestPCPNodePortChangeWithInternalPortZeroAfterRestart(t *testing.T) {
+	for _, guarded := range []bool{false, true} {
+		name := map[bool]string{false: "upnp", true: "pcp"}[guarded]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			rc := fake.RouterConfig{ReportInternalPortZero: true}
+			var e *env
+			var s *fake.PCPServer
+			if guarded {
+				e, s = pcpEnvWith(t, Config{}, rc)
+			} else {
+				e = newEnv(t, Config{}, rc)
+			}
+			nodes := threeNodes()
+			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+			tgt := e.router.Mappings()[0].InternalClient
+			client := igd.Client(e.router.Client(addrA))
+			if guarded {
+				client = pcpBackend(t, e.router, s, pcpSecret)
+			}
+			lb, err := New(Config{Client: client, Clock: e.clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb.seeNodes(nodes)
+			svc.Spec.Ports[0].NodePort = 30081
+			_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+			if err = notForwarded(lb, svc, err); err != nil {
+				t.Errorf("Ensure after a restart and a nodePort change: %v", err)
+			}
+			d := desc("default", "web", "http")
+			if guarded {
+				d = pcpDesc("default", "web", igd.Key{Protocol: igd.TCP, ExternalPort: 80})
+			}
+			diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, tgt, 30081, d)})
+		})
+	}
+}
