@@ -139,3 +139,89 @@ func TestPCPLostUndoLeaksTheNextPort(t *testing.T) {
 		}
 	}
 }
+
+// dropDeletesOnce is dropDeletes for the first n deletes only.
+type dropDeletesOnce struct {
+	net.PacketConn
+	mu sync.Mutex
+	n  int
+}
+
+func (c *dropDeletesOnce) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, from, err := c.PacketConn.ReadFrom(b)
+		if err == nil && n >= 24 && b[1] == 1 && binary.BigEndian.Uint32(b[4:8]) == 0 {
+			c.mu.Lock()
+			drop := c.n > 0
+			c.n--
+			c.mu.Unlock()
+			if drop {
+				continue
+			}
+		}
+		return n, from, err
+	}
+}
+
+// A Service's port moves to another external port with the same nodePort
+// (an edit of spec.ports[].port keeps the nodePort). When the delete of the
+// old mapping fails once (its datagrams lost), the new mapping is made
+// anyway, and then, newest to the node and nodePort, it is the one the
+// router checks the nonce of: every later delete of the old mapping is
+// NOT_AUTHORIZED, and the port the user withdrew stays forwarded for the
+// rest of its lease (an hour; a day with permanent leases).
+func TestPCPOwnNewerMappingBlocksTheWithdrawal(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true, Conn: &dropDeletesOnce{PacketConn: pc, n: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), CallTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: e.router.Client(addrA), PCP: c, Secret: pcpSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.lb, err = New(Config{Client: b, Clock: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	svc.Spec.Ports[0].Port = 8080
+	if _, err := e.ensure(t, svc, nodes); err == nil {
+		t.Fatal("Ensure with the delete lost: no error")
+	}
+	s.Close() // a router that receives every datagram from now on
+	s2, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true, Conn: mustListenAt(t, s.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	_, err = e.lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+	if err != nil {
+		t.Errorf("Ensure once the router receives deletes: %v", err)
+	}
+	for _, m := range e.router.Mappings() {
+		if m.ExternalPort == 80 {
+			t.Errorf("port 80, withdrawn, still forwarded: %q", e.table())
+		}
+	}
+}
+
+func mustListenAt(t *testing.T, addr string) net.PacketConn {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
