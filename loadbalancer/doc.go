@@ -62,8 +62,11 @@
 //     nodePort, and only if it carries the Service's nonce (else
 //     NOT_AUTHORIZED, reported as igd.ErrNotAuthorized): a delete sent late,
 //     after our mapping expired and a LAN host took the key, removes
-//     nothing. A LAN host's mapping to the same node and nodePort listed
-//     before ours makes our deletes fail until it goes (or ours expires).
+//     nothing. Another mapping to the same node and nodePort listed before
+//     ours (a LAN host's, or the Service's own at another key: a port
+//     moved, nodePorts swapped) makes the router refuse ours; the key is
+//     then read again and, still ours and not about to expire, deleted
+//     through UPnP on that proof (as without PCP).
 //     A mapping whose internal port the router does not report (0:
 //     miniupnpd 2.3.6) cannot be named in a PCP delete, and is deleted
 //     through UPnP on the read's proof, as one made through UPnP; so is
