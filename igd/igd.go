@@ -192,7 +192,9 @@ type GuardedClient interface {
 	// DeleteFor removes m, a mapping as read from the router (its internal
 	// client and port name it), for owner. When the router holds it for
 	// another owner now it refuses with an error matching ErrNotAuthorized
-	// and keeps it; when it holds nothing there it succeeds.
+	// and keeps it; when it holds nothing there it succeeds. A mapping the
+	// guard cannot name (igd/pcp.Backend: one without a token, or of
+	// internal port 0) is deleted without it, on the caller's read.
 	DeleteFor(ctx context.Context, owner string, m Mapping) error
 	// OwnedBy reports whether m, as read, carries owner's token: AddFor
 	// made it for owner (or a host that read the token copied it).

@@ -93,7 +93,7 @@ func TestAnnouncementWithinTheQuietTimeIsRepairedAfterIt(t *testing.T) {
 	if n := e.lb.passes.Load() - passes; n != 0 {
 		t.Errorf("%d passes within the quiet time, want 0", n)
 	}
-	e.clock.Step(DefaultProbeInterval)
+	e.clock.Step(maxAnnouncedQuiet)
 	eventually(t, "the deferred repair pass", func() bool { return e.lb.passes.Load() > passes })
 	diffRows(t, "table after the second announced restart", e.table(), before)
 	r.stop(t)

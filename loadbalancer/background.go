@@ -197,7 +197,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	var restarts <-chan struct{}
 	var announcedQuiet time.Time  // announced restarts wait until then
 	var deferred <-chan time.Time // armed by an announcement within the quiet time
-	quiet := min(lb.cfg.ProbeInterval, DefaultProbeInterval)
+	quiet := min(lb.cfg.ProbeInterval, maxAnnouncedQuiet)
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
 		listening := make(chan struct{})
@@ -364,6 +364,12 @@ func (h tableHints) of(lb *LoadBalancer, o owner) []igd.Key {
 	}
 	return keys
 }
+
+// maxAnnouncedQuiet bounds the time after a repair on an announced restart
+// within which another announcement waits (the probe interval when
+// shorter): a LAN host forging ANNOUNCE messages makes at most one pass per
+// quiet time, and a blind client renews every mapping in each.
+const maxAnnouncedQuiet = 30 * time.Second
 
 // hints lists the router's table where the client can: where a Service may
 // hold mappings nothing else records.

@@ -151,8 +151,14 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		}
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
-	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
-	if moved || relabel {
+	_, guarded := lb.cfg.Client.(igd.GuardedClient) // PCP keeps no description of ours
+	relabel := !guarded && mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description
+	// Through PCP the router refuses a MAP at a key its mapping holds for
+	// another internal port (CANNOT_PROVIDE_EXTERNAL), where UPnP replaces
+	// it: a mapping to a stale nodePort, or to one not known (a router
+	// that reports 0, after a restart), is deleted first.
+	repoint := guarded && mine && !moved && lb.internalPort(o, old) != p.nodePort
+	if moved || relabel || repoint {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil
 		}
@@ -208,7 +214,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		})
 	}
 	msg, v := "Added port mapping", 0
-	if mine && !moved && !relabel {
+	if mine && !moved && !relabel && !repoint {
 		msg, v = "Renewed port mapping", 2
 	} else {
 		lb.tell(req.svc, v1.EventTypeNormal, EventReasonMappedPort, "Mapped %s to %s:%d (%s)", p.key, tgt.name, p.nodePort, tgt.addr)
@@ -303,11 +309,46 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, read
 
 // delete deletes our mapping m, as read: through the router's guard when the
 // client has one (the router then refuses if m is no longer ours).
+//
+// A PCP delete names the mapping by its internal address and port, and the
+// router checks the nonce of the first mapping to them: another one listed
+// before ours (a LAN host's, or the Service's own at another key or moved
+// there since) refuses it (igd.ErrNotAuthorized) for as long as ours lives.
+// The key is then read again, and the mapping deleted through the client's
+// plain delete on that proof, as without a guard: if the read finds it still
+// ours, to the same address and port, and not about to expire; gone or no
+// longer ours, it is deleted already.
 func (lb *LoadBalancer) delete(ctx context.Context, o owner, m igd.Mapping) error {
-	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
-		m.InternalPort = lb.internalPort(o, m)
-		return g.DeleteFor(ctx, o.token, m)
+	g, ok := lb.cfg.Client.(igd.GuardedClient)
+	if !ok {
+		return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
+	m.InternalPort = lb.internalPort(o, m)
+	err := g.DeleteFor(ctx, o.token, m)
+	switch {
+	case !errors.Is(err, igd.ErrNotAuthorized):
+		return err
+	case lb.blind():
+		// Nothing to read: the mapping is no longer renewed and ends
+		// with its lease.
+		klog.FromContext(ctx).Info("Router refused a guarded delete (another mapping to the same internal address and port is listed first); the mapping is left to expire", "service", o.key(), "key", m.Key(), "err", err)
+		return nil
+	}
+	r, rerr := lb.read(ctx, o, []igd.Key{m.Key()})
+	if rerr != nil {
+		return err
+	}
+	cur, found := r.mappings[m.Key()]
+	switch {
+	case !found || !lb.owns(o, cur) || cur.InternalClient.Unmap() != m.InternalClient.Unmap():
+		return nil // what was ours at the key is gone
+	case cur.InternalPort != 0 && cur.InternalPort != m.InternalPort:
+		return err // ours, but not the mapping proved: the caller reads again
+	}
+	if _, soon := lb.expiring(o, cur, r.at); soon {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Router refused a guarded delete (another mapping to the same internal address and port is listed first); deleting on a fresh read", "service", o.key(), "key", m.Key(), "err", err)
 	return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 }
 

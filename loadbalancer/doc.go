@@ -62,8 +62,20 @@
 //     nodePort, and only if it carries the Service's nonce (else
 //     NOT_AUTHORIZED, reported as igd.ErrNotAuthorized): a delete sent late,
 //     after our mapping expired and a LAN host took the key, removes
-//     nothing. A LAN host's mapping to the same node and nodePort listed
-//     before ours makes our deletes fail until it goes.
+//     nothing. Another mapping to the same node and nodePort listed before
+//     ours (a LAN host's, or the Service's own at another key: a port
+//     moved, nodePorts swapped) makes the router refuse ours; the key is
+//     then read again and, still ours and not about to expire, deleted
+//     through UPnP on that proof (as without PCP).
+//     A mapping whose internal port the router does not report (0:
+//     miniupnpd 2.3.6) cannot be named in a PCP delete, and is deleted
+//     through UPnP on the read's proof, as one made through UPnP; so is
+//     one PCP made, with pcp.BackendConfig.FallBack, when the router does
+//     not take the PCP delete.
+//   - The router refuses a MAP at a key its mapping holds for another
+//     internal port: when a Service's nodePort changes (or is not known:
+//     a router that reports 0, after a restart), its mapping is deleted
+//     and made again, as when it moves to another node.
 //   - Another cluster (another secret) cannot delete our mappings over PCP;
 //     a second process of this cluster (same secret) renews and deletes
 //     them.
@@ -73,8 +85,14 @@
 // UPnP ignores nonces, so any LAN host's DeletePortMapping removes our
 // mapping and a host that reads its description (the nonce) can delete it
 // over PCP; a MAP for the same node and nodePort at the key replaces it
-// whatever its nonce. Reads before writes, and the API server's
-// arbitration, stay as they are.
+// whatever its nonce, and one the router moves to another port (see
+// igd/pcp's PreferFailure) replaces a mapping to the same node and
+// nodePort there too, before the undo deletes it; an undo whose answer is
+// lost leaves a mapping nothing proves ours until its lease ends. A
+// refused guarded delete (NOT_AUTHORIZED: another mapping to the same node
+// and nodePort is listed first) is retried through the plain delete on a
+// fresh read, as without a guard. Reads before writes, and the API
+// server's arbitration, stay as they are.
 //
 // A GuardedClient that cannot read (Reads false: igd/pcp.Backend without
 // UPnP) is written blind: what this process wrote stands in for the read,

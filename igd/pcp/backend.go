@@ -73,7 +73,8 @@ type BackendConfig struct {
 	// answers on its PCP port (ICMP port unreachable, or no answer within
 	// the PCP client's CallTimeout), it refuses PCP version 2, or it
 	// refuses THIRD_PARTY. AddFor logs it, and writes through UPnP for
-	// FallBackFor. False returns those errors. It needs UPnP.
+	// FallBackFor; DeleteFor then deletes that mapping through UPnP. False
+	// returns those errors. It needs UPnP.
 	FallBack bool
 }
 
@@ -234,16 +235,26 @@ func notTaken(err error) bool {
 // (an error matching igd.ErrNotAuthorized) when the mapping to m's internal
 // address and port carries another, and a router holding none answers
 // NO_RESOURCES, which counts as deleted. Any other mapping (made through
-// UPnP, by an earlier version) is deleted through UPnP, on the proof of the
-// caller's read alone; without UPnP every delete goes through PCP.
+// UPnP, by an earlier version), and one whose internal port the caller does
+// not know (miniupnpd 2.3.6 with nftables reports 0, and a PCP delete names
+// the mapping by its internal port), is deleted through UPnP, on the proof
+// of the caller's read alone; so is a mapping PCP made, with FallBack, when
+// the router does not take the PCP delete. Without UPnP every delete goes
+// through PCP.
 func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) error {
-	if b.cfg.UPnP != nil && !strings.HasPrefix(m.Description, descriptionPrefix) {
+	if b.cfg.UPnP != nil && (!strings.HasPrefix(m.Description, descriptionPrefix) || m.InternalPort == 0) {
 		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
-	if m.InternalPort == 0 {
-		return fmt.Errorf("pcp: delete %s: %w", m.Key(), &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "a PCP delete names the mapping by its internal port"})
-	}
 	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
+	if err != nil && b.cfg.FallBack && ctx.Err() == nil && notTaken(err) {
+		// As AddFor writes: else a mapping PCP made could not be deleted
+		// (nor moved) before its lease ends.
+		b.mu.Lock()
+		b.upnpUntil = time.Now().Add(FallBackFor)
+		b.mu.Unlock()
+		klog.FromContext(ctx).Info("Router did not take a PCP delete; deleting through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "err", err)
+		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
+	}
 	switch {
 	case errors.Is(err, ErrNoResources):
 		return nil

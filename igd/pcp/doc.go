@@ -34,9 +34,14 @@
 //
 // PreferFailure makes MAP conditional on the external port, but the client
 // enforces it, not the router: when another mapping holds the port, this
-// build grants the next free port with SUCCESS; Map deletes that mapping
-// again and returns an error matching ErrCannotProvideExternal. The other
-// mapping is never touched.
+// build grants another port with SUCCESS: the next one that is free or
+// already forwards to the same internal address and port, whose mapping it
+// then replaces whatever its nonce. Map deletes the mapping it was granted
+// again and returns an error matching ErrCannotProvideExternal. The mapping
+// at the requested port is never touched; one on a later port to the same
+// internal address and port is lost (TestLabPreferFailureTakesTheNextPortsMapping),
+// and if the undo's answer is lost, the mapping it made stays for its
+// lifetime.
 //
 // # What it does not enforce
 //
