@@ -152,7 +152,12 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
 	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
-	if moved || relabel {
+	// A PCP MAP toward the key's internal client on another port is
+	// refused (the router counts the key in use): a changed nodePort is
+	// re-pointed by a delete and an add too.
+	_, guarded := lb.cfg.Client.(igd.GuardedClient)
+	repoint := guarded && mine && !moved && lb.internalPort(o, old) != 0 && lb.internalPort(o, old) != p.nodePort
+	if moved || relabel || repoint {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil
 		}
