@@ -1,0 +1,89 @@
+package loadbalancer
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
+)
+
+// lossyConn drops the PCP requests (version 2) it is asked to send while
+// *drop is set: the router never sees them.
+type lossyConn struct {
+	net.Conn
+	drop *atomic.Bool
+}
+
+func (c lossyConn) Write(b []byte) (int, error) {
+	if c.drop.Load() && len(b) > 0 && b[0] == 2 {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// lossyBlindEnv is blindEnv whose PCP requests are lost while the returned
+// flag is set (a call then times out after 300 ms).
+func lossyBlindEnv(t *testing.T, cfg Config) (*env, *fake.PCPServer, *atomic.Bool) {
+	t.Helper()
+	e := newEnv(t, cfg, fake.RouterConfig{})
+	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	drop := new(atomic.Bool)
+	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), CallTimeout: 300 * time.Millisecond,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return lossyConn{Conn: conn, drop: drop}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pcp.NewBackend(pcp.BackendConfig{PCP: c, Secret: pcpSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client, cfg.Clock = b, e.clock
+	if e.lb, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e, s, drop
+}
+
+// A MAP whose outcome is unknown (no answer: the router may or may not
+// have it) must not be taken as made by the next Ensure: a blind client
+// has no read to confirm it, so it sends the MAP again (idempotent). Else
+// the Service is reported forwarded while the router has nothing, until
+// the renewal half a lease later.
+func TestBlindUnansweredMapIsSentAgain(t *testing.T) {
+	e, _, drop := lossyBlindEnv(t, Config{})
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	drop.Store(true)
+	if _, err := e.ensure(t, svc, nodes); err == nil {
+		t.Fatal("Ensure with every MAP lost succeeded")
+	}
+	drop.Store(false)
+	if len(e.router.Mappings()) != 0 {
+		t.Fatalf("the router has %v, want nothing (the MAP was lost)", e.table())
+	}
+	st, err := e.ensure(t, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure once the router answers: %v", err)
+	}
+	if len(e.router.Mappings()) != 1 {
+		t.Errorf("Ensure reported %+v with the router holding %v, want the mapping made", st, e.table())
+	}
+	_ = igd.TCP
+}
