@@ -56,7 +56,9 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
 				s.held[k] = held{} // not (or no longer) what this process wrote
 			default:
-				h.unconfirmed = false
+				// A blind client's recall is what it wrote, not
+				// what the router holds: it confirms nothing.
+				h.unconfirmed = h.unconfirmed && lb.blind()
 				s.held[k] = h
 			}
 		}
@@ -116,6 +118,9 @@ func sameTarget(m, w igd.Mapping, portZeroAgrees bool) bool {
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
 	h := lb.heldAt(o, m.Key())
 	wrote := h.written.InternalClient.IsValid()
+	if h.unconfirmed { // an add with no answer (blind): sent again
+		return false
+	}
 	if m.InternalClient.Unmap() != tgt.addr || lb.internalPort(o, m) != p.nodePort {
 		return false
 	}
