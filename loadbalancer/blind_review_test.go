@@ -2,7 +2,10 @@ package loadbalancer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,4 +89,35 @@ func TestBlindUnansweredMapIsSentAgain(t *testing.T) {
 		t.Errorf("Ensure reported %+v with the router holding %v, want the mapping made", st, e.table())
 	}
 	_ = igd.TCP
+}
+
+// A foreign host holding a key costs each Ensure of the Service that wants
+// it one refused MAP (and its undo), not a sweep of every node address: a
+// sweep finds only what another process wrote before this one swept, so
+// one per key and nodePort is enough. Else every Ensure, and every retry
+// pass (30 s), sends a guarded delete per node address: hundreds of
+// requests a minute to a single-threaded router for a large cluster.
+func TestBlindForeignHolderIsNotSweptOnEveryEnsure(t *testing.T) {
+	e, s := blindEnv(t, Config{})
+	ctx := context.Background()
+	host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 8080, Description: "console", Lease: time.Hour, Enabled: true}
+	if _, err := e.router.Client(addrStranger).AddPortMapping(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*v1.Node
+	for i := range 20 {
+		nodes = append(nodes, newNode(fmt.Sprintf("node-%02d", i), netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})))
+	}
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	e.ensure(t, svc, nodes)
+	for i := range 3 {
+		n := len(s.Calls())
+		_, err := e.ensure(t, svc, nodes)
+		if err = notForwarded(e.lb, svc, err); !errors.Is(err, ErrPortInUse) {
+			t.Fatalf("Ensure %d = %v, want port 80 in use", i, err)
+		}
+		if total, deletes := mapRequests(s, n); deletes > 1 {
+			t.Errorf("Ensure %d with a foreign holder sent %d MAP requests, %d of them deletes; want at most one refused MAP and its undo", i, total, deletes)
+		}
+	}
 }
