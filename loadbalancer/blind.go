@@ -116,3 +116,19 @@ func (lb *LoadBalancer) expireAll() {
 		}
 	}
 }
+
+// sweptLately reports whether o's mappings at k to nodePort were swept
+// off the other nodes less than a lease ago: anything of ours another
+// process wrote before that sweep is gone, and what it wrote since expires
+// within a lease of its last renewal, so the refused add is not swept
+// again before.
+func (lb *LoadBalancer) sweptLately(o owner, k igd.Key, nodePort uint16) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	if s == nil {
+		return false
+	}
+	w, ok := s.swept[k]
+	return ok && w.nodePort == nodePort && lb.cfg.Clock.Since(w.at) < lb.cfg.effectiveLease()
+}

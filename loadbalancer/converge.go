@@ -191,13 +191,20 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	var err error
 	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
 		stored, err = g.AddFor(ctx, o.token, want)
-		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
+		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() && !lb.sweptLately(o, p.key, p.nodePort) {
 			// Ours to another node or this one's former address, written
 			// by a process before this one? Delete those (the router
 			// checks the nonce) and ask once more.
 			if serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr); serr != nil {
 				return 0, lb.addFailed(ctx, req, p.key, errors.Join(err, serr))
 			}
+			now := lb.cfg.Clock.Now()
+			lb.update(o, func(s *serviceState) {
+				if s.swept == nil {
+					s.swept = make(map[igd.Key]sweep)
+				}
+				s.swept[p.key] = sweep{nodePort: p.nodePort, at: now}
+			})
 			stored, err = g.AddFor(ctx, o.token, want)
 		}
 	} else {
