@@ -121,3 +121,45 @@ func TestBlindForeignHolderIsNotSweptOnEveryEnsure(t *testing.T) {
 		}
 	}
 }
+
+// A renewal the router refuses (miniupnpd answers NETWORK_FAILURE while its
+// WAN interface has no address) leaves the mapping it renews in place: the
+// process must still count it as the Service's, or a port removed once the
+// WAN is back is never deleted (the mapping forwards until its lease ends),
+// and the Service must win the key back through arbitration.
+func TestBlindRefusedRenewalKeepsTheMapping(t *testing.T) {
+	var refuse atomic.Bool
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true,
+		OnAnswer: func(call fake.PCPCall, answer []byte) []byte {
+			if refuse.Load() && call.Version == 2 && call.Lifetime != 0 && len(answer) > 3 {
+				answer[3] = byte(pcp.NetworkFailure)
+			}
+			return answer
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if e.lb, err = New(Config{Client: blindBackend(t, s), Clock: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("alt", v1.ProtocolTCP, 81, 30081)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	e.clock.Step(45 * time.Minute) // renewals due
+	refuse.Store(true)
+	if _, err := e.ensure(t, svc, nodes); err == nil {
+		t.Fatal("Ensure with every renewal refused succeeded")
+	}
+	refuse.Store(false)
+	svc.Spec.Ports = svc.Spec.Ports[1:] // port 80 removed
+	if _, err := e.ensure(t, svc, nodes); err != nil {
+		t.Fatalf("Ensure without port 80: %v", err)
+	}
+	for _, m := range e.router.Mappings() {
+		if m.ExternalPort == 80 {
+			t.Errorf("TCP/80 still forwarded after the port was removed: %q", e.table())
+		}
+	}
+}
