@@ -179,6 +179,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	want := igd.Mapping{Protocol: p.key.Protocol, ExternalPort: p.key.ExternalPort, InternalClient: tgt.addr,
 		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	sent := lb.cfg.Clock.Now() // a lease granted counts from no later than this
+	prev := lb.heldAt(o, p.key)
+	renewal := mine && !moved && !relabel && !repoint
 	h := held{written: want, unconfirmed: true}
 	if want.Lease > 0 {
 		h.expires = sent.Add(want.Lease)
@@ -211,7 +213,14 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)
 	}
 	if err != nil {
-		return 0, lb.addFailed(ctx, req, p.key, err)
+		err = lb.addFailed(ctx, req, p.key, err)
+		if renewal && lb.blind() && keptByRefusal(err) && prev.written.InternalClient.IsValid() {
+			// The router refused the renewal and left the mapping it
+			// renews as it was: still the Service's, still to renew
+			// or delete.
+			lb.update(o, func(s *serviceState) { s.held[p.key] = prev })
+		}
+		return 0, err
 	}
 	h.unconfirmed = false
 	h.expires = time.Time{}
@@ -276,6 +285,15 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
 	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
+}
+
+// keptByRefusal reports whether a refused renewal left the mapping it
+// renews in place: a PCP result other than CANNOT_PROVIDE_EXTERNAL (the
+// key is another's) and UNSUPP_OPTION (THIRD_PARTY refused: such a mapping
+// can be neither renewed nor deleted, only left to expire).
+func keptByRefusal(err error) bool {
+	var re *pcp.ResultError
+	return errors.As(err, &re) && !errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, pcp.ErrUnsupportedOption)
 }
 
 // pcpRefused reports whether a guarded add failed because the router answered
