@@ -163,3 +163,31 @@ func TestBlindRefusedRenewalKeepsTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// A Service that cannot be served (here: source ranges) loses its own
+// mappings on every Ensure and pass; blind, with nothing held, that is a
+// sweep of every node address at each of its ports. One sweep finds what an
+// earlier process left; the next ones, within a lease, can find nothing
+// but cost a guarded delete per node and port, every pass, forever.
+func TestBlindInvalidServiceIsNotSweptOnEveryEnsure(t *testing.T) {
+	e, s := blindEnv(t, Config{})
+	var nodes []*v1.Node
+	for i := range 20 {
+		nodes = append(nodes, newNode(fmt.Sprintf("node-%02d", i), netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)})))
+	}
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	if _, err := e.ensure(t, svc, nodes); !errors.Is(err, ErrInvalidService) {
+		t.Fatalf("Ensure = %v, want ErrInvalidService", err)
+	}
+	for i := range 3 {
+		n := len(s.Calls())
+		if _, err := e.ensure(t, svc, nodes); !errors.Is(err, ErrInvalidService) {
+			t.Fatalf("Ensure %d = %v, want ErrInvalidService", i, err)
+		}
+		if _, deletes := mapRequests(s, n); deletes > 0 {
+			t.Errorf("Ensure %d of an invalid Service, swept a minute ago, sent %d deletes; want none", i, deletes)
+		}
+		e.clock.Step(time.Minute)
+	}
+}
