@@ -47,7 +47,8 @@ func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
 // nodePorts to that nodePort on any node address seen: the mappings of a
 // Service this process did not write (it restarted, or another process of
 // the cluster wrote them). A refusal (the first mapping to that node and
-// port is another's) and a node holding none are not errors.
+// port is another's) and a node holding none are not errors. A key swept
+// for the same nodePort less than a lease ago is skipped (sweptLately).
 func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
 	g := lb.cfg.Client.(igd.GuardedClient)
 	lb.mu.Lock()
@@ -60,16 +61,36 @@ func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Ke
 	lb.mu.Unlock()
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	var errs []error
+	swept := make(map[igd.Key]uint16)
 	for k, port := range nodePorts {
+		if lb.sweptLately(o, k, port) {
+			continue
+		}
+		failed := false
 		for _, a := range addrs {
 			err := g.DeleteFor(ctx, o.token, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: a, InternalPort: port})
 			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) {
+				failed = true
 				errs = append(errs, fmt.Errorf("loadbalancer: service %s: delete %s to %s:%d: %w", o.key(), k, a, port, err))
 			}
 		}
+		if !failed {
+			swept[k] = port
+		}
 	}
-	if len(errs) == 0 && len(nodePorts) > 0 {
-		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(nodePorts), "nodes", len(addrs))
+	if len(swept) > 0 {
+		now := lb.cfg.Clock.Now()
+		lb.update(o, func(s *serviceState) {
+			if s.swept == nil {
+				s.swept = make(map[igd.Key]sweep)
+			}
+			for k, port := range swept {
+				s.swept[k] = sweep{nodePort: port, at: now}
+			}
+		})
+	}
+	if len(errs) == 0 && len(swept) > 0 {
+		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(swept), "nodes", len(addrs))
 	}
 	return errors.Join(errs...)
 }

@@ -200,13 +200,6 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 			if serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr); serr != nil {
 				return 0, lb.addFailed(ctx, req, p.key, errors.Join(err, serr))
 			}
-			now := lb.cfg.Clock.Now()
-			lb.update(o, func(s *serviceState) {
-				if s.swept == nil {
-					s.swept = make(map[igd.Key]sweep)
-				}
-				s.swept[p.key] = sweep{nodePort: p.nodePort, at: now}
-			})
 			stored, err = g.AddFor(ctx, o.token, want)
 		}
 	} else {

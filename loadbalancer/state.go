@@ -122,7 +122,8 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		defer lb.mu.Unlock()
 		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
-		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 {
+		maps.DeleteFunc(s.swept, func(_ igd.Key, w sweep) bool { return lb.cfg.Clock.Since(w.at) >= lb.cfg.effectiveLease() })
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil
