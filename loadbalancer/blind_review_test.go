@@ -191,3 +191,20 @@ func TestBlindInvalidServiceIsNotSweptOnEveryEnsure(t *testing.T) {
 		e.clock.Step(time.Minute)
 	}
 }
+
+// A port renamed changes nothing the router stores through PCP (the nonce
+// names the Service and the key, not the port's name): a blind client must
+// not delete and re-add the mapping for it, which leaves the key free for
+// any LAN host to take in between.
+func TestBlindPortRenameWritesNothing(t *testing.T) {
+	e, s := blindEnv(t, Config{})
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	svc.Spec.Ports[0].Name = "web"
+	n := len(s.Calls())
+	e.mustEnsure(t, svc, nodes)
+	if total, deletes := mapRequests(s, n); total != 0 {
+		t.Errorf("Ensure after a port rename sent %d MAP requests (%d deletes), want none", total, deletes)
+	}
+}
