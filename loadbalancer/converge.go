@@ -125,7 +125,8 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 		return false
 	}
 	// A router that alters descriptions would be rewritten on every pass.
-	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) {
+	// Blind, every mapping was written through PCP, which stores the nonce.
+	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) && !lb.blind() {
 		return false
 	}
 	below := lb.cfg.renewBelow()
@@ -156,7 +157,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		}
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
-	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old)
+	relabel := mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description && !lb.guardedFor(o, old) && !lb.blind()
 	// A PCP MAP toward the key's internal client on another port is
 	// refused (the router counts the key in use): a changed nodePort is
 	// re-pointed by a delete and an add too.
