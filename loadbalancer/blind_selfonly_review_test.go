@@ -62,3 +62,34 @@ func TestBlindSelfOnlyRetryLeavesNothingStale(t *testing.T) {
 	}
 	_ = igd.TCP
 }
+
+// Blind, on a router that refuses THIRD_PARTY (miniupnpd's default), the
+// sweep of a fresh process's delete sends a PCP delete naming every other
+// node: each is refused with UNSUPP_OPTION. That refusal says no mapping
+// of ours can be there (the router makes none for another host); it must
+// not fail the delete, or the Service's finalizer is never removed.
+func TestBlindSelfOnlyDeleteFromAFreshProcess(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router}) // THIRD_PARTY refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if e.lb, err = New(Config{Client: blindBackend(t, s), Clock: e.clock}); err != nil {
+		t.Fatal(err)
+	}
+	self := netip.MustParseAddr("127.0.0.1")
+	nodes := []*v1.Node{newNode("node-a", self), newNode("node-b", addrB), newNode("node-c", addrC)}
+	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+
+	fresh, err := New(Config{Client: blindBackend(t, s), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.seeNodes(nodes)
+	if err := fresh.EnsureLoadBalancerDeleted(t.Context(), testCluster, svc); err != nil {
+		t.Errorf("EnsureLoadBalancerDeleted from a fresh process: %v", err)
+	}
+	diffRows(t, "table after the delete", e.table(), nil)
+}
