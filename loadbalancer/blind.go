@@ -47,7 +47,8 @@ func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
 // nodePorts to that nodePort on any node address seen: the mappings of a
 // Service this process did not write (it restarted, or another process of
 // the cluster wrote them). A refusal (the first mapping to that node and
-// port is another's) and a node holding none are not errors. A key swept
+// port is another's), a node holding none and a router refusing THIRD_PARTY
+// are not errors. A key swept
 // for the same nodePort less than a lease ago is skipped (sweptLately).
 func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
 	g := lb.cfg.Client.(igd.GuardedClient)
@@ -69,7 +70,9 @@ func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Ke
 		failed := false
 		for _, a := range addrs {
 			err := g.DeleteFor(ctx, o.token, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: a, InternalPort: port})
-			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) {
+			// UNSUPP_OPTION: the router refuses THIRD_PARTY, so it
+			// made no mapping for that node through PCP either.
+			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, pcp.ErrUnsupportedOption) {
 				failed = true
 				errs = append(errs, fmt.Errorf("loadbalancer: service %s: delete %s to %s:%d: %w", o.key(), k, a, port, err))
 			}
