@@ -25,11 +25,15 @@ type lossyConn struct {
 }
 
 func (c lossyConn) Write(b []byte) (int, error) {
-	if c.drop.Load() && len(b) > 0 && b[0] == 2 {
+	isDelete := len(b) >= 8 && b[4]|b[5]|b[6]|b[7] == 0
+	if c.drop.Load() && len(b) > 0 && b[0] == 2 && (!dropDeletes.Load() || isDelete) {
 		return len(b), nil
 	}
 	return c.Conn.Write(b)
 }
+
+// dropDeletes narrows lossyConn's losses to deletes (lifetime 0).
+var dropDeletes atomic.Bool
 
 // lossyBlindEnv is blindEnv whose PCP requests are lost while the returned
 // flag is set (a call then times out after 300 ms).
