@@ -212,3 +212,46 @@ func TestBlindPortRenameWritesNothing(t *testing.T) {
 		t.Errorf("Ensure after a port rename sent %d MAP requests (%d deletes), want none", total, deletes)
 	}
 }
+
+// Blind, what this process wrote is never corrected by a read: a mapping
+// it wrote toward a node that left, whose delete the router refuses
+// (another host's mapping to that address and nodePort comes first: here
+// the host that took over the deleted node's address), stays "held" after
+// its lease ended and the router dropped it. The move off the node then
+// fails on every Ensure, for ever; the router's lease bounds it.
+func TestBlindExpiredMappingDoesNotBlockAMove(t *testing.T) {
+	e, _ := blindEnv(t, Config{})
+	ctx := context.Background()
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	e.mustEnsure(t, svc, nodes)
+	from := e.router.Mappings()[0].InternalClient
+	var stay []*v1.Node
+	for _, n := range nodes {
+		if nodeAddrs(n)[0] != from {
+			stay = append(stay, n)
+		} else {
+			e.lb.forgetNode(n.Name)
+		}
+	}
+	// A host now at the node's old address maps that port to itself.
+	other := igd.Mapping{Protocol: igd.TCP, ExternalPort: 9999, InternalClient: from, InternalPort: 30080, Description: "its own", Lease: 3 * time.Hour, Enabled: true}
+	if _, err := e.router.Client(from).AddPortMapping(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ensure(t, svc, stay); err == nil {
+		t.Log("the first move succeeded") // the router may delete ours first, depending on its order
+	}
+	e.clock.Step(2 * time.Hour) // ours ended with its lease
+	if _, err := e.ensure(t, svc, stay); err != nil {
+		t.Errorf("Ensure two hours later, the old mapping long gone: %v", err)
+	}
+	for _, m := range e.router.Mappings() {
+		if m.ExternalPort == 80 && m.InternalClient == from {
+			t.Errorf("still mapped to %s", from)
+		}
+	}
+	if ms := e.router.Mappings(); len(ms) != 2 {
+		t.Errorf("table %q, want the host's and the Service's moved mapping", e.table())
+	}
+}
