@@ -156,3 +156,16 @@ func (lb *LoadBalancer) sweptLately(o owner, k igd.Key, nodePort uint16) bool {
 	w, ok := s.swept[k]
 	return ok && w.nodePort == nodePort && lb.cfg.Clock.Since(w.at) < lb.cfg.effectiveLease()
 }
+
+// leaseEnded reports whether err, the router's refusal to delete our
+// mapping m, means it is gone: on a blind client nothing reads the router,
+// so a mapping this process wrote whose lease has ended (the router
+// dropped it), and whose delete another's mapping to the same node and
+// port now refuses, would otherwise be held for ever.
+func (lb *LoadBalancer) leaseEnded(o owner, m igd.Mapping, err error) bool {
+	if !lb.blind() || !errors.Is(err, igd.ErrNotAuthorized) {
+		return false
+	}
+	exp := lb.heldAt(o, m.Key()).expires
+	return !exp.IsZero() && !exp.After(lb.cfg.Clock.Now())
+}

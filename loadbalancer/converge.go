@@ -171,7 +171,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		// and miniupnpd keeps the description of a mapping re-added with the
 		// same client and port: moving or relabelling is a delete and an
 		// add. A LAN host taking the port in between fails the add.
-		if err := lb.delete(ctx, o, old); err != nil {
+		if err := lb.delete(ctx, o, old); err != nil && !lb.leaseEnded(o, old, err) {
 			return lb.deleteFailed(o, old, err)
 		}
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
@@ -322,7 +322,7 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, read
 	if after, ok := lb.expiring(o, m, readAt); ok {
 		return after, nil
 	}
-	if err := lb.delete(ctx, o, m); err != nil {
+	if err := lb.delete(ctx, o, m); err != nil && !lb.leaseEnded(o, m, err) {
 		return lb.deleteFailed(o, m, err)
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })

@@ -113,7 +113,9 @@
 //     (Config.RenewInterval) when Config.Announcer is the backend's
 //     pcp.Client.
 //   - An add that got no answer (the router may or may not hold it) is
-//     sent again by the next operation on the Service.
+//     sent again by the next operation on the Service; a mapping it wrote
+//     whose delete the router refuses (NOT_AUTHORIZED) once its lease has
+//     ended counts as gone.
 //
 // # Nodes
 //
