@@ -98,9 +98,9 @@
 //     lost: after a restart or a fail-over, a Service that held a key
 //     another Service also wants waits beside it, and its mapping ends
 //     with its lease.
-//   - What it cannot find: a mapping of ours whose nodePort is no longer
-//     in the spec, or that points at a node address this process has not
-//     seen, written by another process (or before a restart), is left to
+//   - What it cannot find: a mapping of ours at a key, or to a nodePort,
+//     no longer in the spec, or that points at a node address this process
+//     has not seen, written by another process (or before a restart), is left to
 //     its lease; so is one behind another host's mapping to the same node
 //     and nodePort (the router's delete looks at the first), and one the
 //     router moved to another port (ignoring PREFER_FAILURE) whose undo
