@@ -48,8 +48,8 @@ func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
 // Service this process did not write (it restarted, or another process of
 // the cluster wrote them). A refusal (the first mapping to that node and
 // port is another's), a node holding none and a router refusing THIRD_PARTY
-// are not errors. A key swept
-// for the same nodePort less than a lease ago is skipped (sweptLately).
+// are not errors. A key swept for the same nodePort less than a lease ago
+// is skipped (sweptLately).
 func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
 	g := lb.cfg.Client.(igd.GuardedClient)
 	lb.mu.Lock()
