@@ -47,7 +47,9 @@ func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
 // nodePorts to that nodePort on any node address seen: the mappings of a
 // Service this process did not write (it restarted, or another process of
 // the cluster wrote them). A refusal (the first mapping to that node and
-// port is another's) and a node holding none are not errors.
+// port is another's), a node holding none and a router refusing THIRD_PARTY
+// are not errors. A key swept for the same nodePort less than a lease ago
+// is skipped (sweptLately).
 func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
 	g := lb.cfg.Client.(igd.GuardedClient)
 	lb.mu.Lock()
@@ -60,16 +62,38 @@ func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Ke
 	lb.mu.Unlock()
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	var errs []error
+	swept := make(map[igd.Key]uint16)
 	for k, port := range nodePorts {
+		if lb.sweptLately(o, k, port) {
+			continue
+		}
+		failed := false
 		for _, a := range addrs {
 			err := g.DeleteFor(ctx, o.token, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: a, InternalPort: port})
-			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) {
+			// UNSUPP_OPTION: the router refuses THIRD_PARTY, so it
+			// made no mapping for that node through PCP either.
+			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, pcp.ErrUnsupportedOption) {
+				failed = true
 				errs = append(errs, fmt.Errorf("loadbalancer: service %s: delete %s to %s:%d: %w", o.key(), k, a, port, err))
 			}
 		}
+		if !failed {
+			swept[k] = port
+		}
 	}
-	if len(errs) == 0 && len(nodePorts) > 0 {
-		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(nodePorts), "nodes", len(addrs))
+	if len(swept) > 0 {
+		now := lb.cfg.Clock.Now()
+		lb.update(o, func(s *serviceState) {
+			if s.swept == nil {
+				s.swept = make(map[igd.Key]sweep)
+			}
+			for k, port := range swept {
+				s.swept[k] = sweep{nodePort: port, at: now}
+			}
+		})
+	}
+	if len(errs) == 0 && len(swept) > 0 {
+		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(swept), "nodes", len(addrs))
 	}
 	return errors.Join(errs...)
 }
@@ -115,4 +139,34 @@ func (lb *LoadBalancer) expireAll() {
 			}
 		}
 	}
+}
+
+// sweptLately reports whether o's mappings at k to nodePort were swept
+// off the other nodes less than a lease ago: anything of ours another
+// process wrote before that sweep is gone, and what it wrote since expires
+// within a lease of its last renewal, so the refused add is not swept
+// again before.
+func (lb *LoadBalancer) sweptLately(o owner, k igd.Key, nodePort uint16) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	if s == nil {
+		return false
+	}
+	w, ok := s.swept[k]
+	return ok && w.nodePort == nodePort && lb.cfg.Clock.Since(w.at) < lb.cfg.effectiveLease()
+}
+
+// leaseEnded reports whether err, the router's refusal to delete our
+// mapping m, means it is gone: on a blind client nothing reads the router,
+// so a mapping this process wrote whose lease has ended (the router
+// dropped it), and whose delete another's mapping to the same node and
+// port (NOT_AUTHORIZED) or a router now refusing THIRD_PARTY refuses, would
+// otherwise be held for ever.
+func (lb *LoadBalancer) leaseEnded(o owner, m igd.Mapping, err error) bool {
+	if !lb.blind() || !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, pcp.ErrUnsupportedOption) {
+		return false
+	}
+	exp := lb.heldAt(o, m.Key()).expires
+	return !exp.IsZero() && !exp.After(lb.cfg.Clock.Now())
 }

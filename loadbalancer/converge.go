@@ -56,7 +56,9 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
 				s.held[k] = held{} // not (or no longer) what this process wrote
 			default:
-				h.unconfirmed = false
+				// A blind client's recall is what it wrote, not
+				// what the router holds: it confirms nothing.
+				h.unconfirmed = h.unconfirmed && lb.blind()
 				s.held[k] = h
 			}
 		}
@@ -116,11 +118,15 @@ func sameTarget(m, w igd.Mapping, portZeroAgrees bool) bool {
 func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target) bool {
 	h := lb.heldAt(o, m.Key())
 	wrote := h.written.InternalClient.IsValid()
+	if h.unconfirmed { // an add with no answer (blind): sent again
+		return false
+	}
 	if m.InternalClient.Unmap() != tgt.addr || lb.internalPort(o, m) != p.nodePort {
 		return false
 	}
 	// A router that alters descriptions would be rewritten on every pass.
-	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) {
+	// Blind, every mapping was written through PCP, which stores the nonce.
+	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) && !lb.blind() {
 		return false
 	}
 	below := lb.cfg.renewBelow()
@@ -166,7 +172,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		// and miniupnpd keeps the description of a mapping re-added with the
 		// same client and port: moving or relabelling is a delete and an
 		// add. A LAN host taking the port in between fails the add.
-		if err := lb.delete(ctx, o, old); err != nil {
+		if err := lb.delete(ctx, o, old); err != nil && !lb.leaseEnded(o, old, err) {
 			return lb.deleteFailed(o, old, err)
 		}
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
@@ -175,6 +181,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	want := igd.Mapping{Protocol: p.key.Protocol, ExternalPort: p.key.ExternalPort, InternalClient: tgt.addr,
 		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	sent := lb.cfg.Clock.Now() // a lease granted counts from no later than this
+	prev := lb.heldAt(o, p.key)
+	renewal := mine && !moved && !relabel && !repoint
 	h := held{written: want, unconfirmed: true}
 	if want.Lease > 0 {
 		h.expires = sent.Add(want.Lease)
@@ -187,7 +195,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	var err error
 	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
 		stored, err = g.AddFor(ctx, o.token, want)
-		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
+		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() && !lb.sweptLately(o, p.key, p.nodePort) {
 			// Ours to another node or this one's former address, written
 			// by a process before this one? Delete those (the router
 			// checks the nonce) and ask once more.
@@ -200,7 +208,14 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)
 	}
 	if err != nil {
-		return 0, lb.addFailed(ctx, req, p.key, err)
+		err = lb.addFailed(ctx, req, p.key, err)
+		if renewal && lb.blind() && keptByRefusal(err) && prev.written.InternalClient.IsValid() {
+			// The router refused the renewal and left the mapping it
+			// renews as it was: still the Service's, still to renew
+			// or delete.
+			lb.update(o, func(s *serviceState) { s.held[p.key] = prev })
+		}
+		return 0, err
 	}
 	h.unconfirmed = false
 	h.expires = time.Time{}
@@ -267,6 +282,15 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
 }
 
+// keptByRefusal reports whether a refused renewal left the mapping it
+// renews in place: a PCP result other than CANNOT_PROVIDE_EXTERNAL (the
+// key is another's) and UNSUPP_OPTION (THIRD_PARTY refused: such a mapping
+// can be neither renewed nor deleted, only left to expire).
+func keptByRefusal(err error) bool {
+	var re *pcp.ResultError
+	return errors.As(err, &re) && !errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, pcp.ErrUnsupportedOption)
+}
+
 // pcpRefused reports whether a guarded add failed because the router answered
 // with a refusal (a PCP result code, or a port it would not give), not
 // because it could not be reached.
@@ -299,7 +323,7 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, read
 	if after, ok := lb.expiring(o, m, readAt); ok {
 		return after, nil
 	}
-	if err := lb.delete(ctx, o, m); err != nil {
+	if err := lb.delete(ctx, o, m); err != nil && !lb.leaseEnded(o, m, err) {
 		return lb.deleteFailed(o, m, err)
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })

@@ -105,19 +105,35 @@
 //     Service's own mappings at that key to the nodePort on every other
 //     node address seen (one guarded delete each; a restart or a second
 //     process may have mapped it elsewhere) and asks once more; then the
-//     port is ErrPortInUse, its holder unnamed.
+//     port is ErrPortInUse, its holder unnamed. A key is swept so for one
+//     nodePort at most once a lease (what a sweep finds was written before
+//     it); a delete refused with UNSUPP_OPTION (THIRD_PARTY off) counts as
+//     nothing there.
 //   - A process that did not write a Service's mappings deletes them by
 //     the same sweep, at the spec's nodePorts; GetLoadBalancer answers
 //     from the Service's recorded status (toward "exists").
-//   - What it cannot find: a mapping of ours whose nodePort is no longer
-//     in the spec, written by another process (or before a restart), is
-//     left to its lease; so is one behind another host's mapping to the
-//     same node and nodePort (the router's delete looks at the first).
-//     Until it expires, its key refuses the Service.
+//   - A key this process did not write is arbitrated like one the router
+//     lost: after a restart or a fail-over, a Service that held a key
+//     another Service also wants waits beside it, and its mapping ends
+//     with its lease.
+//   - What it cannot find: a mapping of ours at a key, or to a nodePort,
+//     no longer in the spec, or that points at a node address this process
+//     has not seen, written by another process (or before a restart), is left to
+//     its lease; so is one behind another host's mapping to the same node
+//     and nodePort (the router's delete looks at the first), and one the
+//     router moved to another port (ignoring PREFER_FAILURE) whose undo
+//     got no answer. Until it expires, its key refuses the Service.
 //   - Nothing reads the router, so nothing sees a restart but
-//     Config.Announcer (and the epoch check of every answer): an announced
-//     restart makes every mapping due for renewal at once; an unannounced
-//     one is repaired at the next renewal.
+//     Config.Announcer (and the epoch check of every answer, the NAT-PMP
+//     answer that gives the external IP included): an announced restart,
+//     or one the epoch of an answer shows, makes every mapping due for
+//     renewal at once; an unannounced one is found by the next pass
+//     (Config.RenewInterval) when Config.Announcer is the backend's
+//     pcp.Client.
+//   - An add that got no answer (the router may or may not hold it) is
+//     sent again by the next operation on the Service; a mapping it wrote
+//     whose delete the router refuses (NOT_AUTHORIZED) is no longer renewed
+//     and ends with its lease.
 //
 // # Nodes
 //

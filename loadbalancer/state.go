@@ -31,6 +31,16 @@ type serviceState struct {
 	// failed holds the ports of the last Ensure or pass that could not be
 	// forwarded, with their PortStatus error values (warned about once each).
 	failed map[igd.Key]*PortError
+	// swept records, on a blind client, when the Service's mappings at a
+	// key to a nodePort were swept off the other nodes (a refused add):
+	// what a sweep finds was written before it, so one a lease is enough.
+	swept map[igd.Key]sweep
+}
+
+// sweep is a sweep of a key's mappings to nodePort, made at at.
+type sweep struct {
+	nodePort uint16
+	at       time.Time
 }
 
 // held is what this process last wrote at a key (zero: it only found the
@@ -112,7 +122,8 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		defer lb.mu.Unlock()
 		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
-		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 {
+		maps.DeleteFunc(s.swept, func(_ igd.Key, w sweep) bool { return lb.cfg.Clock.Since(w.at) >= lb.cfg.effectiveLease() })
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil

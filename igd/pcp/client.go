@@ -105,6 +105,10 @@ type Client struct {
 
 	mu    sync.Mutex
 	epoch epochState // what the last answer said
+	// natpmpEpoch is what the last NAT-PMP answer (ExternalAddr) said:
+	// compared with NAT-PMP answers only, in case a server counts them
+	// from another origin.
+	natpmpEpoch epochState
 }
 
 // epochState is what the client last heard from a server (RFC 6887 §8.5).
@@ -377,9 +381,14 @@ func (c *Client) server(ctx context.Context) (netip.AddrPort, error) {
 // more than a second, or the server's clock and this host's advanced by
 // amounts that differ by more than 2 s plus 1/16 of the larger.
 func (c *Client) observeEpoch(server netip.Addr, epoch uint32, now time.Time) {
+	c.observeEpochIn(&c.epoch, server, epoch, now)
+}
+
+// observeEpochIn is observeEpoch on the state st (guarded by c.mu).
+func (c *Client) observeEpochIn(st *epochState, server netip.Addr, epoch uint32, now time.Time) {
 	c.mu.Lock()
-	prev := c.epoch
-	c.epoch = epochState{server: server, epoch: epoch, local: now}
+	prev := *st
+	*st = epochState{server: server, epoch: epoch, local: now}
 	c.mu.Unlock()
 	if prev.server != server {
 		return // the first answer from this server: nothing to compare

@@ -48,9 +48,14 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 				return netip.Addr{}, fmt.Errorf("pcp: external address: receive from %s: %w", server, err)
 			case n < 12 || buf[0] != 0 || buf[1] != 128:
 				continue // not the answer
-			case binary.BigEndian.Uint16(buf[2:]) != 0:
-				return netip.Addr{}, &ResultError{Op: "external address", Code: ResultCode(binary.BigEndian.Uint16(buf[2:]))}
 			default:
+				// Seconds since the start of epoch (RFC 6886 §3.2): a
+				// client that only asks this between renewals still
+				// sees a restart that was not announced.
+				c.observeEpochIn(&c.natpmpEpoch, server.Addr(), binary.BigEndian.Uint32(buf[4:]), time.Now())
+				if code := binary.BigEndian.Uint16(buf[2:]); code != 0 {
+					return netip.Addr{}, &ResultError{Op: "external address", Code: ResultCode(code)}
+				}
 				return netip.AddrFrom4([4]byte(buf[8:12])), nil
 			}
 			break
