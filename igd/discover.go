@@ -288,9 +288,9 @@ func best(c Candidate) bool {
 	return c.Rejected == "" && c.Connected() && IsPublic(c.ExternalIP) && c.OnDefaultGateway && c.ServiceType == serviceTypes[0]
 }
 
-// readSSDP reads answers from pc until it is closed or stop is, sending each
-// one with a LOCATION on answers. Datagrams over maxSSDPAnswerSize are
-// ignored.
+// readSSDP reads answers from pc until it is closed, sending each one with a
+// LOCATION on answers until stop is closed (then dropping them). Datagrams
+// over maxSSDPAnswerSize are ignored.
 func readSSDP(pc net.PacketConn, answers chan<- ssdpAnswer, stop <-chan struct{}) {
 	// One byte past the cap tells a datagram of the cap from a larger one,
 	// which the socket truncates to fit.
@@ -310,7 +310,8 @@ func readSSDP(pc net.PacketConn, answers chan<- ssdpAnswer, stop <-chan struct{}
 		select {
 		case answers <- a:
 		case <-stop:
-			return
+			// Nobody takes answers any more: drop it and read on until
+			// the socket is closed, the one way the reader ends.
 		}
 	}
 }
