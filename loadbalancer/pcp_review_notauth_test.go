@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -193,35 +192,7 @@ func TestPCPNotAuthorizedFallBackSparesAMappingTakenAfterTheRead(t *testing.T) {
 	lb.seeNodes(nodes)
 	host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 8080,
 		Description: "console", Lease: time.Hour, Enabled: true}
-	var once sync.Once
-	late := func(ms []igd.Mapping) {
-		for i := range ms {
-			ms[i].Lease = time.Hour // the router says an hour is left
-		}
-		once.Do(func() {
-			e.clock.Step(3 * time.Minute) // it had two minutes
-			if _, err := e.router.Client(addrStranger).AddPortMapping(ctx, host); err != nil {
-				t.Errorf("the host's add: %v", err)
-			}
-		})
-	}
-	e.router.Intercept(fake.RouterHooks{
-		GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
-			m, err := next(ctx, k)
-			ms := []igd.Mapping{m}
-			if err == nil {
-				late(ms)
-			}
-			return ms[0], err
-		},
-		ListPortMappings: func(ctx context.Context, _ netip.Addr, p igd.Protocol, r igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
-			ms, err := next(ctx, p, r)
-			if err == nil && len(ms) > 0 {
-				late(ms)
-			}
-			return ms, err
-		},
-	})
+	takeAfterTheRead(t, e, host)
 	_ = lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc)
 	e.router.ClearHooks()
 	diffRows(t, "table after the late delete", e.table(), []string{
