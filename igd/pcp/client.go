@@ -279,61 +279,67 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 	if internal.IsValid() && internal != m.ClientAddr {
 		m.ThirdParty = internal
 	}
-	req := encodeMap(m)
+	var a mapMessage
+	err = exchange(ctx, conn, server, op, encodeMap(m), func(b []byte) (bool, error) {
+		if isUnsupportedVersion(b) {
+			return true, &ResultError{Op: op, Code: UnsuppVersion}
+		}
+		var ok bool
+		if a, ok = decodeMapAnswer(b, m); !ok {
+			return false, nil // not the answer: another message, or garbage
+		}
+		c.observeEpoch(server.Addr(), a.Epoch, time.Now())
+		if a.Result != Success {
+			return true, &ResultError{Op: op, Code: a.Result, Lifetime: time.Duration(a.Lifetime) * time.Second}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return mapMessage{}, err
+	}
+	return a, nil
+}
 
+// exchange sends req on conn to server, again after each retransmission
+// time (RFC 6887 §8.1.1), until answer takes a datagram (done) or ctx
+// ends, and returns answer's error. ICMP port unreachable ends it at once:
+// nothing listens on the server's port (a router without PCP, or one
+// restarting); callers retry later.
+func exchange(ctx context.Context, conn net.Conn, server netip.AddrPort, op string, req []byte, answer func(b []byte) (done bool, err error)) error {
 	// A read blocks until its deadline; cancelling ctx moves the deadline
 	// to now so that the loop below sees ctx.Err at once.
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	defer stop()
 
 	buf := make([]byte, maxMessageLen+1)
-	rt := jitter(initialRT)
-	for {
+	for rt := jitter(initialRT); ctx.Err() == nil; rt = jitter(min(2*rt, maxRT)) {
 		if _, err := conn.Write(req); err != nil {
-			return mapMessage{}, fmt.Errorf("pcp: %s: send to %s: %w", op, server, err)
+			return fmt.Errorf("pcp: %s: send to %s: %w", op, server, err)
 		}
-		resend := time.Now().Add(rt)
-		if err := conn.SetReadDeadline(resend); err != nil {
-			return mapMessage{}, fmt.Errorf("pcp: %s: %w", op, err)
+		if err := conn.SetReadDeadline(time.Now().Add(rt)); err != nil {
+			return fmt.Errorf("pcp: %s: %w", op, err)
 		}
-		if ctx.Err() != nil { // AfterFunc may have run before the deadline was set
-			break
-		}
-		for {
+		// ctx is checked after the deadline is set: AfterFunc may have
+		// run before.
+		for ctx.Err() == nil {
 			n, err := conn.Read(buf)
-			if err != nil {
-				if errors.Is(err, syscall.ECONNREFUSED) {
-					// ICMP port unreachable: nothing listens on the
-					// server's PCP port (a router without PCP, or one
-					// restarting). Callers retry later.
-					return mapMessage{}, fmt.Errorf("pcp: %s: %s: %w", op, server, err)
+			var ne net.Error
+			switch {
+			case errors.Is(err, syscall.ECONNREFUSED):
+				return fmt.Errorf("pcp: %s: %s: %w", op, server, err)
+			case errors.As(err, &ne) && ne.Timeout():
+			case err != nil:
+				return fmt.Errorf("pcp: %s: receive from %s: %w", op, server, err)
+			default:
+				if done, err := answer(buf[:n]); done {
+					return err
 				}
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					break
-				}
-				return mapMessage{}, fmt.Errorf("pcp: %s: receive from %s: %w", op, server, err)
+				continue
 			}
-			b := buf[:n]
-			if isUnsupportedVersion(b) {
-				return mapMessage{}, &ResultError{Op: op, Code: UnsuppVersion}
-			}
-			a, ok := decodeMapAnswer(b, m)
-			if !ok {
-				continue // not the answer: another message, or garbage
-			}
-			c.observeEpoch(server.Addr(), a.Epoch, time.Now())
-			if a.Result != Success {
-				return mapMessage{}, &ResultError{Op: op, Code: a.Result, Lifetime: time.Duration(a.Lifetime) * time.Second}
-			}
-			return a, nil
+			break // the retransmission time ended
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		rt = jitter(min(2*rt, maxRT))
 	}
-	return mapMessage{}, fmt.Errorf("pcp: %s: no answer from %s: %w", op, server, ctx.Err())
+	return fmt.Errorf("pcp: %s: no answer from %s: %w", op, server, ctx.Err())
 }
 
 // errorCode is the code label of a failed call (see igd.ObserveRequest): the

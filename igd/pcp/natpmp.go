@@ -3,11 +3,9 @@ package pcp
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"syscall"
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -27,41 +25,22 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 		return netip.Addr{}, err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
-	defer stop()
-	buf := make([]byte, 64)
-	for rt := jitter(initialRT); ctx.Err() == nil; rt = jitter(min(2*rt, maxRT)) {
-		if _, err := conn.Write([]byte{0, 0}); err != nil {
-			return netip.Addr{}, fmt.Errorf("pcp: external address: send to %s: %w", server, err)
+	var addr netip.Addr
+	err = exchange(ctx, conn, server, "external address", []byte{0, 0}, func(b []byte) (bool, error) {
+		if len(b) < 12 || b[0] != 0 || b[1] != 128 {
+			return false, nil // not the answer
 		}
-		if err := conn.SetReadDeadline(time.Now().Add(rt)); err != nil {
-			return netip.Addr{}, fmt.Errorf("pcp: external address: %w", err)
+		// Seconds since the start of epoch (RFC 6886 §3.2): a client that
+		// only asks this between renewals still sees a restart that was
+		// not announced.
+		c.observeEpochIn(&c.natpmpEpoch, server.Addr(), binary.BigEndian.Uint32(b[4:]), time.Now())
+		if code := binary.BigEndian.Uint16(b[2:]); code != 0 {
+			return true, &ResultError{Op: "external address", Code: ResultCode(code)}
 		}
-		for ctx.Err() == nil {
-			n, err := conn.Read(buf)
-			var ne net.Error
-			switch {
-			case errors.Is(err, syscall.ECONNREFUSED):
-				return netip.Addr{}, fmt.Errorf("pcp: external address: %s: %w", server, err)
-			case errors.As(err, &ne) && ne.Timeout():
-			case err != nil:
-				return netip.Addr{}, fmt.Errorf("pcp: external address: receive from %s: %w", server, err)
-			case n < 12 || buf[0] != 0 || buf[1] != 128:
-				continue // not the answer
-			default:
-				// Seconds since the start of epoch (RFC 6886 §3.2): a
-				// client that only asks this between renewals still
-				// sees a restart that was not announced.
-				c.observeEpochIn(&c.natpmpEpoch, server.Addr(), binary.BigEndian.Uint32(buf[4:]), time.Now())
-				if code := binary.BigEndian.Uint16(buf[2:]); code != 0 {
-					return netip.Addr{}, &ResultError{Op: "external address", Code: ResultCode(code)}
-				}
-				return netip.AddrFrom4([4]byte(buf[8:12])), nil
-			}
-			break
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("pcp: external address: no answer from %s: %w", server, ctx.Err())
+		addr = netip.AddrFrom4([4]byte(b[8:12]))
+		return true, nil
+	})
+	return addr, err
 }
 
 // LocalAddr returns the address this client sends from toward the server:
