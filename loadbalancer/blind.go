@@ -49,8 +49,8 @@ func (lb *LoadBalancer) recall(o owner, keys []igd.Key) reading {
 // the cluster wrote them). A refusal (the first mapping to that node and
 // port is another's), a node holding none and a router refusing THIRD_PARTY
 // are not errors. A key swept for the same nodePort less than a lease ago
-// is skipped (sweptLately).
-func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) error {
+// is skipped (sweptLately). It returns how many keys it swept.
+func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]uint16, except netip.Addr) (int, error) {
 	g := lb.cfg.Client.(igd.GuardedClient)
 	lb.mu.Lock()
 	addrs := make([]netip.Addr, 0, len(lb.nodeAddrs))
@@ -95,7 +95,7 @@ func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Ke
 	if len(errs) == 0 && len(swept) > 0 {
 		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(swept), "nodes", len(addrs))
 	}
-	return errors.Join(errs...)
+	return len(swept), errors.Join(errs...)
 }
 
 // specNodePorts returns the nodePort of each of svc's ports at keys this

@@ -195,14 +195,18 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	var err error
 	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
 		stored, err = g.AddFor(ctx, o.token, want)
-		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() && !lb.sweptLately(o, p.key, p.nodePort) {
+		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
 			// Ours to another node or this one's former address, written
 			// by a process before this one? Delete those (the router
-			// checks the nonce) and ask once more.
-			if serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr); serr != nil {
+			// checks the nonce) and, if the key was swept now, ask once
+			// more.
+			swept, serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr)
+			if serr != nil {
 				return 0, lb.addFailed(ctx, req, p.key, errors.Join(err, serr))
 			}
-			stored, err = g.AddFor(ctx, o.token, want)
+			if swept > 0 {
+				stored, err = g.AddFor(ctx, o.token, want)
+			}
 		}
 	} else {
 		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)

@@ -303,7 +303,7 @@ func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service
 	keys := lb.knownKeys(t.owner, svc, nil)
 	var swept error
 	if lb.blind() { // what this process did not write, at the spec's nodePorts
-		swept = lb.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})
+		_, swept = lb.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})
 	}
 	got, err := lb.read(ctx, t.owner, keys)
 	if err != nil {
