@@ -17,31 +17,13 @@ import (
 // blindBackend is a pcp.Backend without UPnP on s: it never reads.
 func blindBackend(t *testing.T, s *fake.PCPServer) *pcp.Backend {
 	t.Helper()
-	c, err := pcp.NewClient(pcp.Config{Server: s.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := pcp.NewBackend(pcp.BackendConfig{PCP: c, Secret: pcpSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return newPCPBackend(t, s, pcp.BackendConfig{Secret: pcpSecret})
 }
 
 // blindEnv is newEnv with a blind pcp.Backend as the client.
 func blindEnv(t *testing.T, cfg Config) (*env, *fake.PCPServer) {
 	t.Helper()
-	e := newEnv(t, cfg, fake.RouterConfig{})
-	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	cfg.Client, cfg.Clock = blindBackend(t, s), e.clock
-	if e.lb, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return e, s
+	return envWithPCP(t, cfg, fake.RouterConfig{}, func(_ *env, s *fake.PCPServer) igd.Client { return blindBackend(t, s) })
 }
 
 // mapRequests counts the MAP requests (deletes included) s answered since n.

@@ -10,23 +10,6 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// pcpEnvWith is pcpEnv on a router configured by rc.
-func pcpEnvWith(t *testing.T, cfg Config, rc fake.RouterConfig) (*env, *fake.PCPServer) {
-	t.Helper()
-	e := newEnv(t, cfg, rc)
-	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	cfg.Client = pcpBackend(t, e.router, s, pcpSecret)
-	cfg.Clock = e.clock
-	if e.lb, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return e, s
-}
-
 // A Service whose nodePort changes (the external port stays) is forwarded
 // to the new nodePort at once, as through UPnP. Through PCP the router
 // refuses a MAP at a key its mapping holds for another internal port

@@ -21,27 +21,48 @@ var pcpSecret = []byte("a cluster's secret of 32 bytes..")
 // PCP writes to a fake PCP server on the same table, THIRD_PARTY allowed.
 func pcpEnv(t *testing.T, cfg Config) (*env, *fake.PCPServer) {
 	t.Helper()
-	e := newEnv(t, cfg, fake.RouterConfig{})
+	return pcpEnvWith(t, cfg, fake.RouterConfig{})
+}
+
+// pcpEnvWith is pcpEnv on a router configured by rc.
+func pcpEnvWith(t *testing.T, cfg Config, rc fake.RouterConfig) (*env, *fake.PCPServer) {
+	t.Helper()
+	return envWithPCP(t, cfg, rc, func(e *env, s *fake.PCPServer) igd.Client { return pcpBackend(t, e.router, s, pcpSecret) })
+}
+
+// envWithPCP is newEnv on a router configured by rc, with a fake PCP server
+// on its table (THIRD_PARTY allowed), and the LoadBalancer's client made by
+// client.
+func envWithPCP(t *testing.T, cfg Config, rc fake.RouterConfig, client func(*env, *fake.PCPServer) igd.Client) (*env, *fake.PCPServer) {
+	t.Helper()
+	e := newEnv(t, cfg, rc)
 	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	cfg.Client = pcpBackend(t, e.router, s, pcpSecret)
-	cfg.Clock = e.clock
+	cfg.Client, cfg.Clock = client(e, s), e.clock
 	if e.lb, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return e, s
 }
 
+// pcpBackend is a pcp.Backend on s, reading r from node-a.
 func pcpBackend(t *testing.T, r *fake.Router, s *fake.PCPServer, secret []byte) *pcp.Backend {
+	t.Helper()
+	return newPCPBackend(t, s, pcp.BackendConfig{UPnP: r.Client(addrA), Secret: secret})
+}
+
+// newPCPBackend is a pcp.Backend configured by cfg, with a PCP client of s.
+func newPCPBackend(t *testing.T, s *fake.PCPServer, cfg pcp.BackendConfig) *pcp.Backend {
 	t.Helper()
 	c, err := pcp.NewClient(pcp.Config{Server: s.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: r.Client(addrA), PCP: c, Secret: secret})
+	cfg.PCP = c
+	b, err := pcp.NewBackend(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
