@@ -180,11 +180,7 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 		ExternalPort: m.ExternalPort, Lifetime: lifetime, PreferFailure: true,
 		Nonce: NonceFor(b.cfg.Secret, owner, m.Key()),
 	})
-	if err != nil && b.cfg.FallBack && ctx.Err() == nil && notTaken(err) {
-		b.mu.Lock()
-		b.upnpUntil = time.Now().Add(FallBackFor)
-		b.mu.Unlock()
-		klog.FromContext(ctx).Info("Router did not take a PCP mapping; writing through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", FallBackFor, "err", err)
+	if b.fallBack(ctx, "mapping; writing", m, err) {
 		return b.cfg.UPnP.AddPortMapping(ctx, m)
 	}
 	switch {
@@ -223,6 +219,21 @@ func (b *Backend) fallingBack() bool {
 	return time.Now().Before(b.upnpUntil)
 }
 
+// fallBack reports whether the PCP request for m failed with err because
+// the router does not take it (notTaken) and the backend falls back to UPnP;
+// then it writes through UPnP for FallBackFor, and logs what (the request,
+// and what is done instead).
+func (b *Backend) fallBack(ctx context.Context, what string, m igd.Mapping, err error) bool {
+	if err == nil || !b.cfg.FallBack || ctx.Err() != nil || !notTaken(err) {
+		return false
+	}
+	b.mu.Lock()
+	b.upnpUntil = time.Now().Add(FallBackFor)
+	b.mu.Unlock()
+	klog.FromContext(ctx).Info("Router did not take a PCP "+what+" through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", FallBackFor, "err", err)
+	return true
+}
+
 // notTaken reports whether a Map failed because the router does not do what
 // it was asked over PCP (see BackendConfig.FallBack).
 func notTaken(err error) bool {
@@ -246,13 +257,9 @@ func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) er
 		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
 	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
-	if err != nil && b.cfg.FallBack && ctx.Err() == nil && notTaken(err) {
-		// As AddFor writes: else a mapping PCP made could not be deleted
-		// (nor moved) before its lease ends.
-		b.mu.Lock()
-		b.upnpUntil = time.Now().Add(FallBackFor)
-		b.mu.Unlock()
-		klog.FromContext(ctx).Info("Router did not take a PCP delete; deleting through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "err", err)
+	// As AddFor writes: else a mapping PCP made could not be deleted (nor
+	// moved) before its lease ends.
+	if b.fallBack(ctx, "delete; deleting", m, err) {
 		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
 	switch {
