@@ -26,6 +26,10 @@ const (
 	// PermanentLease as Config.Lease asks for permanent mappings, still
 	// renewed: IGD:2 routers store "permanent" as igd.MaxLease (seven days).
 	PermanentLease time.Duration = -1
+	// ProbeAtRenewal as Config.ProbeInterval probes only as often as
+	// leases are renewed (RenewInterval): no idle call between renewals,
+	// for a router that announces its restarts (Config.Announcer).
+	ProbeAtRenewal time.Duration = -1
 )
 
 // Annotations opting a Service in under AnnotatedServices: either key, AnnotationValue.
@@ -101,7 +105,8 @@ type Config struct {
 
 	// ProbeInterval, at most RenewInterval, is how often the background work
 	// reads one mapping this process wrote, in turn, and repairs every
-	// Service when the router lost or changed it. Zero: DefaultProbeInterval.
+	// Service when the router lost or changed it. Zero: DefaultProbeInterval;
+	// ProbeAtRenewal: RenewInterval.
 	ProbeInterval time.Duration
 
 	// Announcer, when set, tells of router restarts as they happen (the
@@ -196,6 +201,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.ProbeInterval == 0:
 		c.ProbeInterval = min(DefaultProbeInterval, c.RenewInterval)
+	case c.ProbeInterval == ProbeAtRenewal:
+		c.ProbeInterval = c.RenewInterval
 	case c.ProbeInterval < 0 || (c.RenewInterval > 0 && c.ProbeInterval > c.RenewInterval):
 		bad("ProbeInterval", fmt.Sprintf("%s must be positive and at most RenewInterval (%s)", c.ProbeInterval, c.RenewInterval))
 	}

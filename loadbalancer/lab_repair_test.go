@@ -50,14 +50,14 @@ func benchRepair(b *testing.B, mode string) {
 		switch mode {
 		case "pcp":
 			cfg.Client = labBackend(b, cc, a, pcpSecret)
-			cfg.ProbeInterval = DefaultMaxRenewInterval // the renewal interval of the default lease
+			cfg.ProbeInterval = ProbeAtRenewal
 		case "blind":
 			blind, err := pcp.NewBackend(pcp.BackendConfig{PCP: a, Secret: pcpSecret})
 			if err != nil {
 				b.Fatal(err)
 			}
 			cfg.Client = blind
-			cfg.ProbeInterval = DefaultMaxRenewInterval
+			cfg.ProbeInterval = ProbeAtRenewal
 		}
 	}
 	lb, err := New(cfg)

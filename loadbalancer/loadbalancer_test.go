@@ -70,6 +70,13 @@ func TestConfigDefaults(t *testing.T) {
 	if lb.cfg.RenewInterval != 2*time.Minute {
 		t.Errorf("renew interval for a 4m lease = %s, want 2m", lb.cfg.RenewInterval)
 	}
+	lb, err = New(Config{Client: r.Client(addrA), Lease: 4 * time.Minute, ProbeInterval: ProbeAtRenewal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.cfg.ProbeInterval != 2*time.Minute {
+		t.Errorf("ProbeAtRenewal for a 4m lease probes every %s, want 2m (the renewal interval)", lb.cfg.ProbeInterval)
+	}
 	if calls := r.Calls(); len(calls) != 0 {
 		t.Errorf("New made router calls: %v", calls)
 	}

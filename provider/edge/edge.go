@@ -2,7 +2,6 @@ package edge
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"io"
 	"net/netip"
@@ -164,7 +163,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if cfg.Gateway.Protocol == ProtocolPCP || cfg.Gateway.Protocol == ProtocolPCPOnly {
 		// The router announces its restarts, and every renewal checks
 		// its epoch: no probe between renewals.
-		probe = cmp.Or(cfg.LoadBalancer.RenewInterval.Duration, min(cmp.Or(lease, loadbalancer.DefaultLease)/2, loadbalancer.DefaultMaxRenewInterval))
+		probe = loadbalancer.ProbeAtRenewal
 	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Client:                   client,
