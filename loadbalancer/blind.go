@@ -160,11 +160,12 @@ func (lb *LoadBalancer) sweptLately(o owner, k igd.Key, nodePort uint16) bool {
 // leaseEnded reports whether err, the router's refusal to delete our
 // mapping m, means it is gone: on a blind client nothing reads the router,
 // so a mapping this process wrote whose lease has ended (the router
-// dropped it), and whose delete another's mapping to the same node and
-// port (NOT_AUTHORIZED) or a router now refusing THIRD_PARTY refuses, would
-// otherwise be held for ever.
+// dropped it), and whose delete a router now refusing THIRD_PARTY refuses,
+// would otherwise be held for ever. (A refusal for another mapping to the
+// same node and port, NOT_AUTHORIZED, never gets here: delete leaves that
+// mapping to its lease at once.)
 func (lb *LoadBalancer) leaseEnded(o owner, m igd.Mapping, err error) bool {
-	if !lb.blind() || !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, pcp.ErrUnsupportedOption) {
+	if !lb.blind() || !errors.Is(err, pcp.ErrUnsupportedOption) {
 		return false
 	}
 	exp := lb.heldAt(o, m.Key()).expires
