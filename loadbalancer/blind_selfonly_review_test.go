@@ -17,15 +17,7 @@ import (
 // this process holds is what the router has, and a second Ensure writes
 // nothing.
 func TestBlindSelfOnlyRetryLeavesNothingStale(t *testing.T) {
-	e := newEnv(t, Config{}, fake.RouterConfig{})
-	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router}) // THIRD_PARTY refused
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if e.lb, err = New(Config{Client: blindBackend(t, s), Clock: e.clock}); err != nil {
-		t.Fatal(err)
-	}
+	e, s := blindEnvWith(t, Config{}, fake.PCPConfig{}) // THIRD_PARTY refused
 	self := netip.MustParseAddr("127.0.0.1")
 	nodes := []*v1.Node{newNode("node-a", self), newNode("node-b", addrB), newNode("node-c", addrC)}
 	var svcs []*v1.Service
@@ -69,15 +61,7 @@ func TestBlindSelfOnlyRetryLeavesNothingStale(t *testing.T) {
 // of ours can be there (the router makes none for another host); it must
 // not fail the delete, or the Service's finalizer is never removed.
 func TestBlindSelfOnlyDeleteFromAFreshProcess(t *testing.T) {
-	e := newEnv(t, Config{}, fake.RouterConfig{})
-	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router}) // THIRD_PARTY refused
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if e.lb, err = New(Config{Client: blindBackend(t, s), Clock: e.clock}); err != nil {
-		t.Fatal(err)
-	}
+	e, s := blindEnvWith(t, Config{}, fake.PCPConfig{}) // THIRD_PARTY refused
 	self := netip.MustParseAddr("127.0.0.1")
 	nodes := []*v1.Node{newNode("node-a", self), newNode("node-b", addrB), newNode("node-c", addrC)}
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))

@@ -20,10 +20,17 @@ func blindBackend(t *testing.T, s *fake.PCPServer) *pcp.Backend {
 	return newPCPBackend(t, s, pcp.BackendConfig{Secret: pcpSecret})
 }
 
-// blindEnv is newEnv with a blind pcp.Backend as the client.
+// blindEnv is newEnv with a blind pcp.Backend as the client, THIRD_PARTY
+// allowed.
 func blindEnv(t *testing.T, cfg Config) (*env, *fake.PCPServer) {
 	t.Helper()
-	return envWithPCP(t, cfg, fake.RouterConfig{}, func(_ *env, s *fake.PCPServer) igd.Client { return blindBackend(t, s) })
+	return blindEnvWith(t, cfg, fake.PCPConfig{AllowThirdParty: true})
+}
+
+// blindEnvWith is blindEnv with a PCP server configured by pc.
+func blindEnvWith(t *testing.T, cfg Config, pc fake.PCPConfig) (*env, *fake.PCPServer) {
+	t.Helper()
+	return envWithPCP(t, cfg, fake.RouterConfig{}, pc, func(_ *env, s *fake.PCPServer) igd.Client { return blindBackend(t, s) })
 }
 
 // mapRequests counts the MAP requests (deletes included) s answered since n.

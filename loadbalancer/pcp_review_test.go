@@ -10,6 +10,16 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
+// guardedEnv is pcpEnvWith (guarded, the PCP server returned) or newEnv
+// (through UPnP only, no PCP server) on a router configured by rc.
+func guardedEnv(t *testing.T, guarded bool, rc fake.RouterConfig) (*env, *fake.PCPServer) {
+	t.Helper()
+	if guarded {
+		return pcpEnvWith(t, Config{}, rc)
+	}
+	return newEnv(t, Config{}, rc), nil
+}
+
 // A Service whose nodePort changes (the external port stays) is forwarded
 // to the new nodePort at once, as through UPnP. Through PCP the router
 // refuses a MAP at a key its mapping holds for another internal port
@@ -20,12 +30,7 @@ func TestPCPNodePortChangeIsServed(t *testing.T) {
 	for _, guarded := range []bool{false, true} {
 		name := map[bool]string{false: "upnp", true: "pcp"}[guarded]
 		t.Run(name, func(t *testing.T) {
-			var e *env
-			if guarded {
-				e, _ = pcpEnv(t, Config{})
-			} else {
-				e = newEnv(t, Config{}, fake.RouterConfig{})
-			}
+			e, _ := guardedEnv(t, guarded, fake.RouterConfig{})
 			nodes := threeNodes()
 			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 			e.mustEnsure(t, svc, nodes)
@@ -55,13 +60,7 @@ func TestPCPWithdrawWithInternalPortZeroAfterRestart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rc := fake.RouterConfig{ReportInternalPortZero: true}
-			var e *env
-			var s *fake.PCPServer
-			if guarded {
-				e, s = pcpEnvWith(t, Config{}, rc)
-			} else {
-				e = newEnv(t, Config{}, rc)
-			}
+			e, s := guardedEnv(t, guarded, rc)
 			nodes := threeNodes()
 			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("alt", v1.ProtocolTCP, 81, 30081)))
 			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
@@ -105,13 +104,7 @@ func TestPCPNodePortChangeWithInternalPortZeroAfterRestart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			rc := fake.RouterConfig{ReportInternalPortZero: true}
-			var e *env
-			var s *fake.PCPServer
-			if guarded {
-				e, s = pcpEnvWith(t, Config{}, rc)
-			} else {
-				e = newEnv(t, Config{}, rc)
-			}
+			e, s := guardedEnv(t, guarded, rc)
 			nodes := threeNodes()
 			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
 			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)

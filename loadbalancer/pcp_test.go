@@ -27,16 +27,17 @@ func pcpEnv(t *testing.T, cfg Config) (*env, *fake.PCPServer) {
 // pcpEnvWith is pcpEnv on a router configured by rc.
 func pcpEnvWith(t *testing.T, cfg Config, rc fake.RouterConfig) (*env, *fake.PCPServer) {
 	t.Helper()
-	return envWithPCP(t, cfg, rc, func(e *env, s *fake.PCPServer) igd.Client { return pcpBackend(t, e.router, s, pcpSecret) })
+	return envWithPCP(t, cfg, rc, fake.PCPConfig{AllowThirdParty: true}, func(e *env, s *fake.PCPServer) igd.Client { return pcpBackend(t, e.router, s, pcpSecret) })
 }
 
 // envWithPCP is newEnv on a router configured by rc, with a fake PCP server
-// on its table (THIRD_PARTY allowed), and the LoadBalancer's client made by
+// configured by pc on its table, and the LoadBalancer's client made by
 // client.
-func envWithPCP(t *testing.T, cfg Config, rc fake.RouterConfig, client func(*env, *fake.PCPServer) igd.Client) (*env, *fake.PCPServer) {
+func envWithPCP(t *testing.T, cfg Config, rc fake.RouterConfig, pc fake.PCPConfig, client func(*env, *fake.PCPServer) igd.Client) (*env, *fake.PCPServer) {
 	t.Helper()
 	e := newEnv(t, cfg, rc)
-	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true})
+	pc.Router = e.router
+	s, err := fake.NewPCPServer(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
