@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test demo build cross image-tar lint vet fmt staticcheck bench bench-smoke fuzz-smoke tools
+.PHONY: test demo build cross image-tar lint vet fmt staticcheck files bench bench-smoke fuzz-smoke tools
 
 ## Version stamped into edge-ccm through k8s.io/component-base/version (what
 ## --version prints and the CCM logs at start). It must parse as a semantic
@@ -52,8 +52,14 @@ image-tar: cross
 		echo "bin/edge-ccm-linux-$$arch.tar ($(IMAGE_REF))"; \
 	done
 
-## lint: go vet, gofmt and staticcheck, as CI runs them.
-lint: vet fmt staticcheck
+## lint: go vet, gofmt, staticcheck and the tracked-files check, as CI runs them.
+lint: vet fmt staticcheck files
+
+## files: no tracked file over 1 MB or built binary (hack/check-files.sh names it), and the
+## module zip every importer downloads, built from the work tree, under 5 MB (printed).
+files:
+	bash hack/check-files.sh
+	$(GO) test -count=1 -run '^TestModuleZipIsSmall$$' -v . | grep -E 'module zip|FAIL|ok'
 
 vet:
 	$(GO) vet ./...
