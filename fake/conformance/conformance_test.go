@@ -257,16 +257,53 @@ func wantBroken(t *testing.T, err error, promise string) {
 	t.Log(err)
 }
 
-func TestSkippedWithoutHooks(t *testing.T) {
+// A promise the setup cannot check and names in Skip is skipped.
+func TestSkippedWhenOptedOutByName(t *testing.T) {
+	lb := minimalLB()
+	lb.Skip = []string{conformance.PromiseElsewhere, conformance.PromiseRetry, conformance.PromisePortChange, conformance.PromiseNodeChange, conformance.PromiseNothingLeft}
 	for _, c := range conformance.LoadBalancerChecks() {
-		if c.Promise != elsewhere && c.Promise != retryPromise && c.Promise != portChange && c.Promise != nodeChange && c.Promise != nothingLeft {
+		if _, ok := uncheckedLB[c.Promise]; !ok {
 			continue
 		}
-		s := memSetup("")
-		s.Elsewhere, s.ProvokeRetry, s.Forwards, s.Leftovers, s.Backend = nil, nil, nil, nil, nil
-		if err := c.Run(t.Context(), s); !errors.Is(err, conformance.ErrSkipped) {
+		if err := c.Run(t.Context(), lb); !errors.Is(err, conformance.ErrSkipped) {
 			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
 		}
+	}
+	inst := minimalInstances()
+	inst.Skip = []string{conformance.PromiseGone, conformance.PromiseShutdown}
+	for _, c := range conformance.InstancesV2Checks() {
+		if _, ok := uncheckedInstances[c.Promise]; !ok {
+			continue
+		}
+		if err := c.Run(t.Context(), inst); !errors.Is(err, conformance.ErrSkipped) {
+			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
+		}
+	}
+}
+
+// Skip names only promises a setup may leave unchecked: any other name (a
+// typo, a promise checked on every setup) is a setup error naming the
+// field, for every check.
+func TestSkipOfAnotherPromiseIsASetupError(t *testing.T) {
+	for _, name := range []string{idempotent, "A RetryError is an api.RetryError"} {
+		lb := memSetup("")
+		lb.Skip = []string{name}
+		for _, c := range conformance.LoadBalancerChecks() {
+			wantSetupError(t, c.Promise, c.Run(t.Context(), lb), "LoadBalancerSetup.Skip")
+		}
+		inst := memInstancesSetup("")
+		inst.Skip = []string{name}
+		for _, c := range conformance.InstancesV2Checks() {
+			wantSetupError(t, c.Promise, c.Run(t.Context(), inst), "InstancesV2Setup.Skip")
+		}
+	}
+}
+
+func wantSetupError(t *testing.T, promise string, err error, field string) {
+	t.Helper()
+	var bp *conformance.BrokenPromise
+	if err == nil || errors.Is(err, conformance.ErrSkipped) || errors.As(err, &bp) || !strings.Contains(err.Error(), field) {
+		t.Errorf("%s: got %v, want a setup error naming %s", promise, err, field)
 	}
 }
 
