@@ -327,6 +327,7 @@ const (
 	instProviderID   = "InstanceMetadata's ProviderID is the node's spec.providerID"
 	instRunning      = "InstanceShutdown is false for running instances"
 	instShutdown     = "InstanceShutdown is true for instances shut down, which still exist"
+	instZone         = "InstanceMetadata's Zone and Region are the node's"
 )
 
 // id returns the node's ProviderID, found by name when it has none.
@@ -387,10 +388,13 @@ func (m *memInstances) InstanceMetadata(_ context.Context, node *v1.Node) (*clou
 	n := m.calls
 	m.mu.Unlock()
 	zone := "zone-a"
-	if m.breaks == instStable {
+	switch m.breaks {
+	case instStable:
 		zone = fmt.Sprintf("zone-%d", n)
+	case instZone:
+		zone = "" // dropped
 	}
-	return &cloudprovider.InstanceMetadata{ProviderID: id, Zone: zone}, nil
+	return &cloudprovider.InstanceMetadata{ProviderID: id, Zone: zone, Region: "region-1"}, nil
 }
 
 func memNode(name string) *v1.Node {
@@ -416,7 +420,7 @@ func TestInstancesV2SuitePassesOnACorrectInventory(t *testing.T) {
 
 func TestInstancesV2ChecksFailOnBrokenPromises(t *testing.T) {
 	checks := conformance.InstancesV2Checks()
-	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly, instNoProviderID, instProviderID, instRunning, instShutdown} {
+	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly, instNoProviderID, instProviderID, instRunning, instShutdown, instZone} {
 		t.Run(promise, func(t *testing.T) {
 			found := false
 			for _, c := range checks {
