@@ -270,7 +270,7 @@ func TestSkippedWhenOptedOutByName(t *testing.T) {
 		}
 	}
 	inst := minimalInstances()
-	inst.Skip = []string{conformance.PromiseGone, conformance.PromiseShutdown}
+	inst.Skip = []string{conformance.PromiseGone, conformance.PromiseShutdown, conformance.PromiseZone}
 	for _, c := range conformance.InstancesV2Checks() {
 		if _, ok := uncheckedInstances[c.Promise]; !ok {
 			continue
@@ -411,6 +411,7 @@ func memInstancesSetup(breaks string) conformance.InstancesV2Setup {
 		Existing: []*v1.Node{memNode("alive")},
 		Gone:     []*v1.Node{memNode("dead")},
 		Shutdown: []*v1.Node{memNode("sleeping")},
+		Zones:    map[string]cloudprovider.Zone{"alive": {FailureDomain: "zone-a", Region: "region-1"}},
 	}
 }
 
@@ -446,6 +447,20 @@ func TestInstancesV2RefusesDefaultNodes(t *testing.T) {
 		var bp *conformance.BrokenPromise
 		if err == nil || errors.As(err, &bp) || !strings.Contains(err.Error(), "DefaultNodes") {
 			t.Errorf("%s: got %v, want a setup error naming DefaultNodes", c.Promise, err)
+		}
+	}
+}
+
+// Zones must say what every Existing node's zone is: a node left out is a
+// setup error naming it, not a broken promise.
+func TestInstancesV2ZonesMissingANodeIsASetupError(t *testing.T) {
+	s := memInstancesSetup("")
+	s.Existing = append(s.Existing, memNode("unzoned"))
+	for _, c := range conformance.InstancesV2Checks() {
+		err := c.Run(t.Context(), s)
+		wantSetupError(t, c.Promise, err, "InstancesV2Setup.Zones")
+		if err != nil && !strings.Contains(err.Error(), "unzoned") {
+			t.Errorf("%s: error %q does not name the node", c.Promise, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
@@ -55,7 +56,7 @@ func ExampleLoadBalancerChecks() {
 // cannot tell an instance is gone or shut down: the setup opts out of those
 // two promises by name. Every other promise holds.
 func ExampleInstancesV2Checks() {
-	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesV2Config{})
+	inst, err := provider.NewInstancesV2("mycloud", provider.InstancesV2Config{Zone: "attic"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -63,6 +64,7 @@ func ExampleInstancesV2Checks() {
 	setup := conformance.InstancesV2Setup{
 		Instances: inst,
 		Existing:  []*v1.Node{cluster.Node("node-1", cluster.InternalIP("192.168.1.10"))},
+		Zones:     map[string]cloudprovider.Zone{"node-1": {FailureDomain: "attic"}},
 		Skip:      []string{conformance.PromiseGone, conformance.PromiseShutdown},
 	}
 	for _, c := range conformance.InstancesV2Checks() {
@@ -86,4 +88,5 @@ func ExampleInstancesV2Checks() {
 	// ok:   InstanceMetadata's ProviderID is the node's spec.providerID
 	// ok:   InstanceShutdown is false for running instances
 	// skip: InstanceShutdown is true for instances shut down, which still exist
+	// ok:   InstanceMetadata's Zone and Region are the node's
 }

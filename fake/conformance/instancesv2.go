@@ -36,12 +36,18 @@ type InstancesV2Setup struct {
 	// Foreign are nodes whose ProviderID belongs to another cloud; nil =
 	// one node with ProviderID "other-cloud://foreign-1".
 	Foreign []*v1.Node
+	// Zones are the zone (FailureDomain) and Region InstanceMetadata gives
+	// each Existing node, by node name: the topology labels the cloud node
+	// controller sets from them. Every Existing node has an entry (the
+	// zero Zone for a node with neither); nil = none to check PromiseZone
+	// with (see Skip).
+	Zones map[string]cloudprovider.Zone
 	// Skip names the promises this setup leaves unchecked, by their
-	// constants (PromiseGone, PromiseShutdown), for an implementation
-	// that cannot tell; their checks are skipped when the nodes that
-	// check them are not given. A check with no nodes to check whose
-	// promise is not named here fails, saying which field would check it.
-	// Naming any other promise is a setup error.
+	// constants (PromiseGone, PromiseShutdown, PromiseZone); their checks
+	// are skipped when the fields that check them are not given. A check
+	// with nothing to check whose promise is not named here fails, saying
+	// which field would check it. Naming any other promise is a setup
+	// error.
 	Skip []string
 }
 
@@ -64,6 +70,8 @@ const (
 	PromiseGone = "InstanceExists is false for instances that are gone"
 	// PromiseShutdown is checked with InstancesV2Setup.Shutdown.
 	PromiseShutdown = "InstanceShutdown is true for instances shut down, which still exist"
+	// PromiseZone is checked with InstancesV2Setup.Zones.
+	PromiseZone = "InstanceMetadata's Zone and Region are the node's"
 )
 
 // instancesOptional are the promises an InstancesV2Setup may leave
@@ -71,7 +79,8 @@ const (
 var (
 	instGone          = optional{PromiseGone, "PromiseGone", "give InstancesV2Setup.Gone nodes whose instances are gone"}
 	instShutdown      = optional{PromiseShutdown, "PromiseShutdown", "give InstancesV2Setup.Shutdown nodes whose instances are shut down"}
-	instancesOptional = []optional{instGone, instShutdown}
+	instZone          = optional{PromiseZone, "PromiseZone", "give InstancesV2Setup.Zones the zone and region of every Existing node"}
+	instancesOptional = []optional{instGone, instShutdown, instZone}
 )
 
 // InstancesV2Checks returns the checks of the cloudprovider.InstancesV2
@@ -87,6 +96,7 @@ func InstancesV2Checks() []Check[InstancesV2Setup] {
 		{promiseProviderID, checkProviderID},
 		{promiseRunning, checkRunning},
 		{PromiseShutdown, checkShutdown},
+		{PromiseZone, checkZone},
 	}
 	for i := range checks {
 		c := checks[i].Run
@@ -115,6 +125,13 @@ func (s InstancesV2Setup) validate() error {
 		for _, n := range nodes {
 			if strings.HasPrefix(n.Spec.ProviderID, defaultScheme) {
 				return fmt.Errorf("InstancesV2Setup.%s: node %s has providerID %q, DefaultNodes' own, which no cloud knows: give nodes of your cloud (cluster.Node with cluster.ProviderID)", field, n.Name, n.Spec.ProviderID)
+			}
+		}
+	}
+	if s.Zones != nil {
+		for _, n := range s.Existing {
+			if _, ok := s.Zones[n.Name]; !ok {
+				return fmt.Errorf("InstancesV2Setup.Zones has no entry for Existing node %s: give its zone and region (the zero Zone for neither)", n.Name)
 			}
 		}
 	}
@@ -303,6 +320,32 @@ func checkShutdown(ctx context.Context, s InstancesV2Setup) error {
 		}
 		if !ok {
 			return broken(PromiseShutdown, "InstanceExists reports shut-down node %s gone: the lifecycle controller would delete a node that is only off", n.Name)
+		}
+	}
+	return nil
+}
+
+func checkZone(ctx context.Context, s InstancesV2Setup) error {
+	if s.Zones == nil {
+		return unchecked("InstancesV2Setup", s.Skip, instZone, "InstancesV2Setup.Zones is nil")
+	}
+	for _, n := range s.Existing {
+		want := s.Zones[n.Name]
+		// The cloud node controller labels a node from the metadata it
+		// gets before it sets spec.providerID; later calls must agree.
+		for _, node := range []*v1.Node{withoutProviderID(n), n} {
+			md, err := retry(ctx, "InstanceMetadata "+n.Name, func() (*cloudprovider.InstanceMetadata, error) { return s.Instances.InstanceMetadata(ctx, node) })
+			if err != nil {
+				return broken(PromiseZone, "InstanceMetadata of node %s (providerID %q) failed: %v", n.Name, node.Spec.ProviderID, err)
+			}
+			var got cloudprovider.Zone
+			if md != nil {
+				got = cloudprovider.Zone{FailureDomain: md.Zone, Region: md.Region}
+			}
+			if got != want {
+				return broken(PromiseZone, "InstanceMetadata of node %s (providerID %q) gives zone %q, region %q; InstancesV2Setup.Zones says zone %q, region %q: the cloud node controller would label the node %s=%q, %s=%q",
+					n.Name, node.Spec.ProviderID, got.FailureDomain, got.Region, want.FailureDomain, want.Region, v1.LabelTopologyZone, got.FailureDomain, v1.LabelTopologyRegion, got.Region)
+			}
 		}
 	}
 	return nil

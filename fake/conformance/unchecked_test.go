@@ -35,6 +35,7 @@ var (
 	uncheckedInstances = map[string]string{
 		instGone:     "InstancesV2Setup.Gone",
 		instShutdown: "InstancesV2Setup.Shutdown",
+		instZone:     "InstancesV2Setup.Zones",
 	}
 )
 
