@@ -472,6 +472,9 @@ func TestBuildRefusesAProviderNamedOtherwise(t *testing.T) {
 		if got != nil {
 			t.Errorf("%s(homelab) returned provider %v together with error %v", build.op, got, err)
 		}
+		if !errors.Is(err, registry.ErrNameMismatch) {
+			t.Errorf("%s(homelab) error = %v, want ErrNameMismatch", build.op, err)
+		}
 		for _, s := range []string{`"homelab"`, `"home-lab"`} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("%s(homelab) error %q does not name %s", build.op, err, s)
