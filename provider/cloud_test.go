@@ -158,6 +158,9 @@ func TestNewRefusesInstancesV2OfAnotherName(t *testing.T) {
 	if err == nil || c != nil {
 		t.Fatalf("New(homelab) with the InstancesV2 of home-lab = %v, %v; want an error", c, err)
 	}
+	if !errors.Is(err, registry.ErrNameMismatch) {
+		t.Errorf("error = %v, want registry.ErrNameMismatch", err)
+	}
 	for _, s := range []string{`"homelab"`, `"home-lab"`, "InstancesV2"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not name %s", err, s)

@@ -30,8 +30,10 @@ var (
 	// error, or returned a typed nil pointer (or other nil value) as its
 	// provider.
 	ErrNilProvider = errors.New("cloud provider factory returned a nil provider and no error")
-	// ErrNameMismatch means a factory built a provider whose ProviderName
-	// is not the name it is registered under.
+	// ErrNameMismatch means two places name one provider differently: a
+	// factory built a provider whose ProviderName is not the name it is
+	// registered under, or (provider.New) a part was made for another
+	// provider name.
 	ErrNameMismatch = errors.New("cloud provider factory built a provider of another name")
 )
 
