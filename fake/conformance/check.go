@@ -18,14 +18,13 @@ type Check[S any] struct {
 	// Promise is what the implementation promises; it names the subtest
 	// and starts every error the check returns.
 	Promise string
-	// Run checks the promise on s. It returns nil when the promise holds,
-	// an error wrapping ErrSkipped when s gives it nothing to check and
-	// opts out of it by name (the setup's Skip), an error naming the
-	// option that would let it check when s gives it nothing to check
-	// without opting out, a
-	// *BrokenPromise when a promise is broken (usually this one; a
-	// wrapped ImplementedElsewhere is reported by any check), and another
-	// error when a call failed for another reason.
+	// Run checks the promise on s. It returns nil when the promise holds;
+	// a *BrokenPromise when a promise is broken (usually this one; a
+	// wrapped ImplementedElsewhere is reported by any check); when s gives
+	// it nothing to check, an error wrapping ErrSkipped if s's Skip names
+	// the promise and otherwise an error naming the field that would let
+	// it check; and another error when a call failed for another reason
+	// or s is a setup mistake.
 	Run func(ctx context.Context, s S) error
 }
 
