@@ -46,26 +46,27 @@ type LoadBalancerSetup struct {
 	// conflict (for example, different ports). Nil = DefaultService.
 	Service func(namespace, name string, i int) *v1.Service
 	// Elsewhere is a Service LoadBalancer leaves to another controller
-	// (it returns cloudprovider.ImplementedElsewhere for it); nil = the
-	// implementation has none, and the check of that promise only
-	// watches the errors of the other checks.
+	// (it returns cloudprovider.ImplementedElsewhere for it); nil = none
+	// to check PromiseElsewhere with (see Skip; the other checks still
+	// report a wrapped ImplementedElsewhere).
 	Elsewhere *v1.Service
 	// ProvokeRetry, when set, brings the implementation into a state in
 	// which it asks for a retry, and returns a call (of any method, for
 	// svc) that should then return an *api.RetryError, and succeed when
-	// called again after its RetryAfter. Nil = the RetryError check is
-	// skipped.
+	// called again after its RetryAfter. Nil = no way to check
+	// PromiseRetry (see Skip).
 	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
 	// Forwards, when set, returns what the backend forwards for svc, one
 	// Forward per Service port it serves (none when it holds nothing for
-	// svc). Nil = the checks after a port or node change are skipped.
+	// svc). Nil = no way to check PromisePortChange and PromiseNodeChange
+	// (see Skip).
 	Forwards func(ctx context.Context, svc *v1.Service) ([]Forward, error)
 	// Leftovers, when set, describes everything the backend holds for any
 	// Service, each thing in a line of your choice (a router mapping, a
-	// cloud resource's ID). Nil = the check that nothing is left after
-	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone, which
-	// both say "gone" for a Service whose resources leaked (an address
-	// never released, say): set Leftovers to catch leaks.
+	// cloud resource's ID). Nil = PromiseNothingLeft is checked with
+	// Backend and Forwards alone, which both say "gone" for a Service
+	// whose resources leaked (an address never released, say): set
+	// Leftovers to catch leaks. With none of the three, see Skip.
 	Leftovers func(ctx context.Context) ([]string, error)
 	// Class, when set, is the spec.loadBalancerClass of every Service the
 	// checks use (Service's and Elsewhere), as a load balancer served by a
