@@ -13,6 +13,7 @@ func TestConformanceUnderClass(t *testing.T) {
 	conformance.RunLoadBalancer(t, func(t testing.TB) conformance.LoadBalancerSetup {
 		s, _ := ccmkitSetup(t, false)
 		s.Class = "ccmkit.io/upnp-igd"
+		s.Skip = []string{conformance.PromiseRetry} // TestConformanceRetry checks it
 		return s
 	})
 }

@@ -109,10 +109,15 @@ func (p part) describe() string {
 // New returns a Cloud named name made of the parts in cfg. The name is
 // what ProviderName returns, and the scheme ("NAME://…") the parts should
 // use for the ProviderIDs they report. New returns an error matching
-// registry.ErrInvalidName if name breaks the rule of registry.ValidateName.
+// registry.ErrInvalidName if name breaks the rule of registry.ValidateName,
+// and one matching registry.ErrNameMismatch if cfg.InstancesV2 is an
+// *InstancesV2 made for another provider name.
 func New(name string, cfg Config) (*Cloud, error) {
 	if err := registry.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("new cloud provider: %w", err)
+	}
+	if iv, ok := cfg.InstancesV2.(*InstancesV2); ok && iv != nil && iv.providerName != name {
+		return nil, fmt.Errorf("new cloud provider %q: %w: Config.InstancesV2 is NewInstancesV2's for provider %q, whose ProviderIDs are %q", name, registry.ErrNameMismatch, iv.providerName, iv.providerName+"://…")
 	}
 	c := &Cloud{
 		name:      name,

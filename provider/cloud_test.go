@@ -146,3 +146,24 @@ func TestNewErrorNamesTheName(t *testing.T) {
 		t.Fatalf("New(%q) error = %v, want it to name the provider", "Bad Name", err)
 	}
 }
+
+// ccmkit's InstancesV2 made for another provider name would give the
+// cloud's nodes ProviderIDs of another scheme: New refuses it, naming both.
+func TestNewRefusesInstancesV2OfAnotherName(t *testing.T) {
+	nodes, err := provider.NewInstancesV2("home-lab", provider.InstancesV2Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := provider.New("homelab", provider.Config{InstancesV2: nodes})
+	if err == nil || c != nil {
+		t.Fatalf("New(homelab) with the InstancesV2 of home-lab = %v, %v; want an error", c, err)
+	}
+	if !errors.Is(err, registry.ErrNameMismatch) {
+		t.Errorf("error = %v, want registry.ErrNameMismatch", err)
+	}
+	for _, s := range []string{`"homelab"`, `"home-lab"`, "InstancesV2"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not name %s", err, s)
+		}
+	}
+}

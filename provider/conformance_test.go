@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/fake/conformance"
@@ -24,8 +25,11 @@ func TestInstancesV2Conformance(t *testing.T) {
 				cluster.Node("new-node", cluster.InternalIP("192.168.1.10")),
 				cluster.Node("initialized", cluster.Initialized(), cluster.InternalIP("192.168.1.11"), cluster.ProviderID("kit://initialized")),
 			},
-			// Gone: none; ccmkit's InstancesV2 has no inventory and never
-			// reports an instance gone.
+			// Both get the configured zone; neither has a region.
+			Zones: map[string]cloudprovider.Zone{"new-node": {FailureDomain: "lab"}, "initialized": {FailureDomain: "lab"}},
+			// ccmkit's InstancesV2 has no inventory and no power-state
+			// API: it never reports an instance gone or shut down.
+			Skip: []string{conformance.PromiseGone, conformance.PromiseShutdown},
 		}
 	})
 }

@@ -8,13 +8,15 @@
 //		InstancesV2:  nodes,
 //	})
 //
-// To register the cloud, [Factory] wraps the same in a
-// cloudprovider.Factory that returns a cloudprovider.Interface, nil on
-// error (a nil *Cloud in a non-nil Interface is the trap it avoids):
+// To register the cloud, [MustRegister] (or [Register], for a Registry of
+// your own) takes the name once and a function building the Config from
+// the cloud-config; the factory it registers returns a
+// cloudprovider.Interface, nil on error (a nil *Cloud in a non-nil
+// Interface is the trap it avoids):
 //
-//	registry.MustRegister("homelab", provider.Factory("homelab", func(config io.Reader) (provider.Config, error) {
+//	provider.MustRegister("homelab", func(config io.Reader) (provider.Config, error) {
 //		return provider.Config{LoadBalancer: lb, InstancesV2: nodes, ClusterID: true}, nil
-//	}))
+//	})
 //
 // The resulting *Cloud reports exactly the parts it was given: each
 // accessor (LoadBalancer, Instances, InstancesV2, Zones, Clusters, Routes)

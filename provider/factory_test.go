@@ -50,3 +50,26 @@ func TestFactoryBuilds(t *testing.T) {
 		t.Errorf("build saw %q; cloud %q, HasClusterID %t; want the config, kit, true", got, cloud.ProviderName(), cloud.HasClusterID())
 	}
 }
+
+// Register writes the provider name once: the registry's key and the
+// Cloud's ProviderName are the same, and a bad name is refused at
+// registration, before anything is built.
+func TestRegisterNamesTheCloudOnce(t *testing.T) {
+	r := registry.New()
+	if err := provider.Register(r, "kit", func(io.Reader) (provider.Config, error) { return provider.Config{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := r.Build("kit", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cloud.ProviderName(); got != "kit" {
+		t.Errorf("ProviderName() = %q, want kit", got)
+	}
+	if err := provider.Register(r, "Bad Name", func(io.Reader) (provider.Config, error) { return provider.Config{}, nil }); !errors.Is(err, registry.ErrInvalidName) {
+		t.Errorf("Register(Bad Name) = %v, want ErrInvalidName", err)
+	}
+	if err := provider.Register(r, "kit", func(io.Reader) (provider.Config, error) { return provider.Config{}, nil }); !errors.Is(err, registry.ErrDuplicate) {
+		t.Errorf("the second Register(kit) = %v, want ErrDuplicate", err)
+	}
+}

@@ -167,7 +167,10 @@ func TestFactoryRunsOutsideLock(t *testing.T) {
 func TestFactoryMayUseRegistry(t *testing.T) {
 	r := newRegistry(t, "inner")
 	r.MustRegister("outer", func(io.Reader) (cloudprovider.Interface, error) {
-		return r.Build("inner", nil)
+		if _, err := r.Build("inner", nil); err != nil {
+			return nil, err
+		}
+		return &stubCloud{name: "outer"}, nil
 	})
 	done := make(chan error, 1)
 	go func() {

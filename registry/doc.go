@@ -17,13 +17,16 @@
 // ("NAME://…"), so it must be a lowercase letter followed by lowercase
 // letters, digits and '-'; see [ValidateName].
 //
-// A provider registers one way: registry.MustRegister(name, factory) from an
-// init function (or [Registry.Register] on a Registry of your own), with a
-// factory from provider.Factory or a provider package's own Factory. The
+// A provider built with package provider registers with
+// provider.MustRegister(name, build) from an init function (or
+// provider.Register on a Registry of your own), which writes the name
+// once; a provider package's own factory registers with
+// registry.MustRegister(name, factory) ([Registry.Register]). Build refuses
+// a provider whose ProviderName is not the name it is registered under. The
 // package-level functions ([Register], [MustRegister], [Names], [Build],
 // [BuildFromFile]) act on a default Registry created with [New]; [Default]
 // returns it, for the rest. Tests should create their own Registry with New.
 //
 // Errors can be told apart with errors.Is: [ErrInvalidName], [ErrNilFactory],
-// [ErrDuplicate], [ErrUnknown] and [ErrNilProvider].
+// [ErrDuplicate], [ErrUnknown], [ErrNilProvider] and [ErrNameMismatch].
 package registry

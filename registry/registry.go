@@ -30,6 +30,11 @@ var (
 	// error, or returned a typed nil pointer (or other nil value) as its
 	// provider.
 	ErrNilProvider = errors.New("cloud provider factory returned a nil provider and no error")
+	// ErrNameMismatch means two places name one provider differently: a
+	// factory built a provider whose ProviderName is not the name it is
+	// registered under, or (provider.New) a part was made for another
+	// provider name.
+	ErrNameMismatch = errors.New("cloud provider factory built a provider of another name")
 )
 
 // Registry maps provider names to factories. It is safe for concurrent use.
@@ -124,8 +129,10 @@ func (r *Registry) lookup(name string) (cloudprovider.Factory, error) {
 // so it may take its time or even use the registry.
 //
 // Errors: ErrUnknown if name is not registered (the message lists the
-// registered names); the factory's own error wrapped with the name; and
-// ErrNilProvider if the factory returned a nil provider without an error.
+// registered names); the factory's own error wrapped with the name;
+// ErrNilProvider if the factory returned a nil provider without an error;
+// and ErrNameMismatch if the provider's ProviderName is not name (the
+// scheme of its nodes' ProviderIDs would not be the name it is run by).
 // A nil provider is never returned with a nil error.
 func (r *Registry) Build(name string, config io.Reader) (cloudprovider.Interface, error) {
 	factory, err := r.lookup(name)
@@ -158,7 +165,8 @@ func (r *Registry) BuildFromFile(name, path string) (cloudprovider.Interface, er
 	return build(name, factory, f)
 }
 
-// build calls factory and enforces the never-(nil, nil) contract.
+// build calls factory and enforces the never-(nil, nil) contract and the
+// provider's name.
 func build(name string, factory cloudprovider.Factory, config io.Reader) (cloudprovider.Interface, error) {
 	cloud, err := factory(config)
 	if err != nil {
@@ -166,6 +174,9 @@ func build(name string, factory cloudprovider.Factory, config io.Reader) (cloudp
 	}
 	if IsNil(cloud) {
 		return nil, fmt.Errorf("build cloud provider %q: %w", name, ErrNilProvider)
+	}
+	if got := cloud.ProviderName(); got != name {
+		return nil, fmt.Errorf("build cloud provider %q: %w: its ProviderName is %q; register it under its own name, or write the name once with provider.Register", name, ErrNameMismatch, got)
 	}
 	return cloud, nil
 }

@@ -449,3 +449,36 @@ func TestDefaultRegistry(t *testing.T) {
 		t.Error("Unregister did not remove the name")
 	}
 }
+
+// A factory registered under one name that builds a provider named
+// otherwise (registry.MustRegister("a", provider.Factory("b", ...))) is an
+// error naming both, from Build and BuildFromFile: the name is the scheme of
+// every ProviderID, and --cloud-provider would pick a provider of another.
+func TestBuildRefusesAProviderNamedOtherwise(t *testing.T) {
+	r := registry.New()
+	r.MustRegister("homelab", stubFactory("home-lab"))
+	for _, build := range []struct {
+		op string
+		f  func() (cloudprovider.Interface, error)
+	}{
+		{"Build", func() (cloudprovider.Interface, error) { return r.Build("homelab", nil) }},
+		{"BuildFromFile", func() (cloudprovider.Interface, error) { return r.BuildFromFile("homelab", "") }},
+	} {
+		got, err := build.f()
+		if err == nil {
+			t.Errorf("%s(homelab) built %q with no error", build.op, got.ProviderName())
+			continue
+		}
+		if got != nil {
+			t.Errorf("%s(homelab) returned provider %v together with error %v", build.op, got, err)
+		}
+		if !errors.Is(err, registry.ErrNameMismatch) {
+			t.Errorf("%s(homelab) error = %v, want ErrNameMismatch", build.op, err)
+		}
+		for _, s := range []string{`"homelab"`, `"home-lab"`} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s(homelab) error %q does not name %s", build.op, err, s)
+			}
+		}
+	}
+}

@@ -33,13 +33,13 @@ const providerName = "mycloud"
 func init() {
 	// Your cloud: its LoadBalancer, InstancesV2, Routes... built from the
 	// cloud-config (nil when --cloud-config is not set).
-	registry.MustRegister(providerName, provider.Factory(providerName, func(config io.Reader) (provider.Config, error) {
+	provider.MustRegister(providerName, func(config io.Reader) (provider.Config, error) {
 		nodes, err := provider.NewInstancesV2(providerName, provider.InstancesV2Config{})
 		if err != nil {
 			return provider.Config{}, err
 		}
 		return provider.Config{InstancesV2: nodes, ClusterID: true}, nil
-	}))
+	})
 }
 
 func main() {

@@ -15,11 +15,10 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
-	"github.com/ccmkit/ccmkit/registry"
 )
 
 func init() {
-	registry.MustRegister("homelab", provider.Factory("homelab", func(config io.Reader) (provider.Config, error) {
+	provider.MustRegister("homelab", func(config io.Reader) (provider.Config, error) {
 		router, err := igd.NewClient(igd.Config{}) // no I/O here: discovery is lazy and retried
 		if err != nil {
 			return provider.Config{}, err
@@ -34,7 +33,7 @@ func init() {
 		}
 		// My cloud = this LoadBalancer + these InstancesV2 + nothing else.
 		return provider.Config{LoadBalancer: lb, InstancesV2: nodes, ClusterID: true}, nil
-	}))
+	})
 }
 
 // README:end

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,16 +18,19 @@ type Check[S any] struct {
 	// Promise is what the implementation promises; it names the subtest
 	// and starts every error the check returns.
 	Promise string
-	// Run checks the promise on s. It returns nil when the promise holds,
-	// an error wrapping ErrSkipped when s gives it nothing to check, a
-	// *BrokenPromise when a promise is broken (usually this one; a
-	// wrapped ImplementedElsewhere is reported by any check), and another
-	// error when a call failed for another reason.
+	// Run checks the promise on s. It returns nil when the promise holds;
+	// a *BrokenPromise when a promise is broken (usually this one; a
+	// wrapped ImplementedElsewhere is reported by any check); when s gives
+	// it nothing to check, an error wrapping ErrSkipped if s's Skip names
+	// the promise and otherwise an error naming the field that would let
+	// it check; and another error when a call failed for another reason
+	// or s is a setup mistake.
 	Run func(ctx context.Context, s S) error
 }
 
 // ErrSkipped is wrapped by a check's error when the setup gives it nothing
-// to check (for example no way to provoke a RetryError).
+// to check (for example no way to provoke a RetryError) and names its
+// promise in its Skip.
 var ErrSkipped = errors.New("skipped")
 
 // checkTimeout bounds one check, retries included.
@@ -69,9 +74,36 @@ func broken(promise, format string, args ...any) error {
 	return &BrokenPromise{Promise: promise, Detail: fmt.Sprintf(format, args...)}
 }
 
-// skipped returns the error of a check with nothing to check.
-func skipped(promise, why string) error {
-	return fmt.Errorf("%q %w: %s", promise, ErrSkipped, why)
+// optional is a promise a setup may leave unchecked: its exported
+// constant's name, and how to let the suite check it.
+type optional struct {
+	promise, constant, enable string
+}
+
+// unchecked returns the error of a check whose setup (named kind, opting
+// out of the promises in skip) gives it nothing to check, because of why:
+// an error wrapping ErrSkipped when skip names the promise, otherwise an
+// error saying how to check it or opt out of it. Plain go test prints
+// failures only, so a promise goes unchecked only where the author says.
+func unchecked(kind string, skip []string, o optional, why string) error {
+	if slices.Contains(skip, o.promise) {
+		return fmt.Errorf("%q %w: %s", o.promise, ErrSkipped, why)
+	}
+	return fmt.Errorf("%q is unchecked: %s; %s, or opt out of it with %s.Skip: []string{conformance.%s}", o.promise, why, o.enable, kind, o.constant)
+}
+
+// validateSkip reports a Skip entry that names no promise of opts.
+func validateSkip(kind string, skip []string, opts []optional) error {
+	for _, name := range skip {
+		if !slices.ContainsFunc(opts, func(o optional) bool { return o.promise == name }) {
+			var consts []string
+			for _, o := range opts {
+				consts = append(consts, "conformance."+o.constant)
+			}
+			return fmt.Errorf("%s.Skip: %q is not a promise this suite can leave unchecked; those are %s", kind, name, strings.Join(consts, ", "))
+		}
+	}
+	return nil
 }
 
 // retry calls f until it returns something other than an *api.RetryError,
@@ -82,7 +114,7 @@ func retry[T any](ctx context.Context, op string, f func() (T, error)) (T, error
 	for {
 		v, err := f()
 		if err != nil && err != cloudprovider.ImplementedElsewhere && errors.Is(err, cloudprovider.ImplementedElsewhere) {
-			return v, broken(promiseElsewhere, "%s returned %q, which wraps cloudprovider.ImplementedElsewhere; upstream compares with ==, so it must be returned as is", op, err)
+			return v, broken(PromiseElsewhere, "%s returned %q, which wraps cloudprovider.ImplementedElsewhere; upstream compares with ==, so it must be returned as is", op, err)
 		}
 		var re *api.RetryError
 		if !errors.As(err, &re) {

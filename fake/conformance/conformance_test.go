@@ -257,16 +257,53 @@ func wantBroken(t *testing.T, err error, promise string) {
 	t.Log(err)
 }
 
-func TestSkippedWithoutHooks(t *testing.T) {
+// A promise the setup cannot check and names in Skip is skipped.
+func TestSkippedWhenOptedOutByName(t *testing.T) {
+	lb := minimalLB()
+	lb.Skip = []string{conformance.PromiseElsewhere, conformance.PromiseRetry, conformance.PromisePortChange, conformance.PromiseNodeChange, conformance.PromiseNothingLeft}
 	for _, c := range conformance.LoadBalancerChecks() {
-		if c.Promise != elsewhere && c.Promise != retryPromise && c.Promise != portChange && c.Promise != nodeChange && c.Promise != nothingLeft {
+		if _, ok := uncheckedLB[c.Promise]; !ok {
 			continue
 		}
-		s := memSetup("")
-		s.Elsewhere, s.ProvokeRetry, s.Forwards, s.Leftovers, s.Backend = nil, nil, nil, nil, nil
-		if err := c.Run(t.Context(), s); !errors.Is(err, conformance.ErrSkipped) {
+		if err := c.Run(t.Context(), lb); !errors.Is(err, conformance.ErrSkipped) {
 			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
 		}
+	}
+	inst := minimalInstances()
+	inst.Skip = []string{conformance.PromiseGone, conformance.PromiseShutdown, conformance.PromiseZone}
+	for _, c := range conformance.InstancesV2Checks() {
+		if _, ok := uncheckedInstances[c.Promise]; !ok {
+			continue
+		}
+		if err := c.Run(t.Context(), inst); !errors.Is(err, conformance.ErrSkipped) {
+			t.Errorf("%s: got %v, want ErrSkipped", c.Promise, err)
+		}
+	}
+}
+
+// Skip names only promises a setup may leave unchecked: any other name (a
+// typo, a promise checked on every setup) is a setup error naming the
+// field, for every check.
+func TestSkipOfAnotherPromiseIsASetupError(t *testing.T) {
+	for _, name := range []string{idempotent, "A RetryError is an api.RetryError"} {
+		lb := memSetup("")
+		lb.Skip = []string{name}
+		for _, c := range conformance.LoadBalancerChecks() {
+			wantSetupError(t, c.Promise, c.Run(t.Context(), lb), "LoadBalancerSetup.Skip")
+		}
+		inst := memInstancesSetup("")
+		inst.Skip = []string{name}
+		for _, c := range conformance.InstancesV2Checks() {
+			wantSetupError(t, c.Promise, c.Run(t.Context(), inst), "InstancesV2Setup.Skip")
+		}
+	}
+}
+
+func wantSetupError(t *testing.T, promise string, err error, field string) {
+	t.Helper()
+	var bp *conformance.BrokenPromise
+	if err == nil || errors.Is(err, conformance.ErrSkipped) || errors.As(err, &bp) || !strings.Contains(err.Error(), field) {
+		t.Errorf("%s: got %v, want a setup error naming %s", promise, err, field)
 	}
 }
 
@@ -290,6 +327,7 @@ const (
 	instProviderID   = "InstanceMetadata's ProviderID is the node's spec.providerID"
 	instRunning      = "InstanceShutdown is false for running instances"
 	instShutdown     = "InstanceShutdown is true for instances shut down, which still exist"
+	instZone         = "InstanceMetadata's Zone and Region are the node's"
 )
 
 // id returns the node's ProviderID, found by name when it has none.
@@ -350,10 +388,13 @@ func (m *memInstances) InstanceMetadata(_ context.Context, node *v1.Node) (*clou
 	n := m.calls
 	m.mu.Unlock()
 	zone := "zone-a"
-	if m.breaks == instStable {
+	switch m.breaks {
+	case instStable:
 		zone = fmt.Sprintf("zone-%d", n)
+	case instZone:
+		zone = "" // dropped
 	}
-	return &cloudprovider.InstanceMetadata{ProviderID: id, Zone: zone}, nil
+	return &cloudprovider.InstanceMetadata{ProviderID: id, Zone: zone, Region: "region-1"}, nil
 }
 
 func memNode(name string) *v1.Node {
@@ -370,6 +411,7 @@ func memInstancesSetup(breaks string) conformance.InstancesV2Setup {
 		Existing: []*v1.Node{memNode("alive")},
 		Gone:     []*v1.Node{memNode("dead")},
 		Shutdown: []*v1.Node{memNode("sleeping")},
+		Zones:    map[string]cloudprovider.Zone{"alive": {FailureDomain: "zone-a", Region: "region-1"}},
 	}
 }
 
@@ -379,7 +421,7 @@ func TestInstancesV2SuitePassesOnACorrectInventory(t *testing.T) {
 
 func TestInstancesV2ChecksFailOnBrokenPromises(t *testing.T) {
 	checks := conformance.InstancesV2Checks()
-	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly, instNoProviderID, instProviderID, instRunning, instShutdown} {
+	for _, promise := range []string{instExists, instGone, instStable, instForeign, instReadOnly, instNoProviderID, instProviderID, instRunning, instShutdown, instZone} {
 		t.Run(promise, func(t *testing.T) {
 			found := false
 			for _, c := range checks {
@@ -405,6 +447,20 @@ func TestInstancesV2RefusesDefaultNodes(t *testing.T) {
 		var bp *conformance.BrokenPromise
 		if err == nil || errors.As(err, &bp) || !strings.Contains(err.Error(), "DefaultNodes") {
 			t.Errorf("%s: got %v, want a setup error naming DefaultNodes", c.Promise, err)
+		}
+	}
+}
+
+// Zones must say what every Existing node's zone is: a node left out is a
+// setup error naming it, not a broken promise.
+func TestInstancesV2ZonesMissingANodeIsASetupError(t *testing.T) {
+	s := memInstancesSetup("")
+	s.Existing = append(s.Existing, memNode("unzoned"))
+	for _, c := range conformance.InstancesV2Checks() {
+		err := c.Run(t.Context(), s)
+		wantSetupError(t, c.Promise, err, "InstancesV2Setup.Zones")
+		if err != nil && !strings.Contains(err.Error(), "unzoned") {
+			t.Errorf("%s: error %q does not name the node", c.Promise, err)
 		}
 	}
 }

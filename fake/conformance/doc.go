@@ -5,9 +5,12 @@
 // RunLoadBalancer, RunInstancesV2 and RunRoutes run every check as a
 // subtest named after the promise it checks; a failure names that promise
 // and what was seen, and a setup mistake is an error that is not a
-// *BrokenPromise. Checks with nothing to check in the setup given (no way
-// to inspect the backend, no shut-down node) are skipped, saying which
-// field would enable them. The checks are also values (LoadBalancerChecks,
+// *BrokenPromise. A check with nothing to check in the setup given (no way
+// to inspect the backend, no shut-down node) fails, saying which field
+// would enable it, unless the setup's Skip names its promise (PromiseRetry,
+// PromiseGone, ...): plain go test shows failures only, so a promise goes
+// unchecked only where the author opts out of it by name. The checks are
+// also values (LoadBalancerChecks,
 // InstancesV2Checks, RoutesChecks)
 // returning errors, so a suite can be run outside a *testing.T and its
 // own tests can show each check failing on an implementation that breaks

@@ -18,7 +18,14 @@ import (
 func TestFakeLoadBalancer(t *testing.T) {
 	conformance.RunLoadBalancer(t, func(testing.TB) conformance.LoadBalancerSetup {
 		lb := fake.NewLoadBalancer(fake.DefaultExternalIP)
-		return conformance.LoadBalancerSetup{LoadBalancer: lb, Backend: fakeBackend{lb}}
+		return conformance.LoadBalancerSetup{
+			LoadBalancer: lb,
+			Backend:      fakeBackend{lb},
+			// The fake records calls and forwards nothing: no Service is
+			// left to another, no call asks for a retry, no port is
+			// forwarded. Backend checks what is left after a delete.
+			Skip: []string{conformance.PromiseElsewhere, conformance.PromiseRetry, conformance.PromisePortChange, conformance.PromiseNodeChange},
+		}
 	})
 }
 

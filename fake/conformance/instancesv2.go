@@ -28,29 +28,59 @@ type InstancesV2Setup struct {
 	// cloud's nodes: DefaultNodes' conformance:// ProviderIDs are refused.
 	Existing []*v1.Node
 	// Shutdown are nodes whose instances exist but are shut down; nil =
-	// the implementation cannot tell, and that check is skipped.
+	// none to check PromiseShutdown with (see Skip).
 	Shutdown []*v1.Node
 	// Gone are nodes whose instances are really gone (deleted in the
-	// cloud); nil = the implementation cannot tell, and that check is
-	// skipped.
+	// cloud); nil = none to check PromiseGone with (see Skip).
 	Gone []*v1.Node
 	// Foreign are nodes whose ProviderID belongs to another cloud; nil =
 	// one node with ProviderID "other-cloud://foreign-1".
 	Foreign []*v1.Node
+	// Zones are the zone (FailureDomain) and Region InstanceMetadata gives
+	// each Existing node, by node name: the topology labels the cloud node
+	// controller sets from them. Every Existing node has an entry (the
+	// zero Zone for a node with neither); nil = none to check PromiseZone
+	// with (see Skip).
+	Zones map[string]cloudprovider.Zone
+	// Skip names the promises this setup leaves unchecked, by their
+	// constants (PromiseGone, PromiseShutdown, PromiseZone); their checks
+	// are skipped when the fields that check them are not given. A check
+	// with nothing to check whose promise is not named here fails, saying
+	// which field would check it. Naming any other promise is a setup
+	// error.
+	Skip []string
 }
 
 // The promises of a cloudprovider.InstancesV2.
 const (
 	promiseExists         = "InstanceExists is true for instances that exist"
-	promiseGone           = "InstanceExists is false for instances that are gone"
 	promiseStable         = "InstanceMetadata is stable across calls"
 	promiseForeign        = "A foreign ProviderID is an error, never reported gone"
 	promiseNodesReadOnly  = "Nodes passed in are never modified"
 	promiseNoProviderID   = "An existing node without spec.providerID is found"
 	promiseProviderID     = "InstanceMetadata's ProviderID is the node's spec.providerID"
 	promiseRunning        = "InstanceShutdown is false for running instances"
-	promiseShutdown       = "InstanceShutdown is true for instances shut down, which still exist"
 	metadataCallsPerCheck = 3
+)
+
+// The promises of a cloudprovider.InstancesV2 that an InstancesV2Setup may
+// leave unchecked, naming them in its Skip.
+const (
+	// PromiseGone is checked with InstancesV2Setup.Gone.
+	PromiseGone = "InstanceExists is false for instances that are gone"
+	// PromiseShutdown is checked with InstancesV2Setup.Shutdown.
+	PromiseShutdown = "InstanceShutdown is true for instances shut down, which still exist"
+	// PromiseZone is checked with InstancesV2Setup.Zones.
+	PromiseZone = "InstanceMetadata's Zone and Region are the node's"
+)
+
+// instancesOptional are the promises an InstancesV2Setup may leave
+// unchecked.
+var (
+	instGone          = optional{PromiseGone, "PromiseGone", "give InstancesV2Setup.Gone nodes whose instances are gone"}
+	instShutdown      = optional{PromiseShutdown, "PromiseShutdown", "give InstancesV2Setup.Shutdown nodes whose instances are shut down"}
+	instZone          = optional{PromiseZone, "PromiseZone", "give InstancesV2Setup.Zones the zone and region of every Existing node"}
+	instancesOptional = []optional{instGone, instShutdown, instZone}
 )
 
 // InstancesV2Checks returns the checks of the cloudprovider.InstancesV2
@@ -58,14 +88,15 @@ const (
 func InstancesV2Checks() []Check[InstancesV2Setup] {
 	checks := []Check[InstancesV2Setup]{
 		{promiseExists, checkExists},
-		{promiseGone, checkGone},
+		{PromiseGone, checkGone},
 		{promiseStable, checkStable},
 		{promiseForeign, checkForeign},
 		{promiseNodesReadOnly, checkNodesReadOnly},
 		{promiseNoProviderID, checkNoProviderID},
 		{promiseProviderID, checkProviderID},
 		{promiseRunning, checkRunning},
-		{promiseShutdown, checkShutdown},
+		{PromiseShutdown, checkShutdown},
+		{PromiseZone, checkZone},
 	}
 	for i := range checks {
 		c := checks[i].Run
@@ -87,10 +118,20 @@ func (s InstancesV2Setup) validate() error {
 	if len(s.Existing) == 0 {
 		return errors.New("InstancesV2Setup.Existing is empty")
 	}
+	if err := validateSkip("InstancesV2Setup", s.Skip, instancesOptional); err != nil {
+		return err
+	}
 	for field, nodes := range map[string][]*v1.Node{"Existing": s.Existing, "Gone": s.Gone, "Shutdown": s.Shutdown} {
 		for _, n := range nodes {
 			if strings.HasPrefix(n.Spec.ProviderID, defaultScheme) {
 				return fmt.Errorf("InstancesV2Setup.%s: node %s has providerID %q, DefaultNodes' own, which no cloud knows: give nodes of your cloud (cluster.Node with cluster.ProviderID)", field, n.Name, n.Spec.ProviderID)
+			}
+		}
+	}
+	if s.Zones != nil {
+		for _, n := range s.Existing {
+			if _, ok := s.Zones[n.Name]; !ok {
+				return fmt.Errorf("InstancesV2Setup.Zones has no entry for Existing node %s: give its zone and region (the zero Zone for neither)", n.Name)
 			}
 		}
 	}
@@ -126,15 +167,15 @@ func checkExists(ctx context.Context, s InstancesV2Setup) error {
 
 func checkGone(ctx context.Context, s InstancesV2Setup) error {
 	if len(s.Gone) == 0 {
-		return skipped(promiseGone, "InstancesV2Setup.Gone is empty")
+		return unchecked("InstancesV2Setup", s.Skip, instGone, "InstancesV2Setup.Gone is empty")
 	}
 	for _, n := range s.Gone {
 		ok, err := retry(ctx, "InstanceExists "+n.Name, func() (bool, error) { return s.Instances.InstanceExists(ctx, n) })
 		if err != nil {
-			return broken(promiseGone, "InstanceExists of gone node %s failed: %v", n.Name, err)
+			return broken(PromiseGone, "InstanceExists of gone node %s failed: %v", n.Name, err)
 		}
 		if ok {
-			return broken(promiseGone, "InstanceExists reports gone node %s (providerID %q) as existing: the lifecycle controller would never delete it", n.Name, n.Spec.ProviderID)
+			return broken(PromiseGone, "InstanceExists reports gone node %s (providerID %q) as existing: the lifecycle controller would never delete it", n.Name, n.Spec.ProviderID)
 		}
 	}
 	return nil
@@ -263,22 +304,48 @@ func checkRunning(ctx context.Context, s InstancesV2Setup) error {
 
 func checkShutdown(ctx context.Context, s InstancesV2Setup) error {
 	if len(s.Shutdown) == 0 {
-		return skipped(promiseShutdown, "InstancesV2Setup.Shutdown is empty")
+		return unchecked("InstancesV2Setup", s.Skip, instShutdown, "InstancesV2Setup.Shutdown is empty")
 	}
 	for _, n := range s.Shutdown {
 		down, err := retry(ctx, "InstanceShutdown "+n.Name, func() (bool, error) { return s.Instances.InstanceShutdown(ctx, n) })
 		if err != nil {
-			return broken(promiseShutdown, "InstanceShutdown of shut-down node %s failed: %v", n.Name, err)
+			return broken(PromiseShutdown, "InstanceShutdown of shut-down node %s failed: %v", n.Name, err)
 		}
 		if !down {
-			return broken(promiseShutdown, "InstanceShutdown reports shut-down node %s (providerID %q) running: the lifecycle controller would not taint it", n.Name, n.Spec.ProviderID)
+			return broken(PromiseShutdown, "InstanceShutdown reports shut-down node %s (providerID %q) running: the lifecycle controller would not taint it", n.Name, n.Spec.ProviderID)
 		}
 		ok, err := retry(ctx, "InstanceExists "+n.Name, func() (bool, error) { return s.Instances.InstanceExists(ctx, n) })
 		if err != nil {
-			return broken(promiseShutdown, "InstanceExists of shut-down node %s failed: %v", n.Name, err)
+			return broken(PromiseShutdown, "InstanceExists of shut-down node %s failed: %v", n.Name, err)
 		}
 		if !ok {
-			return broken(promiseShutdown, "InstanceExists reports shut-down node %s gone: the lifecycle controller would delete a node that is only off", n.Name)
+			return broken(PromiseShutdown, "InstanceExists reports shut-down node %s gone: the lifecycle controller would delete a node that is only off", n.Name)
+		}
+	}
+	return nil
+}
+
+func checkZone(ctx context.Context, s InstancesV2Setup) error {
+	if s.Zones == nil {
+		return unchecked("InstancesV2Setup", s.Skip, instZone, "InstancesV2Setup.Zones is nil")
+	}
+	for _, n := range s.Existing {
+		want := s.Zones[n.Name]
+		// The cloud node controller labels a node from the metadata it
+		// gets before it sets spec.providerID; later calls must agree.
+		for _, node := range []*v1.Node{withoutProviderID(n), n} {
+			md, err := retry(ctx, "InstanceMetadata "+n.Name, func() (*cloudprovider.InstanceMetadata, error) { return s.Instances.InstanceMetadata(ctx, node) })
+			if err != nil {
+				return broken(PromiseZone, "InstanceMetadata of node %s (providerID %q) failed: %v", n.Name, node.Spec.ProviderID, err)
+			}
+			var got cloudprovider.Zone
+			if md != nil {
+				got = cloudprovider.Zone{FailureDomain: md.Zone, Region: md.Region}
+			}
+			if got != want {
+				return broken(PromiseZone, "InstanceMetadata of node %s (providerID %q) gives zone %q, region %q; InstancesV2Setup.Zones says zone %q, region %q: the cloud node controller would label the node %s=%q, %s=%q",
+					n.Name, node.Spec.ProviderID, got.FailureDomain, got.Region, want.FailureDomain, want.Region, v1.LabelTopologyZone, got.FailureDomain, v1.LabelTopologyRegion, got.Region)
+			}
 		}
 	}
 	return nil

@@ -46,32 +46,40 @@ type LoadBalancerSetup struct {
 	// conflict (for example, different ports). Nil = DefaultService.
 	Service func(namespace, name string, i int) *v1.Service
 	// Elsewhere is a Service LoadBalancer leaves to another controller
-	// (it returns cloudprovider.ImplementedElsewhere for it); nil = the
-	// implementation has none, and the check of that promise only
-	// watches the errors of the other checks.
+	// (it returns cloudprovider.ImplementedElsewhere for it); nil = none
+	// to check PromiseElsewhere with (see Skip; the other checks still
+	// report a wrapped ImplementedElsewhere).
 	Elsewhere *v1.Service
 	// ProvokeRetry, when set, brings the implementation into a state in
 	// which it asks for a retry, and returns a call (of any method, for
 	// svc) that should then return an *api.RetryError, and succeed when
-	// called again after its RetryAfter. Nil = the RetryError check is
-	// skipped.
+	// called again after its RetryAfter. Nil = no way to check
+	// PromiseRetry (see Skip).
 	ProvokeRetry func(ctx context.Context, svc *v1.Service) (call func() error)
 	// Forwards, when set, returns what the backend forwards for svc, one
 	// Forward per Service port it serves (none when it holds nothing for
-	// svc). Nil = the checks after a port or node change are skipped.
+	// svc). Nil = no way to check PromisePortChange and PromiseNodeChange
+	// (see Skip).
 	Forwards func(ctx context.Context, svc *v1.Service) ([]Forward, error)
 	// Leftovers, when set, describes everything the backend holds for any
 	// Service, each thing in a line of your choice (a router mapping, a
-	// cloud resource's ID). Nil = the check that nothing is left after
-	// EnsureLoadBalancerDeleted relies on Backend and Forwards alone, which
-	// both say "gone" for a Service whose resources leaked (an address
-	// never released, say): set Leftovers to catch leaks.
+	// cloud resource's ID). Nil = PromiseNothingLeft is checked with
+	// Backend and Forwards alone, which both say "gone" for a Service
+	// whose resources leaked (an address never released, say): set
+	// Leftovers to catch leaks. With none of the three, see Skip.
 	Leftovers func(ctx context.Context) ([]string, error)
 	// Class, when set, is the spec.loadBalancerClass of every Service the
 	// checks use (Service's and Elsewhere), as a load balancer served by a
 	// class controller (provider/lbclass) sees them; "" = Services as
 	// Service and Elsewhere return them.
 	Class string
+	// Skip names the promises this setup leaves unchecked, by their
+	// constants (PromiseElsewhere, PromiseRetry, PromisePortChange,
+	// PromiseNodeChange, PromiseNothingLeft); their checks are skipped
+	// when the option that checks them is unset. A check whose option is
+	// unset and whose promise is not named here fails, saying which
+	// option would check it. Naming any other promise is a setup error.
+	Skip []string
 }
 
 // Forward is one Service port as the backend forwards it.
@@ -113,13 +121,36 @@ const (
 	promiseGetAfterEnsure = "GetLoadBalancer after EnsureLoadBalancer reports it exists with the same status"
 	promiseDeleteMissing  = "EnsureLoadBalancerDeleted of a missing load balancer returns nil"
 	promiseGetAfterDelete = "GetLoadBalancer after EnsureLoadBalancerDeleted reports it does not exist"
-	promiseElsewhere      = "ImplementedElsewhere is returned unwrapped"
 	promiseReadOnly       = "Services and Nodes passed in are never modified"
 	promiseConcurrent     = "Calls for different Services may run concurrently"
-	promiseRetry          = "A RetryError is an *api.RetryError reachable with errors.As"
-	promisePortChange     = "EnsureLoadBalancer after a port change forwards the new ports only"
-	promiseNodeChange     = "UpdateLoadBalancer after a node change forwards to the nodes given only"
-	promiseNothingLeft    = "EnsureLoadBalancerDeleted leaves nothing behind"
+)
+
+// The promises of a cloudprovider.LoadBalancer that a LoadBalancerSetup
+// may leave unchecked, naming them in its Skip.
+const (
+	// PromiseElsewhere is checked with LoadBalancerSetup.Elsewhere; when
+	// skipped, the other checks still report a wrapped ImplementedElsewhere.
+	PromiseElsewhere = "ImplementedElsewhere is returned unwrapped"
+	// PromiseRetry is checked with LoadBalancerSetup.ProvokeRetry.
+	PromiseRetry = "A RetryError is an *api.RetryError reachable with errors.As"
+	// PromisePortChange is checked with LoadBalancerSetup.Forwards.
+	PromisePortChange = "EnsureLoadBalancer after a port change forwards the new ports only"
+	// PromiseNodeChange is checked with LoadBalancerSetup.Forwards and at
+	// least two Nodes.
+	PromiseNodeChange = "UpdateLoadBalancer after a node change forwards to the nodes given only"
+	// PromiseNothingLeft is checked with LoadBalancerSetup.Leftovers (or,
+	// missing leaks, with Backend or Forwards alone).
+	PromiseNothingLeft = "EnsureLoadBalancerDeleted leaves nothing behind"
+)
+
+// lbOptional are the promises a LoadBalancerSetup may leave unchecked.
+var (
+	lbElsewhere   = optional{PromiseElsewhere, "PromiseElsewhere", "set LoadBalancerSetup.Elsewhere to a Service the load balancer leaves to another controller"}
+	lbRetry       = optional{PromiseRetry, "PromiseRetry", "set LoadBalancerSetup.ProvokeRetry to bring the load balancer to ask for a retry"}
+	lbPortChange  = optional{PromisePortChange, "PromisePortChange", "set LoadBalancerSetup.Forwards to show what the backend forwards"}
+	lbNodeChange  = optional{PromiseNodeChange, "PromiseNodeChange", "set LoadBalancerSetup.Forwards to show what the backend forwards, with two or more Nodes (nil = DefaultNodes)"}
+	lbNothingLeft = optional{PromiseNothingLeft, "PromiseNothingLeft", "set LoadBalancerSetup.Leftovers to list everything the backend holds"}
+	lbOptional    = []optional{lbElsewhere, lbRetry, lbPortChange, lbNodeChange, lbNothingLeft}
 )
 
 // lbRun is a LoadBalancerSetup with its defaults filled in.
@@ -202,19 +233,37 @@ func key(svc *v1.Service) string { return svc.Namespace + "/" + svc.Name }
 // LoadBalancerChecks returns the checks of the cloudprovider.LoadBalancer
 // contract, one per promise.
 func LoadBalancerChecks() []Check[LoadBalancerSetup] {
-	return []Check[LoadBalancerSetup]{
+	checks := []Check[LoadBalancerSetup]{
 		{promiseIdempotent, checkIdempotent},
 		{promiseGetAfterEnsure, checkGetAfterEnsure},
 		{promiseDeleteMissing, checkDeleteMissing},
 		{promiseGetAfterDelete, checkGetAfterDelete},
-		{promiseElsewhere, checkElsewhere},
+		{PromiseElsewhere, checkElsewhere},
 		{promiseReadOnly, checkReadOnly},
 		{promiseConcurrent, checkConcurrent},
-		{promiseRetry, checkRetry},
-		{promisePortChange, checkPortChange},
-		{promiseNodeChange, checkNodeChange},
-		{promiseNothingLeft, checkNothingLeft},
+		{PromiseRetry, checkRetry},
+		{PromisePortChange, checkPortChange},
+		{PromiseNodeChange, checkNodeChange},
+		{PromiseNothingLeft, checkNothingLeft},
 	}
+	for i := range checks {
+		c := checks[i].Run
+		checks[i].Run = func(ctx context.Context, s LoadBalancerSetup) error {
+			if err := s.validate(); err != nil {
+				return err
+			}
+			return c(ctx, s)
+		}
+	}
+	return checks
+}
+
+// validate reports setup mistakes, which are not broken promises.
+func (s LoadBalancerSetup) validate() error {
+	if s.LoadBalancer == nil {
+		return errors.New("LoadBalancerSetup.LoadBalancer is nil")
+	}
+	return validateSkip("LoadBalancerSetup", s.Skip, lbOptional)
 }
 
 // RunLoadBalancer runs LoadBalancerChecks as subtests of t, each on a fresh
@@ -320,7 +369,7 @@ func checkGetAfterDelete(ctx context.Context, s LoadBalancerSetup) error {
 func checkElsewhere(ctx context.Context, s LoadBalancerSetup) error {
 	r := s.withDefaults()
 	if r.Elsewhere == nil {
-		return skipped(promiseElsewhere, "LoadBalancerSetup.Elsewhere is nil (the other checks still report a wrapped ImplementedElsewhere)")
+		return unchecked("LoadBalancerSetup", r.Skip, lbElsewhere, "LoadBalancerSetup.Elsewhere is nil")
 	}
 	svc := r.Elsewhere
 	// retry reports a wrapped ImplementedElsewhere; the calls upstream
@@ -329,7 +378,7 @@ func checkElsewhere(ctx context.Context, s LoadBalancerSetup) error {
 		if bp := (*BrokenPromise)(nil); errors.As(err, &bp) {
 			return err
 		}
-		return broken(promiseElsewhere, "EnsureLoadBalancer of %s, which LoadBalancerSetup.Elsewhere says is left to another, returned %v, not cloudprovider.ImplementedElsewhere", key(svc), err)
+		return broken(PromiseElsewhere, "EnsureLoadBalancer of %s, which LoadBalancerSetup.Elsewhere says is left to another, returned %v, not cloudprovider.ImplementedElsewhere", key(svc), err)
 	}
 	if err := r.update(ctx, svc); err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
 		return err
@@ -438,7 +487,7 @@ func checkConcurrent(ctx context.Context, s LoadBalancerSetup) error {
 func checkRetry(ctx context.Context, s LoadBalancerSetup) error {
 	r := s.withDefaults()
 	if r.ProvokeRetry == nil {
-		return skipped(promiseRetry, "LoadBalancerSetup.ProvokeRetry is nil")
+		return unchecked("LoadBalancerSetup", r.Skip, lbRetry, "LoadBalancerSetup.ProvokeRetry is nil")
 	}
 	svc := r.Service("conformance", "retry", 0)
 	call := r.ProvokeRetry(ctx, svc)
@@ -446,14 +495,14 @@ func checkRetry(ctx context.Context, s LoadBalancerSetup) error {
 	var re *api.RetryError
 	switch {
 	case err == nil:
-		return broken(promiseRetry, "the call ProvokeRetry returned for %s succeeded", key(svc))
+		return broken(PromiseRetry, "the call ProvokeRetry returned for %s succeeded", key(svc))
 	case !errors.As(err, &re):
-		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with %q, in which errors.As finds no *api.RetryError: the service controller would back off instead of retrying when asked", key(svc), err)
+		return broken(PromiseRetry, "the call ProvokeRetry returned for %s failed with %q, in which errors.As finds no *api.RetryError: the service controller would back off instead of retrying when asked", key(svc), err)
 	case re.RetryAfter() <= 0:
-		return broken(promiseRetry, "the call ProvokeRetry returned for %s failed with an *api.RetryError with RetryAfter %s", key(svc), re.RetryAfter())
+		return broken(PromiseRetry, "the call ProvokeRetry returned for %s failed with an *api.RetryError with RetryAfter %s", key(svc), re.RetryAfter())
 	}
 	if _, err := retry(ctx, "the call ProvokeRetry returned", func() (struct{}, error) { return struct{}{}, call() }); err != nil {
-		return broken(promiseRetry, "the call ProvokeRetry returned for %s, retried after RetryAfter: %v", key(svc), err)
+		return broken(PromiseRetry, "the call ProvokeRetry returned for %s, retried after RetryAfter: %v", key(svc), err)
 	}
 	return r.delete(ctx, svc)
 }
@@ -505,7 +554,7 @@ func nodeNames(nodes []*v1.Node) []string {
 func checkPortChange(ctx context.Context, s LoadBalancerSetup) error {
 	r := s.withDefaults()
 	if r.Forwards == nil {
-		return skipped(promisePortChange, "LoadBalancerSetup.Forwards is nil")
+		return unchecked("LoadBalancerSetup", r.Skip, lbPortChange, "LoadBalancerSetup.Forwards is nil")
 	}
 	svc := r.Service("conformance", "port-change", 0)
 	if _, err := r.ensure(ctx, svc); err != nil {
@@ -535,7 +584,7 @@ func checkPortChange(ctx context.Context, s LoadBalancerSetup) error {
 			return err
 		}
 		if got, want := forwardedPorts(fs), ports(changed); !slices.Equal(got, want) {
-			return broken(promisePortChange, "after %s of %s with ports changed from %q to %q, the backend forwards %q", step.op, key(svc), ports(svc), want, got)
+			return broken(PromisePortChange, "after %s of %s with ports changed from %q to %q, the backend forwards %q", step.op, key(svc), ports(svc), want, got)
 		}
 	}
 	return r.delete(ctx, changed)
@@ -544,10 +593,10 @@ func checkPortChange(ctx context.Context, s LoadBalancerSetup) error {
 func checkNodeChange(ctx context.Context, s LoadBalancerSetup) error {
 	r := s.withDefaults()
 	if r.Forwards == nil {
-		return skipped(promiseNodeChange, "LoadBalancerSetup.Forwards is nil")
+		return unchecked("LoadBalancerSetup", r.Skip, lbNodeChange, "LoadBalancerSetup.Forwards is nil")
 	}
 	if len(r.Nodes) < 2 {
-		return skipped(promiseNodeChange, "LoadBalancerSetup.Nodes has fewer than two nodes")
+		return unchecked("LoadBalancerSetup", r.Skip, lbNodeChange, "LoadBalancerSetup.Nodes has fewer than two nodes")
 	}
 	svc := r.Service("conformance", "node-change", 0)
 	if _, err := r.ensure(ctx, svc); err != nil {
@@ -564,16 +613,16 @@ func checkNodeChange(ctx context.Context, s LoadBalancerSetup) error {
 			return err
 		}
 		if got, want := forwardedPorts(fs), ports(svc); !slices.Equal(got, want) {
-			return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards ports %q, want %q", key(svc), nodeNames(nodes), got, want)
+			return broken(PromiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards ports %q, want %q", key(svc), nodeNames(nodes), got, want)
 		}
 		given := nodeNames(nodes)
 		for _, f := range fs {
 			if len(f.Nodes) == 0 {
-				return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to no node", key(svc), given, f.Protocol, f.Port)
+				return broken(PromiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to no node", key(svc), given, f.Protocol, f.Port)
 			}
 			for _, n := range f.Nodes {
 				if !slices.Contains(given, n) {
-					return broken(promiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to node %s, which was removed", key(svc), given, f.Protocol, f.Port, n)
+					return broken(PromiseNodeChange, "after UpdateLoadBalancer of %s with nodes %q, the backend forwards %s %d to node %s, which was removed", key(svc), given, f.Protocol, f.Port, n)
 				}
 			}
 		}
@@ -584,7 +633,7 @@ func checkNodeChange(ctx context.Context, s LoadBalancerSetup) error {
 func checkNothingLeft(ctx context.Context, s LoadBalancerSetup) error {
 	r := s.withDefaults()
 	if r.Forwards == nil && r.Leftovers == nil && r.Backend == nil {
-		return skipped(promiseNothingLeft, "LoadBalancerSetup has no Backend, Forwards or Leftovers to inspect the backend with")
+		return unchecked("LoadBalancerSetup", r.Skip, lbNothingLeft, "LoadBalancerSetup has no Backend, Forwards or Leftovers to inspect the backend with")
 	}
 	svc := r.Service("conformance", "nothing-left", 0)
 	if _, err := r.ensure(ctx, svc); err != nil {
@@ -607,7 +656,7 @@ func checkNothingLeft(ctx context.Context, s LoadBalancerSetup) error {
 	if ok, err := r.backendExists(ctx, changed, false); err != nil {
 		return fmt.Errorf("backend: %w", err)
 	} else if ok {
-		return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still has a load balancer for it", key(svc))
+		return broken(PromiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still has a load balancer for it", key(svc))
 	}
 	if r.Forwards != nil {
 		for _, v := range []*v1.Service{svc, changed} {
@@ -616,7 +665,7 @@ func checkNothingLeft(ctx context.Context, s LoadBalancerSetup) error {
 				return err
 			}
 			if len(fs) > 0 {
-				return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still forwards %q", key(svc), forwardedPorts(fs))
+				return broken(PromiseNothingLeft, "after EnsureLoadBalancerDeleted of %s the backend still forwards %q", key(svc), forwardedPorts(fs))
 			}
 		}
 	}
@@ -626,7 +675,7 @@ func checkNothingLeft(ctx context.Context, s LoadBalancerSetup) error {
 			return fmt.Errorf("LoadBalancerSetup.Leftovers: %w", err)
 		}
 		if len(left) > 0 {
-			return broken(promiseNothingLeft, "after EnsureLoadBalancerDeleted of %s, the only Service, whose ports and nodes had changed, the backend still holds %q", key(svc), left)
+			return broken(PromiseNothingLeft, "after EnsureLoadBalancerDeleted of %s, the only Service, whose ports and nodes had changed, the backend still holds %q", key(svc), left)
 		}
 	}
 	return nil
