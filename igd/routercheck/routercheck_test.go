@@ -224,3 +224,54 @@ func TestRunRemovesAProbeWhoseAnswerWasLost(t *testing.T) {
 		t.Errorf("router holds %v after the check, want the probe removed", ms)
 	}
 }
+
+// Each port given is probed at its own key and says what the router will
+// do with it: allowed, refused by its rules (a failure naming the rule to
+// add), or held by another host (left alone, a warning naming the holder).
+func TestRunProbesTheServicePorts(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	r.Intercept(refuseLowPorts)
+	held := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8443, InternalClient: lanHost, InternalPort: 8443, Description: "nas", Enabled: true}
+	r.Put(held)
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, ServicePorts: []igd.Key{
+		{Protocol: igd.TCP, ExternalPort: 8080}, {Protocol: igd.TCP, ExternalPort: 443}, {Protocol: igd.TCP, ExternalPort: 8443},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type port struct {
+		Status      routercheck.Status
+		Detail, Fix string
+	}
+	got := map[string]port{}
+	for _, f := range rep.Findings {
+		if f.Check == routercheck.CheckPort {
+			got[f.Port.String()] = port{f.Status, f.Detail, f.Fix}
+		}
+	}
+	for k, want := range map[string]struct {
+		status      routercheck.Status
+		detail, fix string
+	}{
+		"TCP/8080": {routercheck.OK, "allows", ""},
+		"TCP/443":  {routercheck.Fail, "UPnP error 606", "allow 443 0.0.0.0/0 1024-65535"},
+		"TCP/8443": {routercheck.Warn, `held by 192.0.2.99:8443 ("nas")`, "free the port"},
+	} {
+		g := got[k]
+		if g.Status != want.status || !strings.Contains(g.Detail, want.detail) || !strings.Contains(g.Fix, want.fix) {
+			t.Errorf("%s: %+v, want status %s, detail with %q, fix with %q", k, g, want.status, want.detail, want.fix)
+		}
+	}
+	if st := statuses(rep)[routercheck.CheckLowPorts]; st != routercheck.Skipped {
+		t.Errorf("%s: %s, want skipped (port 443 given)", routercheck.CheckLowPorts, st)
+	}
+	if d := cmp.Diff([]igd.Mapping{held}, r.Mappings(), cmpopts.EquateComparable(netip.Addr{})); d != "" {
+		t.Errorf("router table after the check (-want +got):\n%s", d)
+	}
+}
