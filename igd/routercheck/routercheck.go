@@ -262,7 +262,7 @@ func router(gw igd.Gateway) Finding {
 		d += fmt.Sprintf(", server %q", gw.Server)
 	}
 	if gw.GuardedListing {
-		d += fmt.Sprintf("; a daemon that dies on long table listings (miniupnpd before 2.3.4, or no version): listed only in ranges of at most %d mappings", igd.SafeListWidth)
+		d += fmt.Sprintf("; a daemon that dies when one table listing holds more than %d mappings of a protocol (miniupnpd before 2.3.4, or no version): listed only in parts that stay under that", igd.SafeListWidth)
 	}
 	return Finding{Check: CheckRouter, Status: OK, Detail: d}
 }
