@@ -98,7 +98,7 @@ func TestLabServicePorts(t *testing.T) {
 	miniupnpdFix.Permissions = append([]string{"allow 80-443 192.0.2.0/24 1024-65535"}, miniupnpdFix.Permissions...)
 	openWrtFix := igdtest.OpenWrtDefault()
 	openWrtFix.Permissions = append([]string{
-		"allow 80 0.0.0.0/0 1024-65535 #ACL", // as conf_rule_add writes AllowPortFix's rule
+		"allow 80 0.0.0.0/0 1024-65535 #ACL", // as conf_rule_add writes allowPortFix's rule
 		"allow 443 0.0.0.0/0 1024-65535 #ACL",
 	}, openWrtFix.Permissions...)
 	ports := []igd.Key{{Protocol: igd.TCP, ExternalPort: 80}, {Protocol: igd.TCP, ExternalPort: 443},

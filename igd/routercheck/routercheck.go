@@ -413,19 +413,19 @@ func (r *run) servicePort(ctx context.Context, k igd.Key, self netip.Addr) Findi
 	case errors.Is(err, igd.ErrNotAuthorized) || errors.Is(err, igd.ErrConflict):
 		f.Status = Fail
 		f.Detail = fmt.Sprintf("refuses it: %v; a Service's port %s gets ccmkit.io/NotAuthorized (a Service with no other port stays <pending>)", err, k)
-		f.Fix = AllowPortFix(k.ExternalPort)
+		f.Fix = allowPortFix(k.ExternalPort)
 	default:
 		f.Status, f.Detail, f.Fix = Warn, "could not tell: "+err.Error(), "see the router's log"
 	}
 	return f
 }
 
-// AllowPortFix says how to let the load balancer map external port on a
+// allowPortFix says how to let the load balancer map external port on a
 // miniupnpd router, whose permission rules are read first match first:
 // the miniupnpd.conf line, and the OpenWrt perm_rule its init script turns
 // into that line (one port, or one N-M range, per rule; internal ports are
 // nodePorts, 30000-32767 by default).
-func AllowPortFix(port uint16) string {
+func allowPortFix(port uint16) string {
 	return fmt.Sprintf("allow external port %d on the router, for internal ports 1024-65535 (nodePorts): "+
 		"miniupnpd.conf: allow %d 0.0.0.0/0 1024-65535 above the deny line; "+
 		"OpenWrt: uci add upnpd perm_rule; uci set upnpd.@perm_rule[-1].action=allow; uci set upnpd.@perm_rule[-1].ext_ports=%d; "+

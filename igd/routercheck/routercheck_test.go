@@ -181,6 +181,8 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		{routercheck.Options{Ports: igd.PortRange{First: 80, Last: 90}}, "Options.Ports 80-90"},
 		{routercheck.Options{Ports: igd.PortRange{First: 2000, Last: 1999}}, "Options.Ports 2000-1999"},
 		{routercheck.Options{Lease: time.Millisecond}, "Options.Lease 1ms"},
+		{routercheck.Options{ServicePorts: []igd.Key{{Protocol: igd.TCP, ExternalPort: 80}, {Protocol: igd.UDP}}}, "Options.ServicePorts[1] UDP/0"},
+		{routercheck.Options{ServicePorts: []igd.Key{{Protocol: "SCTP", ExternalPort: 80}}}, "Options.ServicePorts[0] SCTP/80"},
 	} {
 		if _, err := routercheck.Run(t.Context(), c, tc.o); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.o, err, tc.field)
