@@ -111,6 +111,7 @@ func TestDoctorRefusesBadFlags(t *testing.T) {
 		{"--output", "yaml"},
 		{"--other-host", "fe80::1"},
 		{"--cloud-config", filepath.Join(t.TempDir(), "missing.yaml")},
+		{"--kubeconfig", filepath.Join(t.TempDir(), "missing-kubeconfig")},
 		{"extra"},
 	} {
 		var out, errOut bytes.Buffer
