@@ -45,6 +45,8 @@ cross:
 
 ## image-tar: bin/edge-ccm-linux-ARCH.tar for each of CROSS_ARCHES: an image tarball (the static
 ## binary on an empty base) for `k3s ctr images import` / `docker load`, built without a Docker engine.
+## Each architecture is a full build (both: about 20 min on a loaded 2-core machine); a cluster of
+## one architecture needs only its own: `make image-tar CROSS_ARCHES=arm64` (Raspberry Pi).
 IMAGE_REF ?= localhost/edge-ccm:dev
 image-tar: cross
 	@set -e; for arch in $(CROSS_ARCHES); do \

@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -65,24 +66,29 @@ func (e *PortError) reason() string {
 	return ""
 }
 
-// advice says what to do about a port refused for reason.
-func advice(reason string) string {
+// advice says what to do about port k, refused for reason.
+func advice(reason string, k igd.Key) string {
 	switch reason {
 	case PortErrorInUse:
 		return "free the port on the router (or in the other Service), or give this Service another port"
 	case PortErrorNotAuthorized:
-		return "the router's permission rules refuse it: use an external port the router allows (OpenWrt and many routers allow 1024-65535 only), or allow it on the router (miniupnpd.conf allow lines; OpenWrt: upnpd perm_rules)"
+		// miniupnpd's rules, as OpenWrt's init script writes a perm_rule
+		// (one port per rule); internal ports are nodePorts.
+		return fmt.Sprintf("the router's permission rules refuse external port %d: allow it on the router "+
+			"(miniupnpd.conf: allow %d 0.0.0.0/0 1024-65535 above the deny line; OpenWrt: a perm_rule with action allow, ext_ports %d, int_addr 0.0.0.0/0, int_ports 1024-65535, before Default deny), "+
+			"or use an external port the router allows (OpenWrt and many routers allow 1024-65535 only)", k.ExternalPort, k.ExternalPort, k.ExternalPort)
 	case PortErrorSecureMode:
 		return "the router maps only to the asking host's own address (secure mode): set secureMode: true in the cloud-config, or turn secure mode off on the router"
 	}
 	return "see the router's log"
 }
 
-// joinPortErrors joins the errors of failed in key order.
+// joinPortErrors joins the errors of failed in key order, each with what
+// to do about it.
 func joinPortErrors(failed map[igd.Key]*PortError) error {
 	var errs []error
 	for _, k := range slices.SortedFunc(maps.Keys(failed), compareKeys) {
-		errs = append(errs, failed[k])
+		errs = append(errs, fmt.Errorf("%w; %s", failed[k], advice(failed[k].reason(), k)))
 	}
 	return errors.Join(errs...)
 }
@@ -120,7 +126,7 @@ func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*
 	for _, k := range fresh {
 		why := reasons[k]
 		lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
-			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why))
+			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why, k))
 	}
 }
 

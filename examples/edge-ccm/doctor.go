@@ -7,12 +7,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
@@ -42,14 +52,18 @@ func runDoctor(args []string) int {
 	return doctor(ctx, args, os.Stdout, os.Stderr, doctorNet{})
 }
 
-// doctorNet says how the doctor reaches the router; the zero value is this
-// host's network. Tests run it from inside a lab's namespace.
+// doctorNet says how the doctor reaches the router and the API server; the
+// zero value is this host's network and the flags' API access. Tests run it
+// from inside a lab's namespace.
 type doctorNet struct {
 	// igd adapts the UPnP client's config; nil leaves it as it is.
 	igd func(igd.Config) igd.Config
 	// pcp, when set, is the PCP client; nil asks the router found on
 	// pcp.Port.
 	pcp *pcp.Client
+	// kube, when set, is the API client; nil builds one from --kubeconfig
+	// or the pod's service account.
+	kube kubernetes.Interface
 }
 
 // doctor is runDoctor with its outputs and network.
@@ -59,8 +73,11 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	cloudConfig := fs.String("cloud-config", "", "edge cloud-config file the CCM will run with; \"\" = all defaults")
 	otherHost := fs.String("other-host", "", "another LAN host's address, for the secure-mode probe (a mapping to a closed port, removed at once); \"\" = the router's own LAN address")
 	output := fs.String("output", "table", "table, or json for scripts")
+	portsFlag := fs.String("ports", "", "external ports the Services will use, probed one by one: 80,443,53/udp (TCP unless /udp); \"\" = the ports of the LoadBalancer Services of --load-balancer-class or none, when the API server can be reached")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, to read the Services' ports; \"\" = the pod's service account, if any")
+	class := fs.String("load-balancer-class", DefaultClass, "the loadBalancerClass served: Services of it, and those without a class, are read for their ports")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router this host finds allows, by probe mappings of its own\n(removed at once), against the cloud-config. Exit status 0: edge-ccm will work;\n%d: fix the first failed finding; %d: the check could not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
+		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router this host finds allows, by probe mappings of its own\n(removed at once), against the cloud-config, and each port the Services will use.\nExit status 0: edge-ccm will work; %d: fix the first failed finding; %d: the\ncheck could not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -87,9 +104,28 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 		}
 		other = a
 	}
+	ports, err := parsePorts(*portsFlag)
+	if err != nil {
+		return fail(err)
+	}
 	cfg, err := readCloudConfig(*cloudConfig)
 	if err != nil {
 		return fail(err)
+	}
+	var wantedBy map[igd.Key][]string
+	if *portsFlag == "" {
+		kube := net.kube
+		if kube == nil {
+			if kube, err = kubeClient(*kubeconfig); err != nil {
+				return fail(err)
+			}
+		}
+		if kube == nil {
+			fmt.Fprintf(stderr, "edge-ccm %s: no API access (no --kubeconfig, no service account token): the Services' ports are not probed; name them with --ports\n", doctorCommand)
+		} else if wantedBy, err = servicePorts(ctx, kube, *class); err != nil {
+			return fail(err)
+		}
+		ports = slices.SortedFunc(maps.Keys(wantedBy), compareKeys)
 	}
 	igdCfg := cfg.Gateway.ClientConfig()
 	if net.igd != nil {
@@ -103,9 +139,15 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	rep, err := routercheck.Run(ctx, client, routercheck.Options{
 		SecureMode: lb.SecureMode, PermanentLease: lb.PermanentLease, AllowNonPublicExternalIP: lb.AllowNonPublicExternalIP,
 		OtherHost: other, PCP: net.pcp, RequirePCP: cfg.Gateway.Protocol == edge.ProtocolPCP || cfg.Gateway.Protocol == edge.ProtocolPCPOnly,
+		ServicePorts: ports,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	for i, f := range rep.Findings {
+		if f.Port != nil && len(wantedBy[*f.Port]) > 0 {
+			rep.Findings[i].Detail += " (wanted by " + strings.Join(wantedBy[*f.Port], ", ") + ")"
+		}
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -120,6 +162,96 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 		return exitProblem
 	}
 	return 0
+}
+
+// parsePorts parses --ports: comma-separated ports, each TCP unless it ends
+// in /udp (or /tcp).
+func parsePorts(s string) ([]igd.Key, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var keys []igd.Key
+	for _, p := range strings.Split(s, ",") {
+		num, proto, _ := strings.Cut(p, "/")
+		k := igd.Key{Protocol: igd.TCP}
+		switch strings.ToLower(proto) {
+		case "", "tcp":
+		case "udp":
+			k.Protocol = igd.UDP
+		default:
+			return nil, fmt.Errorf("--ports %q: %q: the protocol must be tcp or udp", s, p)
+		}
+		n, err := strconv.ParseUint(num, 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--ports %q: %q: want a port of 1-65535, optionally /tcp or /udp", s, p)
+		}
+		k.ExternalPort = uint16(n)
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// kubeClient returns a client for kubeconfig, or for the pod's service
+// account when kubeconfig is "" (nil when there is none: not in a pod, or
+// its token is not mounted).
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		if cfg, err = rest.InClusterConfig(); err != nil {
+			return nil, nil
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: %w", kubeconfig, err)
+	}
+	return kubernetes.NewForConfig(rest.AddUserAgent(cfg, "edge-ccm-doctor"))
+}
+
+// listTimeout bounds the doctor's one API call: an API server that does not
+// answer in that time is not one to wait for at a terminal.
+const listTimeout = 30 * time.Second
+
+// servicePorts returns the external ports of the Services of type
+// LoadBalancer whose class is class or unset, with the Services
+// ("namespace/name") that want each. SCTP ports are left out: routers map
+// only TCP and UDP.
+func servicePorts(ctx context.Context, kube kubernetes.Interface, class string) (map[igd.Key][]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	list, err := kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the Services for their ports (or name them with --ports): %w", err)
+	}
+	out := map[igd.Key][]string{}
+	for _, svc := range list.Items {
+		if svc.Spec.Type != v1.ServiceTypeLoadBalancer || (svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass != class) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			k := igd.Key{Protocol: igd.TCP, ExternalPort: uint16(p.Port)}
+			switch p.Protocol {
+			case v1.ProtocolUDP:
+				k.Protocol = igd.UDP
+			case v1.ProtocolTCP, "":
+			default:
+				continue
+			}
+			if name := svc.Namespace + "/" + svc.Name; !slices.Contains(out[k], name) {
+				out[k] = append(out[k], name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// compareKeys orders keys by protocol, then port.
+func compareKeys(a, b igd.Key) int {
+	if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+		return c
+	}
+	return int(a.ExternalPort) - int(b.ExternalPort)
 }
 
 // readCloudConfig parses the cloud-config at path ("" = defaults).
@@ -145,17 +277,25 @@ func printReport(w io.Writer, rep routercheck.Report) {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
 	for _, f := range rep.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Check, strings.ToUpper(string(f.Status)), f.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", findingName(f), strings.ToUpper(string(f.Status)), f.Detail)
 	}
 	_ = tw.Flush()
 	for _, f := range rep.Findings {
 		if f.Fix != "" && (f.Status == routercheck.Warn || f.Status == routercheck.Fail) {
-			fmt.Fprintf(w, "\n%s (%s): %s\n", f.Check, f.Status, f.Fix)
+			fmt.Fprintf(w, "\n%s (%s): %s\n", findingName(f), f.Status, f.Fix)
 		}
 	}
 	if p := rep.Problem(); p != nil {
-		fmt.Fprintf(w, "\nedge-ccm will not work as configured. Fix first: %s: %s\n", p.Check, p.Fix)
+		fmt.Fprintf(w, "\nedge-ccm will not work as configured. Fix first: %s: %s\n", findingName(*p), p.Fix)
 		return
 	}
 	fmt.Fprintln(w, "\nedge-ccm will work with this cloud-config.")
+}
+
+// findingName is f's check, with the port of a per-port finding ("port TCP/80").
+func findingName(f routercheck.Finding) string {
+	if f.Port != nil {
+		return f.Check + " " + f.Port.String()
+	}
+	return f.Check
 }

@@ -86,3 +86,67 @@ func TestLabRun(t *testing.T) {
 		})
 	}
 }
+
+// The ports the operator will use, on a real miniupnpd whose rules allow
+// 80 to 443 besides 1024-65535, as the check's own fix tells them to:
+// written as miniupnpd.conf lines, and as OpenWrt's init script writes the
+// perm_rules of that fix (one rule per port, int_ports 1024-65535). Each
+// port says what the router does; the ports below 1024 it allows are no
+// longer reported refused, and the one it refuses is a failure naming it.
+func TestLabServicePorts(t *testing.T) {
+	miniupnpdFix := igdtest.HighPortsOnly()
+	miniupnpdFix.Permissions = append([]string{"allow 80-443 192.0.2.0/24 1024-65535"}, miniupnpdFix.Permissions...)
+	openWrtFix := igdtest.OpenWrtDefault()
+	openWrtFix.Permissions = append([]string{
+		"allow 80 0.0.0.0/0 1024-65535 #ACL", // as conf_rule_add writes allowPortFix's rule
+		"allow 443 0.0.0.0/0 1024-65535 #ACL",
+	}, openWrtFix.Permissions...)
+	ports := []igd.Key{{Protocol: igd.TCP, ExternalPort: 80}, {Protocol: igd.TCP, ExternalPort: 443},
+		{Protocol: igd.UDP, ExternalPort: 443}, {Protocol: igd.TCP, ExternalPort: 8443}, {Protocol: igd.TCP, ExternalPort: 22}}
+	want := map[string]routercheck.Status{"TCP/80": routercheck.OK, "TCP/443": routercheck.OK, "UDP/443": routercheck.OK,
+		"TCP/8443": routercheck.OK, "TCP/22": routercheck.Fail}
+	for _, tc := range []struct {
+		name string
+		lab  igdtest.Options
+		opts routercheck.Options
+	}{
+		{"miniupnpd.conf allow 80-443", miniupnpdFix, routercheck.Options{}},
+		{"OpenWrt perm_rules for 80 and 443", openWrtFix, routercheck.Options{SecureMode: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lab := igdtest.Start(t, tc.lab)
+			c, err := igd.NewClient(lab.ClientConfig(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.opts.PCP, err = pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port), DialContext: lab.Nodes[0].DialContext})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.opts.ServicePorts = ports
+			rep, err := routercheck.Run(t.Context(), c, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]routercheck.Status{}
+			for _, f := range rep.Findings {
+				t.Logf("%s %v: %s: %s", f.Check, f.Port, f.Status, f.Detail)
+				switch {
+				case f.Check == routercheck.CheckPort && f.Port != nil:
+					got[f.Port.String()] = f.Status
+				case f.Check == routercheck.CheckLowPorts && f.Status != routercheck.Skipped:
+					t.Errorf("%s: %s (%s), want it skipped: the ports below 1024 given are probed instead", f.Check, f.Status, f.Detail)
+				}
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("per-port statuses (-want +got):\n%s", d)
+			}
+			if p := rep.Problem(); p == nil || p.Port == nil || p.Port.ExternalPort != 22 || !strings.Contains(p.Fix, "allow 22 ") || !strings.Contains(p.Fix, "ext_ports=22") {
+				t.Errorf("Problem() = %+v, want port TCP/22 with the miniupnpd.conf and OpenWrt rules that allow it", p)
+			}
+			if ms, err := igd.ReadTable(t.Context(), c); err != nil || len(ms) != 0 {
+				t.Errorf("router table after the check: %v, %v; want empty", ms, err)
+			}
+		})
+	}
+}

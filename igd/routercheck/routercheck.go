@@ -2,8 +2,9 @@
 // load balancer is deployed on it: which router and daemon, which IGD
 // service, whether its external IP is public, whether it lists its table,
 // whether it lets this host map to other LAN hosts (secure mode), ports
-// below 1024 and finite leases. Each finding says what to do about it: the
-// edge cloud-config key to set, or the router setting to change.
+// below 1024, finite leases, and each port the Services will use. Each
+// finding says what to do about it: the edge cloud-config key to set, or
+// the router setting to change.
 //
 // # Safety
 //
@@ -23,7 +24,10 @@
 // Probe keys are drawn at random from Options.Ports, a range the load
 // balancer does not use unless a Service asks for it, and OtherHost is by
 // default the router's own address, which no program maps to: that takes a
-// coincidence of milliseconds on one key of a thousand.
+// coincidence of milliseconds on one key of a thousand. The keys of
+// Options.ServicePorts are the Services' own: a load balancer mapping one of
+// them to this host at that very moment has its mapping replaced by the
+// probe and removed with it, and maps it again at its next repair.
 package routercheck
 
 import (
@@ -64,6 +68,7 @@ const (
 	CheckLease      = "finite-lease"
 	CheckSecureMode = "secure-mode"
 	CheckLowPorts   = "ports-below-1024"
+	CheckPort       = "port" // one per Options.ServicePorts key; Finding.Port names it
 	CheckIPv6       = "ipv6-pinholes"
 	CheckPCP        = "pcp"
 )
@@ -79,6 +84,8 @@ type Finding struct {
 	// Fix says what to do when Status is Warn or Fail: the cloud-config key
 	// to set or the router setting to change; empty otherwise.
 	Fix string `json:"fix,omitempty"`
+	// Port is the key a CheckPort finding is about; nil for other checks.
+	Port *igd.Key `json:"port,omitempty"`
 }
 
 // Report is the outcome of Run.
@@ -124,6 +131,13 @@ type Options struct {
 	// server then fails the pcp check, and one refusing THIRD_PARTY
 	// without SecureMode warns (the load balancer maps to its own node).
 	RequirePCP bool
+	// ServicePorts are the external ports the load balancer will be asked
+	// to map (the Services' ports). Each is read, and probed at its own key
+	// (to this host) when the router holds nothing there: a CheckPort
+	// finding per key says whether the router allows it, refuses it (Fail)
+	// or holds it for another (Warn). When one lies below 1024, they replace
+	// the CheckLowPorts probe. Nil probes none.
+	ServicePorts []igd.Key
 }
 
 // Defaults of Options.
@@ -153,10 +167,15 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 	if o.Lease < time.Second || o.Lease > igd.MaxLease {
 		return Report{}, fmt.Errorf("routercheck: Options.Lease %s: must be between 1s and %s", o.Lease, igd.MaxLease)
 	}
+	for i, k := range o.ServicePorts {
+		if !k.Protocol.Valid() || k.ExternalPort == 0 {
+			return Report{}, fmt.Errorf("routercheck: Options.ServicePorts[%d] %s: want TCP or UDP and a port of 1-65535", i, k)
+		}
+	}
 	gw, err := c.Discover(ctx)
 	var nge *igd.NoGatewayError
 	if errors.As(err, &nge) && len(nge.Found) > 0 {
-		return unusable(nge), nil
+		return unusable(nge, o.ServicePorts), nil
 	}
 	if err != nil {
 		return Report{}, fmt.Errorf("routercheck: find the router: %w", err)
@@ -179,13 +198,24 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 	self1, lease := r.mapSelf(ctx, self)
 	add(self1)
 	if self1.Status == Fail {
+		const refused = "not probed: the router refused this host's own mapping"
 		for _, name := range []string{CheckLease, CheckSecureMode, CheckLowPorts} {
-			add(Finding{Check: name, Status: Skipped, Detail: "not probed: the router refused this host's own mapping"})
+			add(Finding{Check: name, Status: Skipped, Detail: refused})
+		}
+		for _, k := range o.ServicePorts {
+			add(Finding{Check: CheckPort, Status: Skipped, Detail: refused, Port: &k})
 		}
 	} else {
 		add(lease)
 		add(r.secureMode(ctx, self, other))
-		add(r.lowPorts(ctx, self))
+		if slices.ContainsFunc(o.ServicePorts, func(k igd.Key) bool { return k.ExternalPort < 1024 }) {
+			add(Finding{Check: CheckLowPorts, Status: Skipped, Detail: "not probed: the ports below 1024 given are probed one by one"})
+		} else {
+			add(r.lowPorts(ctx, self))
+		}
+		for _, k := range o.ServicePorts {
+			add(r.servicePort(ctx, k, self))
+		}
 	}
 	add(ipv6(gw))
 	add(r.pcp(ctx, gw, self, other))
@@ -195,8 +225,8 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 // unusable reports routers that answered but none of which discovery could
 // use: one without an external address fails CheckExternalIP (miniupnpd
 // answers an empty one when its WAN address is private or shared, as
-// behind a carrier's NAT), any other CheckRouter.
-func unusable(nge *igd.NoGatewayError) Report {
+// behind a carrier's NAT), any other CheckRouter; the ports are not probed.
+func unusable(nge *igd.NoGatewayError, ports []igd.Key) Report {
 	noIP := slices.ContainsFunc(nge.Found, func(c igd.Candidate) bool { return c.Connected() && !c.ExternalIP.IsValid() })
 	var rep Report
 	for _, name := range checks {
@@ -213,11 +243,17 @@ func unusable(nge *igd.NoGatewayError) Report {
 			f.Fix = "ask the ISP for a public IPv4 address, or put the upstream modem in bridge mode; ccmkit cannot map ports on this router"
 		}
 		rep.Findings = append(rep.Findings, f)
+		if name == CheckLowPorts {
+			for _, k := range ports {
+				rep.Findings = append(rep.Findings, Finding{Check: CheckPort, Status: Skipped, Detail: "not probed: no usable router", Port: &k})
+			}
+		}
 	}
 	return rep
 }
 
-// checks are the Check* constants in the order of a Report's findings.
+// checks are the Check* constants in the order of a Report's findings
+// (CheckPort, one per port, follows CheckLowPorts).
 var checks = []string{CheckRouter, CheckService, CheckExternalIP, CheckListing, CheckMapSelf, CheckLease, CheckSecureMode, CheckLowPorts, CheckIPv6, CheckPCP}
 
 func router(gw igd.Gateway) Finding {
@@ -226,7 +262,7 @@ func router(gw igd.Gateway) Finding {
 		d += fmt.Sprintf(", server %q", gw.Server)
 	}
 	if gw.GuardedListing {
-		d += fmt.Sprintf("; a daemon that dies on long table listings (miniupnpd before 2.3.4, or no version): listed only in ranges of at most %d mappings", igd.SafeListWidth)
+		d += fmt.Sprintf("; a daemon that dies when one table listing holds more than %d mappings of a protocol (miniupnpd before 2.3.4, or no version): listed only in parts that stay under that", igd.SafeListWidth)
 	}
 	return Finding{Check: CheckRouter, Status: OK, Detail: d}
 }
@@ -348,10 +384,53 @@ func (r *run) lowPorts(ctx context.Context, self netip.Addr) Finding {
 		return Finding{Check: CheckLowPorts, Status: OK, Detail: fmt.Sprintf("maps %s, below 1024", got.Key())}
 	case errors.Is(err, igd.ErrNotAuthorized) || errors.Is(err, igd.ErrConflict):
 		return Finding{Check: CheckLowPorts, Status: Warn,
-			Detail: "refuses external ports below 1024: " + err.Error() + "; a Service's port below 1024 gets the error ccmkit.io/NotAuthorized in its status, its other ports are served",
-			Fix:    "give Services ports at or above 1024; or allow the ports on the router (OpenWrt: a perm_rule with action allow and ext_ports '80 443' before the default deny; miniupnpd.conf: allow 80-443 <LAN>/24 0-65535 above the deny line)"}
+			Detail: fmt.Sprintf("refuses a port of %d-%d: %v; a Service's port the router refuses gets the error ccmkit.io/NotAuthorized in its status, its other ports are served", lowPorts.First, lowPorts.Last, err),
+			Fix:    "probe the ports your Services will use (doctor: --ports 80,443): it says per port what the router does and which rule allows it; or give Services ports at or above 1024"}
 	}
 	return Finding{Check: CheckLowPorts, Status: Warn, Detail: "could not tell: " + err.Error(), Fix: "see the router's log"}
+}
+
+// servicePort reads k and, when the router holds nothing there, probes it
+// with a mapping to this host: what the router will do when a Service asks
+// for it.
+func (r *run) servicePort(ctx context.Context, k igd.Key, self netip.Addr) Finding {
+	f := Finding{Check: CheckPort, Port: &k}
+	held, err := r.c.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
+	switch {
+	case err == nil:
+		f.Status = Warn
+		f.Detail = fmt.Sprintf("held by %s:%d (%q): the router allows the port, but a Service gets it only once it is free (ccmkit.io/PortInUse until then)", held.InternalClient, held.InternalPort, held.Description)
+		f.Fix = "nothing if that is the load balancer's own mapping (its description starts with ck1 and the cluster name); else free the port on the router, or give the Service another port"
+		return f
+	case !errors.Is(err, igd.ErrNoSuchEntry):
+		f.Status, f.Detail, f.Fix = Warn, fmt.Sprintf("could not tell: read %s: %v", k, err), "see the router's log"
+		return f
+	}
+	got, err := r.probeAt(ctx, k, self, r.leaseFor())
+	switch {
+	case err == nil:
+		f.Status, f.Detail = OK, fmt.Sprintf("allows it: mapped %s to this host (%s:%d), removed at once", k, self, got.InternalPort)
+	case errors.Is(err, igd.ErrNotAuthorized) || errors.Is(err, igd.ErrConflict):
+		f.Status = Fail
+		f.Detail = fmt.Sprintf("refuses it: %v; a Service's port %s gets ccmkit.io/NotAuthorized (a Service with no other port stays <pending>)", err, k)
+		f.Fix = allowPortFix(k.ExternalPort)
+	default:
+		f.Status, f.Detail, f.Fix = Warn, "could not tell: "+err.Error(), "see the router's log"
+	}
+	return f
+}
+
+// allowPortFix says how to let the load balancer map external port on a
+// miniupnpd router, whose permission rules are read first match first:
+// the miniupnpd.conf line, and the OpenWrt perm_rule its init script turns
+// into that line (one port, or one N-M range, per rule; internal ports are
+// nodePorts, 30000-32767 by default).
+func allowPortFix(port uint16) string {
+	return fmt.Sprintf("allow external port %d on the router, for internal ports 1024-65535 (nodePorts): "+
+		"miniupnpd.conf: allow %d 0.0.0.0/0 1024-65535 above the deny line; "+
+		"OpenWrt: uci add upnpd perm_rule; uci set upnpd.@perm_rule[-1].action=allow; uci set upnpd.@perm_rule[-1].ext_ports=%d; "+
+		"uci set upnpd.@perm_rule[-1].int_addr=0.0.0.0/0; uci set upnpd.@perm_rule[-1].int_ports=1024-65535; "+
+		"uci reorder upnpd.@perm_rule[-1]=1; uci commit upnpd; service miniupnpd restart (the rule must come before Default deny)", port, port, port)
 }
 
 func (r *run) leaseFor() time.Duration {
@@ -369,6 +448,11 @@ func (r *run) probe(ctx context.Context, ports igd.PortRange, target netip.Addr,
 	if err != nil {
 		return igd.Mapping{}, err
 	}
+	return r.probeAt(ctx, k, target, lease)
+}
+
+// probeAt is probe at k, which the caller has just read free.
+func (r *run) probeAt(ctx context.Context, k igd.Key, target netip.Addr, lease time.Duration) (igd.Mapping, error) {
 	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: target,
 		InternalPort: probeInternalPort(k), Description: r.tag, Lease: lease, Enabled: true}
 	sent, err := r.c.AddPortMapping(ctx, m)

@@ -181,6 +181,8 @@ func TestRunRefusesBadOptions(t *testing.T) {
 		{routercheck.Options{Ports: igd.PortRange{First: 80, Last: 90}}, "Options.Ports 80-90"},
 		{routercheck.Options{Ports: igd.PortRange{First: 2000, Last: 1999}}, "Options.Ports 2000-1999"},
 		{routercheck.Options{Lease: time.Millisecond}, "Options.Lease 1ms"},
+		{routercheck.Options{ServicePorts: []igd.Key{{Protocol: igd.TCP, ExternalPort: 80}, {Protocol: igd.UDP}}}, "Options.ServicePorts[1] UDP/0"},
+		{routercheck.Options{ServicePorts: []igd.Key{{Protocol: "SCTP", ExternalPort: 80}}}, "Options.ServicePorts[0] SCTP/80"},
 	} {
 		if _, err := routercheck.Run(t.Context(), c, tc.o); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Run(%+v) = %v, want an error naming %s", tc.o, err, tc.field)
@@ -222,5 +224,56 @@ func TestRunRemovesAProbeWhoseAnswerWasLost(t *testing.T) {
 	}
 	if ms := r.Mappings(); len(ms) != 0 {
 		t.Errorf("router holds %v after the check, want the probe removed", ms)
+	}
+}
+
+// Each port given is probed at its own key and says what the router will
+// do with it: allowed, refused by its rules (a failure naming the rule to
+// add), or held by another host (left alone, a warning naming the holder).
+func TestRunProbesTheServicePorts(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	r.Intercept(refuseLowPorts)
+	held := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8443, InternalClient: lanHost, InternalPort: 8443, Description: "nas", Enabled: true}
+	r.Put(held)
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, ServicePorts: []igd.Key{
+		{Protocol: igd.TCP, ExternalPort: 8080}, {Protocol: igd.TCP, ExternalPort: 443}, {Protocol: igd.TCP, ExternalPort: 8443},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type port struct {
+		Status      routercheck.Status
+		Detail, Fix string
+	}
+	got := map[string]port{}
+	for _, f := range rep.Findings {
+		if f.Check == routercheck.CheckPort {
+			got[f.Port.String()] = port{f.Status, f.Detail, f.Fix}
+		}
+	}
+	for k, want := range map[string]struct {
+		status      routercheck.Status
+		detail, fix string
+	}{
+		"TCP/8080": {routercheck.OK, "allows", ""},
+		"TCP/443":  {routercheck.Fail, "UPnP error 606", "allow 443 0.0.0.0/0 1024-65535"},
+		"TCP/8443": {routercheck.Warn, `held by 192.0.2.99:8443 ("nas")`, "free the port"},
+	} {
+		g := got[k]
+		if g.Status != want.status || !strings.Contains(g.Detail, want.detail) || !strings.Contains(g.Fix, want.fix) {
+			t.Errorf("%s: %+v, want status %s, detail with %q, fix with %q", k, g, want.status, want.detail, want.fix)
+		}
+	}
+	if st := statuses(rep)[routercheck.CheckLowPorts]; st != routercheck.Skipped {
+		t.Errorf("%s: %s, want skipped (port 443 given)", routercheck.CheckLowPorts, st)
+	}
+	if d := cmp.Diff([]igd.Mapping{held}, r.Mappings(), cmpopts.EquateComparable(netip.Addr{})); d != "" {
+		t.Errorf("router table after the check (-want +got):\n%s", d)
 	}
 }
