@@ -92,7 +92,9 @@ type GatewayConfig struct {
 	// the default gateway).
 	Protocol string `json:"protocol"`
 	// PCPSecretFile is a file holding the cluster's PCP secret, at least
-	// 32 bytes, the same for every replica (a mounted Kubernetes Secret).
+	// 32 bytes and random (New refuses one that could be guessed; make it
+	// with `head -c 32 /dev/urandom | base64`), the same for every replica
+	// (a mounted Kubernetes Secret). Surrounding white space is ignored.
 	// Required with protocol "pcp" and "pcp-only". A new secret leaves the mappings made
 	// under the old one to expire with their lease before they are mapped
 	// again.
