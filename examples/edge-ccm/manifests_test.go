@@ -431,3 +431,93 @@ func allowed(roles map[string][]rbacv1.PolicyRule, bound map[string]bool, group,
 func matches(list []string, v string) bool {
 	return slices.Contains(list, v) || slices.Contains(list, "*")
 }
+
+// podOf returns the pod template of the one DaemonSet or Deployment of objs.
+func podOf(t *testing.T, objs []runtime.Object) v1.PodSpec {
+	t.Helper()
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *appsv1.DaemonSet:
+			return o.Spec.Template.Spec
+		case *appsv1.Deployment:
+			return o.Spec.Template.Spec
+		}
+	}
+	t.Fatal("no DaemonSet or Deployment")
+	return v1.PodSpec{}
+}
+
+// TestManifestsProtectThePCPSecret checks, in both modes, that the PCP
+// Secret is mounted (optional, so that `pcp` works as shipped once it is
+// created) where the README says, readable only by its owner and the pod's
+// group (0440 and fsGroup: never by other users of the node), and that the
+// container runs in that group.
+func TestManifestsProtectThePCPSecret(t *testing.T) {
+	for _, dir := range []string{"manifests", standaloneDir} {
+		t.Run(dir, func(t *testing.T) {
+			pod := podOf(t, decodeManifests(t, dir))
+			i := slices.IndexFunc(pod.Volumes, func(v v1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "edge-ccm-pcp" })
+			if i < 0 {
+				t.Fatal("the Secret edge-ccm-pcp is not mounted: gateway.protocol pcp cannot be used as shipped")
+			}
+			vol := pod.Volumes[i].Secret
+			if vol.Optional == nil || !*vol.Optional {
+				t.Error("the Secret volume is not optional: the pod would not start without it")
+			}
+			if vol.DefaultMode == nil || *vol.DefaultMode != 0o440 {
+				t.Errorf("the Secret's files have mode %#o, want 0440 (owner and the pod's group only)", ptrValue(vol.DefaultMode))
+			}
+			sc := pod.SecurityContext
+			if sc == nil || sc.FSGroup == nil || sc.RunAsGroup == nil || *sc.FSGroup != *sc.RunAsGroup {
+				t.Errorf("pod securityContext %+v: fsGroup must be set and be the group the container runs as, so that it reads a 0440 Secret", sc)
+			}
+			c := pod.Containers[0]
+			if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool {
+				return m.Name == pod.Volumes[i].Name && m.MountPath == "/etc/edge-ccm-pcp" && m.ReadOnly
+			}) {
+				t.Errorf("the Secret is not mounted read-only at /etc/edge-ccm-pcp (gateway.pcpSecretFile: /etc/edge-ccm-pcp/secret): %+v", c.VolumeMounts)
+			}
+		})
+	}
+}
+
+func ptrValue[T any](p *T) (v T) {
+	if p != nil {
+		v = *p
+	}
+	return v
+}
+
+// TestCCMManifestTurnsProfilingOff checks the CCM's arguments: the
+// controller manager serves /debug/pprof unless --profiling=false.
+func TestCCMManifestTurnsProfilingOff(t *testing.T) {
+	c := podOf(t, decodeManifests(t, "manifests")).Containers[0]
+	if !slices.Contains(c.Args, "--profiling=false") {
+		t.Errorf("args %q lack --profiling=false", c.Args)
+	}
+}
+
+// TestStandaloneNamespaceForPodSecurity checks the standalone namespace's
+// Pod Security labels: enforce privileged (the pod needs the host network),
+// warn and audit restricted (any other pod put there is flagged).
+func TestStandaloneNamespaceForPodSecurity(t *testing.T) {
+	var ns *v1.Namespace
+	for _, obj := range decodeManifests(t, standaloneDir) {
+		if o, ok := obj.(*v1.Namespace); ok {
+			ns = o
+		}
+	}
+	if ns == nil {
+		t.Fatal("no Namespace in the standalone manifests")
+	}
+	want := map[string]string{
+		"pod-security.kubernetes.io/enforce": "privileged",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+	}
+	for k, v := range want {
+		if ns.Labels[k] != v {
+			t.Errorf("namespace %s label %s=%q, want %q", ns.Name, k, ns.Labels[k], v)
+		}
+	}
+}

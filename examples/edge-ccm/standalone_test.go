@@ -205,3 +205,36 @@ func TestStandaloneServesHealthAndMetrics(t *testing.T) {
 		t.Errorf("second bind = %v, want an error naming --bind-address", err)
 	}
 }
+
+// The standalone mode serves /metrics without authentication, so by
+// default only on the loopback address; the Deployment's liveness probe
+// asks there (the pod shares the node's network, as the kubelet does).
+func TestStandaloneMetricsOnLoopbackByDefault(t *testing.T) {
+	_, o := standaloneCmd()
+	host, _, err := net.SplitHostPort(o.bindAddress)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("default --bind-address %q is not a loopback address", o.bindAddress)
+	}
+	var dep *appsv1.Deployment
+	for _, obj := range decodeManifests(t, standaloneDir) {
+		if d, ok := obj.(*appsv1.Deployment); ok {
+			dep = d
+		}
+	}
+	if dep == nil {
+		t.Fatal("no Deployment")
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	cmd, o := standaloneCmd()
+	logs.AddFlags(cmd.PersistentFlags())
+	if err := cmd.ParseFlags(c.Args[1:]); err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ = net.SplitHostPort(o.bindAddress)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		t.Errorf("the Deployment serves /metrics on %q, not a loopback address", o.bindAddress)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != host {
+		t.Errorf("liveness probe %+v does not ask %s, where /healthz is served", p, host)
+	}
+}
