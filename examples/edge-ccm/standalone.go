@@ -112,7 +112,7 @@ unless loadBalancer.services is "all".`,
 	fs.BoolVar(&o.classless, "classless", o.classless, "also serve Services with no loadBalancerClass (only when no other load balancer serves them: k3s servicelb off, no cloud-controller-manager)")
 	fs.IntVar(&o.workers, "workers", o.workers, "Services synced at once")
 	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, as a periodic resync; 0 = never: the load balancer's own background work renews leases and repairs the router's table for every Service it serves")
-	fs.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "host:port serving /healthz and /metrics (Prometheus text, without authentication: the router's and the load balancer's counters); \"\" = none")
+	fs.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "host:port serving /healthz and /metrics (Prometheus text, without authentication: the router's and the load balancer's counters; the default, on loopback, lets only the node itself in); \"\" = none")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "take a Lease before serving, so one replica is active")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", o.leaseNamespace, "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "name of the Lease")
@@ -244,8 +244,10 @@ func buildEdge(path string, opts edge.Options) (*provider.Cloud, error) {
 
 // defaultBindAddress is where the standalone mode serves /healthz and
 // /metrics: a port of its own beside the controller managers' (10257,
-// 10258, 10259), on the host network.
-const defaultBindAddress = "0.0.0.0:10263"
+// 10258, 10259), on loopback: /metrics has no authentication, and on the
+// host network any address but loopback is the LAN's (and a pod could map
+// it to the internet through the router).
+const defaultBindAddress = "127.0.0.1:10263"
 
 // serveHTTP serves /healthz (200 while the process runs, leader or not)
 // and /metrics (the legacy registry, where igd and loadbalancer register)
