@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -137,11 +138,17 @@ func (o *standaloneOptions) run(ctx context.Context) error {
 
 // runWith is run with the API server's config and the edge provider built.
 func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, cloud *provider.Cloud) error {
-	logger := klog.FromContext(ctx)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("load-balancer: API client: %w", err)
 	}
+	return o.runOn(ctx, client, clientbuilder.SimpleControllerClientBuilder{ClientConfig: restCfg}, cloud)
+}
+
+// runOn is runWith on an API client, with builder giving the load
+// balancer's own.
+func (o *standaloneOptions) runOn(ctx context.Context, client kubernetes.Interface, builder cloudprovider.ControllerClientBuilder, cloud *provider.Cloud) error {
+	logger := klog.FromContext(ctx)
 	// Checked before taking the Lease: a bad flag fails at once.
 	if _, err := lbclass.New(o.classConfig(cloud, client, informers.NewSharedInformerFactory(client, 0))); err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
@@ -152,7 +159,7 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 		return err
 	}
 	defer stopServing()
-	serve := func(ctx context.Context) error { return o.serve(ctx, cloud, client, restCfg) }
+	serve := func(ctx context.Context) error { return o.serve(ctx, cloud, client, builder) }
 	if !o.leaderElect {
 		return serve(ctx)
 	}
@@ -192,10 +199,10 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 
 // serve runs the edge load balancer's background work and the class
 // controller on one informer factory until ctx ends.
-func (o *standaloneOptions) serve(ctx context.Context, cloud *provider.Cloud, client kubernetes.Interface, restCfg *rest.Config) error {
+func (o *standaloneOptions) serve(ctx context.Context, cloud *provider.Cloud, client kubernetes.Interface, builder cloudprovider.ControllerClientBuilder) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cloud.SetInformers(factory)
-	cloud.Initialize(clientbuilder.SimpleControllerClientBuilder{ClientConfig: restCfg}, ctx.Done())
+	cloud.Initialize(builder, ctx.Done())
 	c, err := lbclass.New(o.classConfig(cloud, client, factory))
 	if err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
