@@ -170,22 +170,33 @@ func (o *standaloneOptions) runOn(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("load-balancer: lease lock: %w", err)
 	}
-	var serveErr error
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   o.leaseDuration,
-		RenewDeadline:   o.renewDeadline,
-		RetryPeriod:     o.retryPeriod,
-		ReleaseOnCancel: true,
-		Name:            o.leaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Became leader, serving", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
-				serveErr = serve(ctx)
+	// The leader elector runs OnStartedLeading on a goroutine it does not
+	// wait for: it only hands over the leadership's context, and this
+	// goroutine serves, so that runOn returns once serving has stopped.
+	leading, elected := make(chan context.Context, 1), make(chan struct{})
+	go func() {
+		defer close(elected)
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   o.leaseDuration,
+			RenewDeadline:   o.renewDeadline,
+			RetryPeriod:     o.retryPeriod,
+			ReleaseOnCancel: true,
+			Name:            o.leaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) { leading <- ctx },
+				OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
 			},
-			OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
-		},
-	})
+		})
+	}()
+	var serveErr error
+	select {
+	case lctx := <-leading:
+		logger.Info("Became leader, serving", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
+		serveErr = serve(lctx) // until the leadership ends
+	case <-elected: // never leader, or leader for no time at all
+	}
+	<-elected
 	if serveErr != nil {
 		return serveErr
 	}
