@@ -291,26 +291,8 @@ func TestManifests(t *testing.T) {
 	})
 
 	t.Run("RBAC", func(t *testing.T) {
-		// What a CCM needs by the upstream documentation, plus what the
-		// edge load balancer's background work needs.
-		needs := []struct{ group, resource, verb, namespace string }{
-			{"", "nodes", "get", ""}, {"", "nodes", "watch", ""}, {"", "nodes", "list", ""}, {"", "nodes", "update", ""}, {"", "nodes", "patch", ""},
-			// The node lifecycle controller deletes nodes whose instance is gone.
-			{"", "nodes", "delete", ""},
-			{"", "nodes/status", "patch", ""},
-			{"", "services", "watch", ""}, {"", "services", "list", ""}, {"", "services", "patch", ""},
-			{"", "services/status", "patch", ""}, {"", "services/status", "update", ""},
-			{"", "events", "create", ""}, {"", "events", "patch", ""},
-			{"discovery.k8s.io", "endpointslices", "watch", ""}, {"discovery.k8s.io", "endpointslices", "list", ""},
-			// Leader election reads, creates and renews its Lease.
-			{"coordination.k8s.io", "leases", "get", "kube-system"},
-			{"coordination.k8s.io", "leases", "create", "kube-system"}, {"coordination.k8s.io", "leases", "update", "kube-system"},
-		}
-		for _, n := range needs {
-			if !allowed(roles, roleBound, n.group, n.resource, n.verb, n.namespace) {
-				t.Errorf("no rule bound to kube-system/cloud-controller-manager allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
-			}
-		}
+		// The rules: TestRBACIsWhatTheCodeUses. The roles bound for the
+		// controller manager's delegated authentication:
 		for _, r := range []string{"ClusterRole//system:auth-delegator", "Role/kube-system/extension-apiserver-authentication-reader"} {
 			if !roleBound[r] {
 				t.Errorf("%s is not bound to the service account (delegated authentication)", r)

@@ -106,9 +106,10 @@ func TestRBACIsWhatTheCodeUses(t *testing.T) {
 
 // serviceLife takes a node and a Service through their lives on client's
 // objects (through its tracker, so that only the controllers' calls are
-// recorded): the node (cluster.Node with nodeOpts) appears, the Service (of
-// class, "" none) is mapped, gains a port, follows the router's new
-// external IP (a repair pass after an announced restart), and is deleted.
+// recorded): the node (cluster.Node with nodeOpts) appears (and, with class
+// "", is initialized and relabelled), the Service (of class, "" none) is
+// mapped, gains a port, follows the router's new external IP (a repair pass
+// after an announced restart), and is deleted.
 func serviceLife(t *testing.T, client *k8sfake.Clientset, router *fake.Router, ann *announcer, class string, nodeOpts ...cluster.NodeOption) {
 	t.Helper()
 	tr := client.Tracker()
@@ -116,6 +117,39 @@ func serviceLife(t *testing.T, client *k8sfake.Clientset, router *fake.Router, a
 	if err := tr.Add(cluster.Node("n1", nodeOpts...)); err != nil {
 		t.Fatal(err)
 	}
+	// With the cloud node controller (class ""), the node is initialized,
+	// its address replaced (a patch of its status), then it gets another
+	// beta zone label (a kubelet of old) that the controller copies to the
+	// GA key (a get and a patch), all before the Service exists: a node
+	// sync of upstream's service controller overlapping a Service's first
+	// sync is a data race there.
+	nodes := v1.SchemeGroupVersion.WithResource("nodes")
+	nodeUntil := func(what string, done func(*v1.Node) bool) *v1.Node {
+		t.Helper()
+		var n *v1.Node
+		// A bound on a failure to converge, not a speed check.
+		err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			obj, err := tr.Get(nodes, "", "n1")
+			n, _ = obj.(*v1.Node)
+			return err == nil && done(n), err
+		})
+		if err != nil {
+			t.Fatalf("waiting for node n1 %s: %v; last seen %+v", what, err, n)
+		}
+		return n.DeepCopy()
+	}
+	if class == "" {
+		n := nodeUntil("to be initialized with the cloud-config's address", func(n *v1.Node) bool {
+			return !slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider }) &&
+				slices.Contains(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "192.168.1.10"})
+		})
+		n.Labels[v1.LabelFailureDomainBetaZone] = "z2"
+		if err := tr.Update(nodes, n, ""); err != nil {
+			t.Fatal(err)
+		}
+		nodeUntil("to get the GA zone label", func(n *v1.Node) bool { return n.Labels[v1.LabelTopologyZone] == "z2" })
+	}
+
 	svc := cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 8080, 30080),
 		cluster.Annotation(loadbalancer.AnnotationLoadBalancerType, loadbalancer.AnnotationValue))
 	if class != "" {
@@ -148,24 +182,6 @@ func serviceLife(t *testing.T, client *k8sfake.Clientset, router *fake.Router, a
 		}
 	}
 	until("the Service's address", ports(1, fake.DefaultExternalIP.String()))
-
-	// The node, initialized, gets another beta zone label (a kubelet of
-	// old): the cloud node controller copies it to the GA key.
-	nodes := v1.SchemeGroupVersion.WithResource("nodes")
-	var node *v1.Node
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		obj, err := tr.Get(nodes, "", "n1")
-		node, _ = obj.(*v1.Node)
-		return err == nil && !slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider }), err
-	})
-	if err != nil {
-		t.Fatalf("waiting for node n1 to be initialized: %v", err)
-	}
-	node = node.DeepCopy()
-	node.Labels = map[string]string{v1.LabelFailureDomainBetaZone: "z2"}
-	if err := tr.Update(nodes, node, ""); err != nil {
-		t.Fatal(err)
-	}
 
 	s := get()
 	s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "alt", Protocol: v1.ProtocolTCP, Port: 8081, NodePort: 30081})
@@ -322,4 +338,3 @@ func (a *announcer) ListenAnnounce(ctx context.Context) error {
 }
 
 func (a *announcer) Restarts() <-chan struct{} { return a.restarts }
-

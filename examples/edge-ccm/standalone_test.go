@@ -21,23 +21,10 @@ import (
 
 const standaloneDir = "manifests/standalone"
 
-// standaloneNeeds is every permission the standalone mode uses, and so the
-// whole of what its RBAC may grant (namespace "" = cluster-wide).
-var standaloneNeeds = []struct{ group, resource, verb, namespace string }{
-	{"", "services", "get", ""}, {"", "services", "list", ""}, {"", "services", "watch", ""},
-	{"", "services/status", "patch", ""},
-	{"", "nodes", "get", ""}, {"", "nodes", "list", ""}, {"", "nodes", "watch", ""},
-	{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
-	{"", "events", "create", ""}, {"", "events", "patch", ""},
-	{"coordination.k8s.io", "leases", "get", "edge-load-balancer"},
-	{"coordination.k8s.io", "leases", "create", "edge-load-balancer"},
-	{"coordination.k8s.io", "leases", "update", "edge-load-balancer"},
-}
-
 // TestStandaloneManifests checks manifests/standalone: the kustomization
-// lists every manifest and names the image, the RBAC grants exactly what
-// the mode needs to the Deployment's service account, and the Deployment's
-// arguments are the mode's flags with a cloud-config that parses.
+// lists every manifest and names the image, and the Deployment's arguments
+// are the mode's flags with a cloud-config that parses (its RBAC:
+// TestRBACIsWhatTheCodeUses).
 func TestStandaloneManifests(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(standaloneDir, kustomizationFile))
 	if err != nil {
@@ -104,31 +91,6 @@ func TestStandaloneManifests(t *testing.T) {
 	if dep == nil || cm == nil || sa == nil {
 		t.Fatal("the standalone manifests lack a Deployment, ConfigMap or ServiceAccount")
 	}
-
-	t.Run("RBAC is what the mode needs", func(t *testing.T) {
-		for _, n := range standaloneNeeds {
-			if !allowed(roles, bound, n.group, n.resource, n.verb, n.namespace) {
-				t.Errorf("no rule allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
-			}
-		}
-		for key, rules := range roles {
-			for _, r := range rules {
-				for _, g := range r.APIGroups {
-					for _, res := range r.Resources {
-						for _, v := range r.Verbs {
-							_, rest, _ := strings.Cut(key, "/")
-							roleNS, _, _ := strings.Cut(rest, "/")
-							if !slices.ContainsFunc(standaloneNeeds, func(n struct{ group, resource, verb, namespace string }) bool {
-								return n.group == g && n.resource == res && n.verb == v && n.namespace == roleNS
-							}) {
-								t.Errorf("%s grants %s %s.%s, which the mode does not use", key, v, res, g)
-							}
-						}
-					}
-				}
-			}
-		}
-	})
 
 	t.Run("Deployment", func(t *testing.T) {
 		pod := dep.Spec.Template.Spec
