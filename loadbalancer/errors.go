@@ -18,6 +18,9 @@ var (
 	// ErrPortInUse means an external port the Service asks for is held by
 	// another host, cluster or Service. That mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
+	// ErrNotAdmitted means an operator's limit (Config.Admit, or
+	// Config.MaxMappings) refuses a port of the Service; the error says which.
+	ErrNotAdmitted = errors.New("loadbalancer: port not admitted")
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")

@@ -25,6 +25,10 @@ const (
 	// PortErrorSecureMode: the router refused a mapping to another host with
 	// the port free (UPnP 718), as a router in secure mode does.
 	PortErrorSecureMode = "ccmkit.io/SecureMode"
+	// PortErrorNotAdmitted: an operator's limit refuses the port
+	// (ErrNotAdmitted): a namespace, an external port or a number of
+	// mappings not allowed.
+	PortErrorNotAdmitted = "ccmkit.io/NotAdmitted"
 	// PortErrorRouterRefused: the router refused the mapping with another
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
