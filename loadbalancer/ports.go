@@ -57,6 +57,8 @@ func portRefusal(err error) *PortError {
 // reason is e's PortStatus error value ("" when e is no refusal).
 func (e *PortError) reason() string {
 	switch {
+	case errors.Is(e.Err, ErrNotAdmitted):
+		return PortErrorNotAdmitted
 	case errors.Is(e.Err, ErrPortInUse):
 		return PortErrorInUse
 	case errors.Is(e.Err, igd.ErrNotAuthorized):
@@ -76,6 +78,8 @@ func advice(reason string) string {
 		return "free the port on the router (or in the other Service), or give this Service another port"
 	case PortErrorNotAuthorized:
 		return "the router's permission rules refuse it: use an external port the router allows (OpenWrt and many routers allow 1024-65535 only), or allow it on the router (miniupnpd.conf allow lines; OpenWrt: upnpd perm_rules)"
+	case PortErrorNotAdmitted:
+		return "the cluster's operator does not allow it (the message names the limit): use a port and namespace the limits allow, or ask the operator"
 	case PortErrorSecureMode:
 		return "the router maps only to the asking host's own address (secure mode): set secureMode: true in the cloud-config, or turn secure mode off on the router"
 	}

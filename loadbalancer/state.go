@@ -252,7 +252,8 @@ func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
 }
 
 // reserve makes o the holder of k in this process before the router call,
-// unless another Service of this process holds or is taking k.
+// unless another Service of this process holds or is taking k, or the
+// Services hold Config.MaxMappings keys already.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -260,6 +261,9 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 		if _, ok := s.held[k]; ok && token != o.token {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
+	}
+	if err := lb.capReachedLocked(o, k); err != nil {
+		return err
 	}
 	lb.updateLocked(o, func(s *serviceState) { s.hold(k) })
 	return nil
