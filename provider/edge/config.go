@@ -139,6 +139,26 @@ type LoadBalancerConfig struct {
 	// NodeName is the node this CCM runs on. "": $NODE_NAME, else the node
 	// whose address is this host's address toward the router.
 	NodeName string `json:"nodeName"`
+
+	// The operator's limits. Each refused port is not mapped (a mapping the
+	// Service held there is removed): its status says
+	// ccmkit.io/NotAdmitted, and the Service's event (PortNotForwarded, or
+	// SyncLoadBalancerFailed when no port is left) names the key.
+
+	// AllowedNamespaces, when not empty, are the only namespaces whose
+	// Services are mapped.
+	AllowedNamespaces []string `json:"allowedNamespaces"`
+	// AllowedExternalPorts, when not empty, are the only external ports
+	// mapped: each a port ("443") or a range ("1024-65535").
+	AllowedExternalPorts []string `json:"allowedExternalPorts"`
+	// MaxMappings, when positive, caps the cluster's mappings (a consumer
+	// router holds 32 to 256): past it a new mapping waits until another
+	// Service gives one up. 0: no cap.
+	MaxMappings int `json:"maxMappings"`
+	// MaxMappingsPerService, when positive, caps each Service's mappings:
+	// its ports past the first ones, by protocol and port, are refused.
+	// 0: no cap.
+	MaxMappingsPerService int `json:"maxMappingsPerService"`
 }
 
 // InstancesConfig is the "instances" section: what node initialization
