@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -246,6 +247,12 @@ func ParseConfig(r io.Reader) (Config, error) {
 	if len(cfg.Instances.Nodes) == 0 {
 		cfg.Instances.Nodes = nil // "nodes: {}" is the default, as Default() writes it
 	}
+	if len(cfg.LoadBalancer.AllowedNamespaces) == 0 {
+		cfg.LoadBalancer.AllowedNamespaces = nil // "[]" too
+	}
+	if len(cfg.LoadBalancer.AllowedExternalPorts) == 0 {
+		cfg.LoadBalancer.AllowedExternalPorts = nil
+	}
 	return cfg, nil
 }
 
@@ -317,6 +324,15 @@ func (c Config) validate() (errs field.ErrorList) {
 	err = new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services))
 	add(lb.Child("services"), services, when(err != nil, fmt.Sprint(err)))
 	add(lb.Child("nodeName"), l.NodeName, when(l.NodeName != "", problems("not a node name: ", validation.IsDNS1123Subdomain(l.NodeName))))
+	for i, ns := range l.AllowedNamespaces {
+		add(lb.Child("allowedNamespaces").Index(i), ns, problems("not a namespace name: ", validation.IsDNS1123Label(ns)))
+	}
+	for i, r := range l.AllowedExternalPorts {
+		_, _, ok := portRange(r)
+		add(lb.Child("allowedExternalPorts").Index(i), r, when(!ok, `must be a port ("443") or a range of ports ("1024-65535"), from 1 to 65535`))
+	}
+	add(lb.Child("maxMappings"), strconv.Itoa(l.MaxMappings), when(l.MaxMappings < 0, "must be 0 (no cap) or positive"))
+	add(lb.Child("maxMappingsPerService"), strconv.Itoa(l.MaxMappingsPerService), when(l.MaxMappingsPerService < 0, "must be 0 (no cap) or positive"))
 	labels(inst, c.Instances.Zone, c.Instances.Region, c.Instances.InstanceType)
 	for _, n := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node, base := c.Instances.Nodes[n], inst.Child("nodes").Key(clip(n))
@@ -417,7 +433,7 @@ func reason(t reflect.Type, data []byte) string {
 	if t == durationType {
 		return cmp.Or(map[string]string{"a number": "a number has no unit: write a Go duration such as \"90s\" or \"1h\"", "a string": "not a Go duration such as \"2s\" or \"1h\""}[got], "must be a Go duration string such as \"2s\", not "+got)
 	}
-	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false"}[t.Kind()]
+	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false", reflect.Int: "a whole number"}[t.Kind()]
 	if reflect.PointerTo(t).Implements(textType) {
 		want = "a string"
 	}

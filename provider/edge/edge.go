@@ -183,6 +183,8 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		NodeName:                 cfg.LoadBalancer.NodeName,
 		SecureMode:               cfg.LoadBalancer.SecureMode,
 		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,
+		Admit:                    cfg.LoadBalancer.admit(),
+		MaxMappings:              cfg.LoadBalancer.MaxMappings,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: load balancer: %w", err)
