@@ -13,10 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	serjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -25,8 +28,10 @@ import (
 	"k8s.io/cloud-provider/app"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
@@ -502,4 +507,130 @@ func TestStandaloneNamespaceForPodSecurity(t *testing.T) {
 			t.Errorf("namespace %s label %s=%q, want %q", ns.Name, k, ns.Labels[k], v)
 		}
 	}
+}
+
+// TestRouterExposurePolicy decodes the optional policy of manifests/policy
+// and runs its CEL, as the API server would, on Services: in a namespace not
+// allowed, one that opts in to edge-ccm (the annotation, the legacy one, or
+// the class) is denied with a message naming it, others pass; the binding
+// applies to every namespace but those labelled allowed.
+func TestRouterExposurePolicy(t *testing.T) {
+	const dir = "manifests/policy"
+	data, err := os.ReadFile(filepath.Join(dir, kustomizationFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := decodeKustomization(data)
+	if err != nil {
+		t.Fatalf("%s: %v", kustomizationFile, err)
+	}
+	if got, want := slices.Sorted(slices.Values(k.Resources)), manifestFiles(t, dir); !slices.Equal(got, want) {
+		t.Errorf("%s lists %q, want every manifest %q", kustomizationFile, got, want)
+	}
+	var policy *admissionv1.ValidatingAdmissionPolicy
+	var binding *admissionv1.ValidatingAdmissionPolicyBinding
+	for _, obj := range decodeManifests(t, dir) {
+		switch o := obj.(type) {
+		case *admissionv1.ValidatingAdmissionPolicy:
+			policy = o
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			binding = o
+		default:
+			t.Errorf("unexpected object %T", obj)
+		}
+	}
+	if policy == nil || binding == nil {
+		t.Fatal("want a ValidatingAdmissionPolicy and its binding")
+	}
+	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding %s binds %q with %v, want policy %s with Deny", binding.Name, binding.Spec.PolicyName, binding.Spec.ValidationActions, policy.Name)
+	}
+
+	t.Run("binding's namespaces", func(t *testing.T) {
+		sel, err := metav1.LabelSelectorAsSelector(binding.Spec.MatchResources.NamespaceSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			labels map[string]string
+			want   bool
+		}{
+			{nil, true},
+			{map[string]string{"ccmkit.io/router-exposure": "allowed"}, false},
+			{map[string]string{"ccmkit.io/router-exposure": "no"}, true},
+		} {
+			if got := sel.Matches(labels.Set(tc.labels)); got != tc.want {
+				t.Errorf("namespace labelled %v checked: %v, want %v", tc.labels, got, tc.want)
+			}
+		}
+	})
+
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType), cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	program := func(expr string) cel.Program {
+		t.Helper()
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("%q: %v", expr, iss.Err())
+		}
+		p, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if len(policy.Spec.Variables) != 1 || len(policy.Spec.Validations) != 1 {
+		t.Fatalf("want one variable and one validation, got %d and %d", len(policy.Spec.Variables), len(policy.Spec.Validations))
+	}
+	exposes, valid, message := program(policy.Spec.Variables[0].Expression), program(policy.Spec.Validations[0].Expression), program(policy.Spec.Validations[0].MessageExpression)
+	class := loadbalancer.AnnotationValue // any other class
+	for _, tc := range []struct {
+		name    string
+		svc     *v1.Service
+		allowed bool
+	}{
+		{"annotated", newService(func(s *v1.Service) {
+			s.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), false},
+		{"legacy annotation", newService(func(s *v1.Service) {
+			s.Annotations = map[string]string{loadbalancer.LegacyAnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), false},
+		{"class", newService(func(s *v1.Service) { s.Spec.LoadBalancerClass = ptr.To(DefaultClass) }), false},
+		{"plain", newService(func(*v1.Service) {}), true},
+		{"another annotation", newService(func(s *v1.Service) { s.Annotations = map[string]string{"example.com/x": "y"} }), true},
+		{"another class", newService(func(s *v1.Service) { s.Spec.LoadBalancerClass = &class }), true},
+		{"annotated, not a LoadBalancer", newService(func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeClusterIP
+			s.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := map[string]any{"object": obj, "variables": map[string]any{}}
+			e, _, err := exposes.Eval(in)
+			if err != nil {
+				t.Fatalf("exposes: %v", err)
+			}
+			in["variables"] = map[string]any{"exposes": e.Value()}
+			ok, _, err := valid.Eval(in)
+			if err != nil || ok.Value() != tc.allowed {
+				t.Errorf("validation = %v (%v), want %v", ok, err, tc.allowed)
+			}
+			if msg, _, err := message.Eval(in); err != nil || !strings.Contains(fmt.Sprint(msg.Value()), "Service web/site may not be exposed on the router") {
+				t.Errorf("message = %v (%v)", msg, err)
+			}
+		})
+	}
+}
+
+// newService returns a Service web/site of type LoadBalancer changed by f.
+func newService(f func(*v1.Service)) *v1.Service {
+	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "site"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer}}
+	f(s)
+	return s
 }
