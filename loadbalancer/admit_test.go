@@ -8,8 +8,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ccmkit/ccmkit/fake"
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -89,5 +91,32 @@ func TestMaxMappingsMustNotBeNegative(t *testing.T) {
 	_, err := New(Config{Client: fake.NewRouter(fake.RouterConfig{}).Client(addrA), MaxMappings: -1})
 	if err == nil || !strings.Contains(err.Error(), "Config.MaxMappings") {
 		t.Errorf("New = %v, want an error naming Config.MaxMappings", err)
+	}
+}
+
+// A Service Config.Admit refuses a key does not contend for it: another
+// Service that wants the key is served.
+func TestArbitrationIgnoresPortsNotAdmitted(t *testing.T) {
+	admit := func(svc *v1.Service, keys []igd.Key) map[igd.Key]error {
+		out := map[igd.Key]error{}
+		for _, k := range keys {
+			if svc.Namespace == "games" {
+				out[k] = errors.New("namespace games is not allowed by the test")
+			}
+		}
+		return out
+	}
+	e := newEnv(t, Config{Admit: admit}, fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	refused := newService("games", "mc", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	web := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	if err := e.lb.Initialize(t.Context(), fakecluster.ClientBuilder(k8sfake.NewClientset(node, refused, web))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ensure(t, refused, []*v1.Node{node}); !errors.Is(err, ErrNotAdmitted) {
+		t.Errorf("refused Service: %v, want ErrNotAdmitted", err)
+	}
+	if _, err := e.ensure(t, web, []*v1.Node{node}); err != nil {
+		t.Errorf("the other Service: %v, want it served", err)
 	}
 }
