@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
@@ -93,3 +95,53 @@ func TestLimits(t *testing.T) {
 		t.Errorf("%d mappings, want 3 (the cluster's cap)", n)
 	}
 }
+
+// Under the real service controller, each refusal reaches the Service's
+// events naming the key: a Warning PortNotForwarded for a port refused
+// beside others served, SyncLoadBalancerFailed for a Service refused whole.
+func TestLimitsRefusalsAreEvents(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader("loadBalancer:\n  services: all\n  allowedNamespaces: [web]\n  allowedExternalPorts: [\"443\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := fake.NewRouter(fake.RouterConfig{})
+	cloud, err := New(cfg, Options{Client: router.Client(netip.MustParseAddr("192.168.1.2")), Announcer: quietAnnouncer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := cluster.Service("web", "site", cluster.Port("https", v1.ProtocolTCP, 443, 30443), cluster.Port("ssh", v1.ProtocolTCP, 22, 30022))
+	games := cluster.Service("games", "mc", cluster.Port("mc", v1.ProtocolTCP, 443, 30565))
+	h, err := cluster.Start(t.Context(), cluster.Config{Cloud: cloud, Objects: []k8sruntime.Object{
+		cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.2")), site, games,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	if _, err := h.WaitForIngress(t.Context(), "web", "site"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		svc  *v1.Service
+		want string
+	}{
+		{site, "PortNotForwarded: Port TCP/22 is not forwarded (ccmkit.io/NotAdmitted)"},
+		{games, "SyncLoadBalancerFailed: Error syncing load balancer: failed to ensure load balancer: loadbalancer: service games/mc port TCP/443: loadbalancer: port not admitted: namespace games is not in loadBalancer.allowedNamespaces"},
+	} {
+		// A bound on a failure to converge, not a speed check.
+		err := h.Wait(t.Context(), "a Warning on "+tc.svc.Name, func(ctx context.Context) (bool, error) {
+			got, err := h.Warnings(ctx, tc.svc.Namespace, tc.svc.UID)
+			return slices.ContainsFunc(got, func(w string) bool { return strings.HasPrefix(w, tc.want) }), err
+		})
+		if err != nil {
+			got, _ := h.Warnings(t.Context(), tc.svc.Namespace, tc.svc.UID)
+			t.Errorf("%v; warnings %q, want one starting %q", err, got, tc.want)
+		}
+	}
+}
+
+// quietAnnouncer announces no restart.
+type quietAnnouncer struct{}
+
+func (quietAnnouncer) ListenAnnounce(ctx context.Context) error { <-ctx.Done(); return nil }
+func (quietAnnouncer) Restarts() <-chan struct{}                { return nil }
