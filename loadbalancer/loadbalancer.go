@@ -315,7 +315,7 @@ func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)
 	}
-	lb.update(t.owner, func(s *serviceState) { s.failed = nil }) // no port is wanted
+	lb.update(t.owner, func(s *serviceState) { s.failed, s.told = nil, nil }) // no port is wanted
 	_, err = lb.converge(ctx, t, request{owner: t.owner}, got)
 	return errors.Join(swept, err)
 }

@@ -105,17 +105,19 @@ func portReasons(failed map[igd.Key]*PortError) map[igd.Key]string {
 }
 
 // notePorts records the ports of svc that could not be forwarded (for
-// GetLoadBalancer and the background retry) and warns once about each new
-// failure, while the background work runs.
+// GetLoadBalancer and the background retry) and warns once about each
+// failure and reason, as soon as the background work runs (a failure noted
+// before is warned about at its next retry).
 func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*PortError) {
 	reasons := portReasons(failed)
 	var fresh []igd.Key
 	lb.update(o, func(s *serviceState) {
 		for k, why := range reasons {
-			if old := s.failed[k]; old == nil || old.reason() != why {
+			if s.told[k] != why {
 				fresh = append(fresh, k)
 			}
 		}
+		maps.DeleteFunc(s.told, func(k igd.Key, _ string) bool { _, ok := reasons[k]; return !ok })
 		s.failed = failed
 		if len(failed) == 0 {
 			s.failed = nil
@@ -127,8 +129,15 @@ func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*
 	slices.SortFunc(fresh, compareKeys)
 	for _, k := range fresh {
 		why := reasons[k]
-		lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
-			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why))
+		if lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
+			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why)) {
+			lb.update(o, func(s *serviceState) {
+				if s.told == nil {
+					s.told = make(map[igd.Key]string)
+				}
+				s.told[k] = why
+			})
+		}
 	}
 }
 

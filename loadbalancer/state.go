@@ -29,8 +29,10 @@ type serviceState struct {
 	deletedAt  time.Time
 	warned     netip.Addr // the external IP last warned about
 	// failed holds the ports of the last Ensure or pass that could not be
-	// forwarded, with their PortStatus error values (warned about once each).
+	// forwarded, with why; told, the PortStatus error value each was last
+	// warned about with (a subset: warnings need the background work).
 	failed map[igd.Key]*PortError
+	told   map[igd.Key]string
 	// swept records, on a blind client, when the Service's mappings at a
 	// key to a nodePort were swept off the other nodes (a refused add):
 	// what a sweep finds was written before it, so one a lease is enough.
