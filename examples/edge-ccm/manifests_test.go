@@ -26,6 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/app"
+	"k8s.io/cloud-provider/names"
+	"k8s.io/cloud-provider/options"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -475,12 +478,21 @@ func ptrValue[T any](p *T) (v T) {
 	return v
 }
 
-// TestCCMManifestTurnsProfilingOff checks the CCM's arguments: the
-// controller manager serves /debug/pprof unless --profiling=false.
+// TestCCMManifestTurnsProfilingOff parses the CCM's arguments with the
+// cloud-controller-manager's own flags: each must be one of them, and
+// profiling (/debug/pprof, on by default) must be off.
 func TestCCMManifestTurnsProfilingOff(t *testing.T) {
 	c := podOf(t, decodeManifests(t, "manifests")).Containers[0]
-	if !slices.Contains(c.Args, "--profiling=false") {
-		t.Errorf("args %q lack --profiling=false", c.Args)
+	opts, err := options.NewCloudControllerManagerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors, names.CCMControllerAliases(), cliflag.NamedFlagSets{}, nil)
+	if err := cmd.ParseFlags(c.Args); err != nil {
+		t.Fatalf("args %q: %v", c.Args, err)
+	}
+	if opts.Generic.Debugging.EnableProfiling {
+		t.Errorf("args %q leave profiling on: want --profiling=false", c.Args)
 	}
 }
 
