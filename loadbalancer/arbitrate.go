@@ -49,7 +49,7 @@ func (lb *LoadBalancer) arbitrate(req request, k igd.Key, contenders func() ([]*
 	me := req.svc
 	for _, s := range svcs {
 		if (s.Namespace == me.Namespace && s.Name == me.Name) || !lb.handed(s) || s.DeletionTimestamp != nil ||
-			!lb.optedIn(s) || !slices.Contains(specKeys(s), k) {
+			!lb.optedIn(s) || !slices.Contains(specKeys(s), k) || !lb.admitted(s, k) {
 			continue
 		}
 		so := newOwner(req.owner.cluster, s.Namespace, s.Name)

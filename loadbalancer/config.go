@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -156,6 +157,25 @@ type Config struct {
 	// node (see NodeName). False lets them target any eligible node.
 	SecureMode bool
 
+	// Admit, when set, is an operator's policy on which ports Services may
+	// map (provider/edge's loadBalancer.allowedNamespaces and
+	// allowedExternalPorts, for example). It is asked each time a Service is
+	// served, with the keys of its spec, sorted, and returns why each key
+	// it refuses may not be mapped (an error naming the limit); nil or a
+	// key left out: admitted. A refused port gets PortErrorNotAdmitted and
+	// loses the Service's mapping there; a Service refused a key does not
+	// contend for it. It must not block: it is asked within a Service's
+	// operation, and of other Services when arbitrating.
+	Admit func(svc *v1.Service, keys []igd.Key) map[igd.Key]error
+
+	// MaxMappings, when positive, caps the mappings all Services of this
+	// LoadBalancer hold or are taking in this process: a Service that would
+	// map a key past it is refused that key (PortErrorNotAdmitted) until
+	// another gives one up. Mappings a Service already holds are kept and
+	// renewed. Zero: no cap. After a restart the Services are counted as
+	// they are served again.
+	MaxMappings int
+
 	// RetryAfter is the fixed delay of the api.RetryError returned while the
 	// cluster is not ready yet. Zero means DefaultRetryAfter.
 	RetryAfter time.Duration
@@ -225,6 +245,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Services != AllServices && c.Services != AnnotatedServices {
 		bad("Services", fmt.Sprintf("%s is not AllServices or AnnotatedServices", c.Services))
+	}
+	if c.MaxMappings < 0 {
+		bad("MaxMappings", fmt.Sprintf("%d must not be negative (0: no cap)", c.MaxMappings))
 	}
 	switch {
 	case c.RetryAfter == 0:

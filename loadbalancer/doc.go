@@ -195,4 +195,11 @@
 // unwrapped, and once a Normal event saying how to opt in; the router is not
 // called for them unless their status or this process records ports where
 // they may own mappings (they opted out), which they then lose.
+//
+// # Admission
+//
+// Config.Admit, an operator's policy, and Config.MaxMappings, a cap on all
+// Services' mappings, refuse ports per port (PortErrorNotAdmitted, the
+// error naming the limit): a refused port is not mapped and loses the
+// Service's mapping there, and does not count as the Service wanting it.
 package loadbalancer

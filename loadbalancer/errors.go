@@ -1,10 +1,13 @@
 package loadbalancer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -15,6 +18,9 @@ var (
 	// ErrPortInUse means an external port the Service asks for is held by
 	// another host, cluster or Service. That mapping is left alone.
 	ErrPortInUse = errors.New("loadbalancer: external port in use")
+	// ErrNotAdmitted means an operator's limit (Config.Admit, or
+	// Config.MaxMappings) refuses a port of the Service; the error says which.
+	ErrNotAdmitted = errors.New("loadbalancer: port not admitted")
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
@@ -47,7 +53,9 @@ func (e *ServiceError) Is(target error) bool { return target == ErrInvalidServic
 type PortError struct {
 	Service string  // "namespace/name"
 	Key     igd.Key // the router key of the port: protocol and external port
-	// Holder is the mapping of someone else that holds Key, when known.
+	// Holder is the mapping of someone else that holds Key, when known. Its
+	// Description may be secret (a PCP mapping's is its nonce): Error
+	// quotes it only when it is not.
 	Holder *igd.Mapping
 	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
 	Claimant string
@@ -56,11 +64,14 @@ type PortError struct {
 }
 
 // Error names the Service, the port, the cause and any holder or claimant.
+// A holder's description is quoted, but for a PCP mapping's, whose nonce it
+// carries (whoever knows the nonce can delete or replace the mapping, and the
+// error reaches the Service's events): that one is "PCP MAP (nonce redacted)".
 func (e *PortError) Error() string {
 	msg := fmt.Sprintf("loadbalancer: service %s port %s: %v", e.Service, e.Key, e.Err)
 	switch {
 	case e.Holder != nil:
-		msg += fmt.Sprintf(" (held by %s:%d, description %q)", e.Holder.InternalClient, e.Holder.InternalPort, e.Holder.Description)
+		msg += fmt.Sprintf(" (held by %s:%d, description %s)", e.Holder.InternalClient, e.Holder.InternalPort, quoteDescription(e.Holder.Description))
 	case e.Claimant != "":
 		msg += fmt.Sprintf(" (being mapped for service %s)", e.Claimant)
 	}
@@ -69,3 +80,16 @@ func (e *PortError) Error() string {
 
 // Unwrap returns the cause.
 func (e *PortError) Unwrap() error { return e.Err }
+
+// pcpDescriptionPrefix starts the description a router stores for a PCP
+// mapping, the nonce's hex following: pcp.Description's, up to the nonce.
+var pcpDescriptionPrefix, _, _ = strings.Cut(pcp.Description([12]byte{}, binary.BigEndian), "0")
+
+// quoteDescription quotes a mapping's description for a message, the nonce
+// of a PCP mapping's left out.
+func quoteDescription(d string) string {
+	if strings.HasPrefix(d, pcpDescriptionPrefix) {
+		return fmt.Sprintf("%q", pcpDescriptionPrefix+"(nonce redacted)")
+	}
+	return fmt.Sprintf("%q", d)
+}

@@ -208,11 +208,14 @@ func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error
 }
 
 // tell records an event on svc while the background work runs (its recorder
-// exists only then); svc nil records nothing.
-func (lb *LoadBalancer) tell(svc *v1.Service, eventType, reason, format string, args ...any) {
-	if ph, w := lb.bg.now(); ph == phaseRunning && svc != nil {
-		w.recorder.Eventf(svc, eventType, reason, format, args...)
+// exists only then), and reports whether it did; svc nil records nothing.
+func (lb *LoadBalancer) tell(svc *v1.Service, eventType, reason, format string, args ...any) bool {
+	ph, w := lb.bg.now()
+	if ph != phaseRunning || svc == nil {
+		return false
 	}
+	w.recorder.Eventf(svc, eventType, reason, format, args...)
+	return true
 }
 
 // hintOptIn records on svc, not selected, a Normal event saying how to opt

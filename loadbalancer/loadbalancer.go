@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -236,6 +237,7 @@ type operation struct {
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
+	admitted, refused := lb.admit(o, svc, plans) // refused ports are withdrawn
 	// Asked in every operation's turn: an address the router no longer
 	// reports (its WAN link went down) is never served from a cache.
 	ext, extErr := lb.refreshExternalIP(ctx)
@@ -253,7 +255,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	for selfOnly := lb.selfOnly(); ; selfOnly = true {
 		var req request
 		if invalid == nil {
-			if req, err = lb.request(ctx, o, svc, plans, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
+			if req, err = lb.request(ctx, o, svc, admitted, nodes); err != nil && !errors.Is(err, ErrInvalidService) {
 				return nil, err
 			}
 			invalid = err
@@ -273,6 +275,10 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 			break
 		}
 	}
+	if len(refused) > 0 && failed == nil {
+		failed = make(map[igd.Key]*PortError, len(refused))
+	}
+	maps.Copy(failed, refused)
 	if err != nil || (len(failed) > 0 && len(failed) == len(plans)) { // no port forwarded: fail as a whole
 		return nil, errors.Join(err, joinPortErrors(failed))
 	}
@@ -309,7 +315,7 @@ func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)
 	}
-	lb.update(t.owner, func(s *serviceState) { s.failed = nil }) // no port is wanted
+	lb.update(t.owner, func(s *serviceState) { s.failed, s.told = nil, nil }) // no port is wanted
 	_, err = lb.converge(ctx, t, request{owner: t.owner}, got)
 	return errors.Join(swept, err)
 }

@@ -26,6 +26,10 @@ const (
 	// PortErrorSecureMode: the router refused a mapping to another host with
 	// the port free (UPnP 718), as a router in secure mode does.
 	PortErrorSecureMode = "ccmkit.io/SecureMode"
+	// PortErrorNotAdmitted: an operator's limit refuses the port
+	// (ErrNotAdmitted): a namespace, an external port or a number of
+	// mappings not allowed.
+	PortErrorNotAdmitted = "ccmkit.io/NotAdmitted"
 	// PortErrorRouterRefused: the router refused the mapping with another
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
@@ -54,6 +58,8 @@ func portRefusal(err error) *PortError {
 // reason is e's PortStatus error value ("" when e is no refusal).
 func (e *PortError) reason() string {
 	switch {
+	case errors.Is(e.Err, ErrNotAdmitted):
+		return PortErrorNotAdmitted
 	case errors.Is(e.Err, ErrPortInUse):
 		return PortErrorInUse
 	case errors.Is(e.Err, igd.ErrNotAuthorized):
@@ -77,6 +83,8 @@ func advice(reason string, k igd.Key) string {
 		return fmt.Sprintf("the router's permission rules refuse external port %d: allow it on the router "+
 			"(miniupnpd.conf: allow %d 0.0.0.0/0 1024-65535 above the deny line; OpenWrt: a perm_rule with action allow, ext_ports %d, int_addr 0.0.0.0/0, int_ports 1024-65535, before Default deny), "+
 			"or use an external port the router allows (OpenWrt and many routers allow 1024-65535 only)", k.ExternalPort, k.ExternalPort, k.ExternalPort)
+	case PortErrorNotAdmitted:
+		return "the cluster's operator does not allow it (the message names the limit): use a port and namespace the limits allow, or ask the operator"
 	case PortErrorSecureMode:
 		return "the router maps only to the asking host's own address (secure mode): set secureMode: true in the cloud-config, or turn secure mode off on the router"
 	}
@@ -103,17 +111,19 @@ func portReasons(failed map[igd.Key]*PortError) map[igd.Key]string {
 }
 
 // notePorts records the ports of svc that could not be forwarded (for
-// GetLoadBalancer and the background retry) and warns once about each new
-// failure, while the background work runs.
+// GetLoadBalancer and the background retry) and warns once about each
+// failure and reason, as soon as the background work runs (a failure noted
+// before is warned about at its next retry).
 func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*PortError) {
 	reasons := portReasons(failed)
 	var fresh []igd.Key
 	lb.update(o, func(s *serviceState) {
 		for k, why := range reasons {
-			if old := s.failed[k]; old == nil || old.reason() != why {
+			if s.told[k] != why {
 				fresh = append(fresh, k)
 			}
 		}
+		maps.DeleteFunc(s.told, func(k igd.Key, _ string) bool { _, ok := reasons[k]; return !ok })
 		s.failed = failed
 		if len(failed) == 0 {
 			s.failed = nil
@@ -125,8 +135,15 @@ func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*
 	slices.SortFunc(fresh, compareKeys)
 	for _, k := range fresh {
 		why := reasons[k]
-		lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
-			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why, k))
+		if lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
+			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why, k)) {
+			lb.update(o, func(s *serviceState) {
+				if s.told == nil {
+					s.told = make(map[igd.Key]string)
+				}
+				s.told[k] = why
+			})
+		}
 	}
 }
 

@@ -29,8 +29,10 @@ type serviceState struct {
 	deletedAt  time.Time
 	warned     netip.Addr // the external IP last warned about
 	// failed holds the ports of the last Ensure or pass that could not be
-	// forwarded, with their PortStatus error values (warned about once each).
+	// forwarded, with why; told, the PortStatus error value each was last
+	// warned about with (a subset: warnings need the background work).
 	failed map[igd.Key]*PortError
+	told   map[igd.Key]string
 	// swept records, on a blind client, when the Service's mappings at a
 	// key to a nodePort were swept off the other nodes (a refused add):
 	// what a sweep finds was written before it, so one a lease is enough.
@@ -252,7 +254,8 @@ func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
 }
 
 // reserve makes o the holder of k in this process before the router call,
-// unless another Service of this process holds or is taking k.
+// unless another Service of this process holds or is taking k, or the
+// Services hold Config.MaxMappings keys already.
 func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -260,6 +263,9 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 		if _, ok := s.held[k]; ok && token != o.token {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
+	}
+	if err := lb.capReachedLocked(o, k); err != nil {
+		return err
 	}
 	lb.updateLocked(o, func(s *serviceState) { s.hold(k) })
 	return nil

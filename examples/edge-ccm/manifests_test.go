@@ -13,20 +13,28 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	serjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/cloud-provider/app"
+	"k8s.io/cloud-provider/names"
+	"k8s.io/cloud-provider/options"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
@@ -291,26 +299,8 @@ func TestManifests(t *testing.T) {
 	})
 
 	t.Run("RBAC", func(t *testing.T) {
-		// What a CCM needs by the upstream documentation, plus what the
-		// edge load balancer's background work needs.
-		needs := []struct{ group, resource, verb, namespace string }{
-			{"", "nodes", "get", ""}, {"", "nodes", "watch", ""}, {"", "nodes", "list", ""}, {"", "nodes", "update", ""}, {"", "nodes", "patch", ""},
-			// The node lifecycle controller deletes nodes whose instance is gone.
-			{"", "nodes", "delete", ""},
-			{"", "nodes/status", "patch", ""},
-			{"", "services", "watch", ""}, {"", "services", "list", ""}, {"", "services", "patch", ""},
-			{"", "services/status", "patch", ""}, {"", "services/status", "update", ""},
-			{"", "events", "create", ""}, {"", "events", "patch", ""},
-			{"discovery.k8s.io", "endpointslices", "watch", ""}, {"discovery.k8s.io", "endpointslices", "list", ""},
-			// Leader election reads, creates and renews its Lease.
-			{"coordination.k8s.io", "leases", "get", "kube-system"},
-			{"coordination.k8s.io", "leases", "create", "kube-system"}, {"coordination.k8s.io", "leases", "update", "kube-system"},
-		}
-		for _, n := range needs {
-			if !allowed(roles, roleBound, n.group, n.resource, n.verb, n.namespace) {
-				t.Errorf("no rule bound to kube-system/cloud-controller-manager allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
-			}
-		}
+		// The rules: TestRBACIsWhatTheCodeUses. The roles bound for the
+		// controller manager's delegated authentication:
 		for _, r := range []string{"ClusterRole//system:auth-delegator", "Role/kube-system/extension-apiserver-authentication-reader"} {
 			if !roleBound[r] {
 				t.Errorf("%s is not bound to the service account (delegated authentication)", r)
@@ -430,4 +420,229 @@ func allowed(roles map[string][]rbacv1.PolicyRule, bound map[string]bool, group,
 
 func matches(list []string, v string) bool {
 	return slices.Contains(list, v) || slices.Contains(list, "*")
+}
+
+// podOf returns the pod template of the one DaemonSet or Deployment of objs.
+func podOf(t *testing.T, objs []runtime.Object) v1.PodSpec {
+	t.Helper()
+	for _, obj := range objs {
+		switch o := obj.(type) {
+		case *appsv1.DaemonSet:
+			return o.Spec.Template.Spec
+		case *appsv1.Deployment:
+			return o.Spec.Template.Spec
+		}
+	}
+	t.Fatal("no DaemonSet or Deployment")
+	return v1.PodSpec{}
+}
+
+// TestManifestsProtectThePCPSecret checks, in both modes, that the PCP
+// Secret is mounted (optional, so that `pcp` works as shipped once it is
+// created) where the README says, readable only by its owner and the pod's
+// group (0440 and fsGroup: never by other users of the node), and that the
+// container runs in that group.
+func TestManifestsProtectThePCPSecret(t *testing.T) {
+	for _, dir := range []string{"manifests", standaloneDir} {
+		t.Run(dir, func(t *testing.T) {
+			pod := podOf(t, decodeManifests(t, dir))
+			i := slices.IndexFunc(pod.Volumes, func(v v1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "edge-ccm-pcp" })
+			if i < 0 {
+				t.Fatal("the Secret edge-ccm-pcp is not mounted: gateway.protocol pcp cannot be used as shipped")
+			}
+			vol := pod.Volumes[i].Secret
+			if vol.Optional == nil || !*vol.Optional {
+				t.Error("the Secret volume is not optional: the pod would not start without it")
+			}
+			if vol.DefaultMode == nil || *vol.DefaultMode != 0o440 {
+				t.Errorf("the Secret's files have mode %#o, want 0440 (owner and the pod's group only)", ptrValue(vol.DefaultMode))
+			}
+			sc := pod.SecurityContext
+			if sc == nil || sc.FSGroup == nil || sc.RunAsGroup == nil || *sc.FSGroup != *sc.RunAsGroup {
+				t.Errorf("pod securityContext %+v: fsGroup must be set and be the group the container runs as, so that it reads a 0440 Secret", sc)
+			}
+			c := pod.Containers[0]
+			if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool {
+				return m.Name == pod.Volumes[i].Name && m.MountPath == "/etc/edge-ccm-pcp" && m.ReadOnly
+			}) {
+				t.Errorf("the Secret is not mounted read-only at /etc/edge-ccm-pcp (gateway.pcpSecretFile: /etc/edge-ccm-pcp/secret): %+v", c.VolumeMounts)
+			}
+		})
+	}
+}
+
+func ptrValue[T any](p *T) (v T) {
+	if p != nil {
+		v = *p
+	}
+	return v
+}
+
+// TestCCMManifestTurnsProfilingOff parses the CCM's arguments with the
+// cloud-controller-manager's own flags: each must be one of them, and
+// profiling (/debug/pprof, on by default) must be off.
+func TestCCMManifestTurnsProfilingOff(t *testing.T) {
+	c := podOf(t, decodeManifests(t, "manifests")).Containers[0]
+	opts, err := options.NewCloudControllerManagerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := app.NewCloudControllerManagerCommand(opts, initCloud, app.DefaultInitFuncConstructors, names.CCMControllerAliases(), cliflag.NamedFlagSets{}, nil)
+	if err := cmd.ParseFlags(c.Args); err != nil {
+		t.Fatalf("args %q: %v", c.Args, err)
+	}
+	if opts.Generic.Debugging.EnableProfiling {
+		t.Errorf("args %q leave profiling on: want --profiling=false", c.Args)
+	}
+}
+
+// TestStandaloneNamespaceForPodSecurity checks the standalone namespace's
+// Pod Security labels: enforce privileged (the pod needs the host network),
+// warn and audit restricted (any other pod put there is flagged).
+func TestStandaloneNamespaceForPodSecurity(t *testing.T) {
+	var ns *v1.Namespace
+	for _, obj := range decodeManifests(t, standaloneDir) {
+		if o, ok := obj.(*v1.Namespace); ok {
+			ns = o
+		}
+	}
+	if ns == nil {
+		t.Fatal("no Namespace in the standalone manifests")
+	}
+	want := map[string]string{
+		"pod-security.kubernetes.io/enforce": "privileged",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+	}
+	for k, v := range want {
+		if ns.Labels[k] != v {
+			t.Errorf("namespace %s label %s=%q, want %q", ns.Name, k, ns.Labels[k], v)
+		}
+	}
+}
+
+// TestRouterExposurePolicy decodes the optional policy of manifests/policy
+// and runs its CEL, as the API server would, on Services: in a namespace not
+// allowed, one that opts in to edge-ccm (the annotation, the legacy one, or
+// the class) is denied with a message naming it, others pass; the binding
+// applies to every namespace but those labelled allowed.
+func TestRouterExposurePolicy(t *testing.T) {
+	const dir = "manifests/policy"
+	data, err := os.ReadFile(filepath.Join(dir, kustomizationFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := decodeKustomization(data)
+	if err != nil {
+		t.Fatalf("%s: %v", kustomizationFile, err)
+	}
+	if got, want := slices.Sorted(slices.Values(k.Resources)), manifestFiles(t, dir); !slices.Equal(got, want) {
+		t.Errorf("%s lists %q, want every manifest %q", kustomizationFile, got, want)
+	}
+	var policy *admissionv1.ValidatingAdmissionPolicy
+	var binding *admissionv1.ValidatingAdmissionPolicyBinding
+	for _, obj := range decodeManifests(t, dir) {
+		switch o := obj.(type) {
+		case *admissionv1.ValidatingAdmissionPolicy:
+			policy = o
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			binding = o
+		default:
+			t.Errorf("unexpected object %T", obj)
+		}
+	}
+	if policy == nil || binding == nil {
+		t.Fatal("want a ValidatingAdmissionPolicy and its binding")
+	}
+	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding %s binds %q with %v, want policy %s with Deny", binding.Name, binding.Spec.PolicyName, binding.Spec.ValidationActions, policy.Name)
+	}
+
+	t.Run("binding's namespaces", func(t *testing.T) {
+		sel, err := metav1.LabelSelectorAsSelector(binding.Spec.MatchResources.NamespaceSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			labels map[string]string
+			want   bool
+		}{
+			{nil, true},
+			{map[string]string{"ccmkit.io/router-exposure": "allowed"}, false},
+			{map[string]string{"ccmkit.io/router-exposure": "no"}, true},
+		} {
+			if got := sel.Matches(labels.Set(tc.labels)); got != tc.want {
+				t.Errorf("namespace labelled %v checked: %v, want %v", tc.labels, got, tc.want)
+			}
+		}
+	})
+
+	env, err := cel.NewEnv(cel.Variable("object", cel.DynType), cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	program := func(expr string) cel.Program {
+		t.Helper()
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("%q: %v", expr, iss.Err())
+		}
+		p, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if len(policy.Spec.Variables) != 1 || len(policy.Spec.Validations) != 1 {
+		t.Fatalf("want one variable and one validation, got %d and %d", len(policy.Spec.Variables), len(policy.Spec.Validations))
+	}
+	exposes, valid, message := program(policy.Spec.Variables[0].Expression), program(policy.Spec.Validations[0].Expression), program(policy.Spec.Validations[0].MessageExpression)
+	class := loadbalancer.AnnotationValue // any other class
+	for _, tc := range []struct {
+		name    string
+		svc     *v1.Service
+		allowed bool
+	}{
+		{"annotated", newService(func(s *v1.Service) {
+			s.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), false},
+		{"legacy annotation", newService(func(s *v1.Service) {
+			s.Annotations = map[string]string{loadbalancer.LegacyAnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), false},
+		{"class", newService(func(s *v1.Service) { s.Spec.LoadBalancerClass = ptr.To(DefaultClass) }), false},
+		{"plain", newService(func(*v1.Service) {}), true},
+		{"another annotation", newService(func(s *v1.Service) { s.Annotations = map[string]string{"example.com/x": "y"} }), true},
+		{"another class", newService(func(s *v1.Service) { s.Spec.LoadBalancerClass = &class }), true},
+		{"annotated, not a LoadBalancer", newService(func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeClusterIP
+			s.Annotations = map[string]string{loadbalancer.AnnotationLoadBalancerType: loadbalancer.AnnotationValue}
+		}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := map[string]any{"object": obj, "variables": map[string]any{}}
+			e, _, err := exposes.Eval(in)
+			if err != nil {
+				t.Fatalf("exposes: %v", err)
+			}
+			in["variables"] = map[string]any{"exposes": e.Value()}
+			ok, _, err := valid.Eval(in)
+			if err != nil || ok.Value() != tc.allowed {
+				t.Errorf("validation = %v (%v), want %v", ok, err, tc.allowed)
+			}
+			if msg, _, err := message.Eval(in); err != nil || !strings.Contains(fmt.Sprint(msg.Value()), "Service web/site may not be exposed on the router") {
+				t.Errorf("message = %v (%v)", msg, err)
+			}
+		})
+	}
+}
+
+// newService returns a Service web/site of type LoadBalancer changed by f.
+func newService(f func(*v1.Service)) *v1.Service {
+	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "site"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer}}
+	f(s)
+	return s
 }

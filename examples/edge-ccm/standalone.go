@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/controller-manager/pkg/clientbuilder"
@@ -112,7 +113,7 @@ unless loadBalancer.services is "all".`,
 	fs.BoolVar(&o.classless, "classless", o.classless, "also serve Services with no loadBalancerClass (only when no other load balancer serves them: k3s servicelb off, no cloud-controller-manager)")
 	fs.IntVar(&o.workers, "workers", o.workers, "Services synced at once")
 	fs.DurationVar(&o.resync, "resync-period", o.resync, "how often every Service served is ensured again, as a periodic resync; 0 = never: the load balancer's own background work renews leases and repairs the router's table for every Service it serves")
-	fs.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "host:port serving /healthz and /metrics (Prometheus text, without authentication: the router's and the load balancer's counters); \"\" = none")
+	fs.StringVar(&o.bindAddress, "bind-address", o.bindAddress, "host:port serving /healthz and /metrics (Prometheus text, without authentication: the router's and the load balancer's counters; the default, on loopback, lets only the node itself in); \"\" = none")
 	fs.BoolVar(&o.leaderElect, "leader-elect", o.leaderElect, "take a Lease before serving, so one replica is active")
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", o.leaseNamespace, "namespace of the Lease")
 	fs.StringVar(&o.leaseName, "leader-elect-resource-name", o.leaseName, "name of the Lease")
@@ -137,11 +138,17 @@ func (o *standaloneOptions) run(ctx context.Context) error {
 
 // runWith is run with the API server's config and the edge provider built.
 func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, cloud *provider.Cloud) error {
-	logger := klog.FromContext(ctx)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("load-balancer: API client: %w", err)
 	}
+	return o.runOn(ctx, client, clientbuilder.SimpleControllerClientBuilder{ClientConfig: restCfg}, cloud)
+}
+
+// runOn is runWith on an API client, with builder giving the load
+// balancer's own.
+func (o *standaloneOptions) runOn(ctx context.Context, client kubernetes.Interface, builder cloudprovider.ControllerClientBuilder, cloud *provider.Cloud) error {
+	logger := klog.FromContext(ctx)
 	// Checked before taking the Lease: a bad flag fails at once.
 	if _, err := lbclass.New(o.classConfig(cloud, client, informers.NewSharedInformerFactory(client, 0))); err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
@@ -152,7 +159,7 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 		return err
 	}
 	defer stopServing()
-	serve := func(ctx context.Context) error { return o.serve(ctx, cloud, client, restCfg) }
+	serve := func(ctx context.Context) error { return o.serve(ctx, cloud, client, builder) }
 	if !o.leaderElect {
 		return serve(ctx)
 	}
@@ -163,22 +170,33 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 	if err != nil {
 		return fmt.Errorf("load-balancer: lease lock: %w", err)
 	}
-	var serveErr error
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   o.leaseDuration,
-		RenewDeadline:   o.renewDeadline,
-		RetryPeriod:     o.retryPeriod,
-		ReleaseOnCancel: true,
-		Name:            o.leaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Became leader, serving", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
-				serveErr = serve(ctx)
+	// The leader elector runs OnStartedLeading on a goroutine it does not
+	// wait for: it only hands over the leadership's context, and this
+	// goroutine serves, so that runOn returns once serving has stopped.
+	leading, elected := make(chan context.Context, 1), make(chan struct{})
+	go func() {
+		defer close(elected)
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   o.leaseDuration,
+			RenewDeadline:   o.renewDeadline,
+			RetryPeriod:     o.retryPeriod,
+			ReleaseOnCancel: true,
+			Name:            o.leaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) { leading <- ctx },
+				OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
 			},
-			OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
-		},
-	})
+		})
+	}()
+	var serveErr error
+	select {
+	case lctx := <-leading:
+		logger.Info("Became leader, serving", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
+		serveErr = serve(lctx) // until the leadership ends
+	case <-elected: // never leader, or leader for no time at all
+	}
+	<-elected
 	if serveErr != nil {
 		return serveErr
 	}
@@ -192,10 +210,10 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 
 // serve runs the edge load balancer's background work and the class
 // controller on one informer factory until ctx ends.
-func (o *standaloneOptions) serve(ctx context.Context, cloud *provider.Cloud, client kubernetes.Interface, restCfg *rest.Config) error {
+func (o *standaloneOptions) serve(ctx context.Context, cloud *provider.Cloud, client kubernetes.Interface, builder cloudprovider.ControllerClientBuilder) error {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cloud.SetInformers(factory)
-	cloud.Initialize(clientbuilder.SimpleControllerClientBuilder{ClientConfig: restCfg}, ctx.Done())
+	cloud.Initialize(builder, ctx.Done())
 	c, err := lbclass.New(o.classConfig(cloud, client, factory))
 	if err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
@@ -244,8 +262,10 @@ func buildEdge(path string, opts edge.Options) (*provider.Cloud, error) {
 
 // defaultBindAddress is where the standalone mode serves /healthz and
 // /metrics: a port of its own beside the controller managers' (10257,
-// 10258, 10259), on the host network.
-const defaultBindAddress = "0.0.0.0:10263"
+// 10258, 10259), on loopback: /metrics has no authentication, and on the
+// host network any address but loopback is the LAN's (and a pod could map
+// it to the internet through the router).
+const defaultBindAddress = "127.0.0.1:10263"
 
 // serveHTTP serves /healthz (200 while the process runs, leader or not)
 // and /metrics (the legacy registry, where igd and loadbalancer register)

@@ -21,23 +21,10 @@ import (
 
 const standaloneDir = "manifests/standalone"
 
-// standaloneNeeds is every permission the standalone mode uses, and so the
-// whole of what its RBAC may grant (namespace "" = cluster-wide).
-var standaloneNeeds = []struct{ group, resource, verb, namespace string }{
-	{"", "services", "get", ""}, {"", "services", "list", ""}, {"", "services", "watch", ""},
-	{"", "services/status", "patch", ""},
-	{"", "nodes", "get", ""}, {"", "nodes", "list", ""}, {"", "nodes", "watch", ""},
-	{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
-	{"", "events", "create", ""}, {"", "events", "patch", ""},
-	{"coordination.k8s.io", "leases", "get", "edge-load-balancer"},
-	{"coordination.k8s.io", "leases", "create", "edge-load-balancer"},
-	{"coordination.k8s.io", "leases", "update", "edge-load-balancer"},
-}
-
 // TestStandaloneManifests checks manifests/standalone: the kustomization
-// lists every manifest and names the image, the RBAC grants exactly what
-// the mode needs to the Deployment's service account, and the Deployment's
-// arguments are the mode's flags with a cloud-config that parses.
+// lists every manifest and names the image, and the Deployment's arguments
+// are the mode's flags with a cloud-config that parses (its RBAC:
+// TestRBACIsWhatTheCodeUses).
 func TestStandaloneManifests(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(standaloneDir, kustomizationFile))
 	if err != nil {
@@ -104,31 +91,6 @@ func TestStandaloneManifests(t *testing.T) {
 	if dep == nil || cm == nil || sa == nil {
 		t.Fatal("the standalone manifests lack a Deployment, ConfigMap or ServiceAccount")
 	}
-
-	t.Run("RBAC is what the mode needs", func(t *testing.T) {
-		for _, n := range standaloneNeeds {
-			if !allowed(roles, bound, n.group, n.resource, n.verb, n.namespace) {
-				t.Errorf("no rule allows %s %s.%s (namespace %q)", n.verb, n.resource, n.group, n.namespace)
-			}
-		}
-		for key, rules := range roles {
-			for _, r := range rules {
-				for _, g := range r.APIGroups {
-					for _, res := range r.Resources {
-						for _, v := range r.Verbs {
-							_, rest, _ := strings.Cut(key, "/")
-							roleNS, _, _ := strings.Cut(rest, "/")
-							if !slices.ContainsFunc(standaloneNeeds, func(n struct{ group, resource, verb, namespace string }) bool {
-								return n.group == g && n.resource == res && n.verb == v && n.namespace == roleNS
-							}) {
-								t.Errorf("%s grants %s %s.%s, which the mode does not use", key, v, res, g)
-							}
-						}
-					}
-				}
-			}
-		}
-	})
 
 	t.Run("Deployment", func(t *testing.T) {
 		pod := dep.Spec.Template.Spec
@@ -203,5 +165,38 @@ func TestStandaloneServesHealthAndMetrics(t *testing.T) {
 	o.bindAddress = addr.String() // taken
 	if _, _, err := o.serveHTTP(t.Context()); err == nil || !strings.Contains(err.Error(), "--bind-address") {
 		t.Errorf("second bind = %v, want an error naming --bind-address", err)
+	}
+}
+
+// The standalone mode serves /metrics without authentication, so by
+// default only on the loopback address; the Deployment's liveness probe
+// asks there (the pod shares the node's network, as the kubelet does).
+func TestStandaloneMetricsOnLoopbackByDefault(t *testing.T) {
+	_, o := standaloneCmd()
+	host, _, err := net.SplitHostPort(o.bindAddress)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("default --bind-address %q is not a loopback address", o.bindAddress)
+	}
+	var dep *appsv1.Deployment
+	for _, obj := range decodeManifests(t, standaloneDir) {
+		if d, ok := obj.(*appsv1.Deployment); ok {
+			dep = d
+		}
+	}
+	if dep == nil {
+		t.Fatal("no Deployment")
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	cmd, o := standaloneCmd()
+	logs.AddFlags(cmd.PersistentFlags())
+	if err := cmd.ParseFlags(c.Args[1:]); err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ = net.SplitHostPort(o.bindAddress)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		t.Errorf("the Deployment serves /metrics on %q, not a loopback address", o.bindAddress)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != host {
+		t.Errorf("liveness probe %+v does not ask %s, where /healthz is served", p, host)
 	}
 }

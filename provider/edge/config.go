@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,7 +93,9 @@ type GatewayConfig struct {
 	// the default gateway).
 	Protocol string `json:"protocol"`
 	// PCPSecretFile is a file holding the cluster's PCP secret, at least
-	// 32 bytes, the same for every replica (a mounted Kubernetes Secret).
+	// 32 bytes and random (New refuses one that could be guessed; make it
+	// with `head -c 32 /dev/urandom | base64`), the same for every replica
+	// (a mounted Kubernetes Secret). Surrounding white space is ignored.
 	// Required with protocol "pcp" and "pcp-only". A new secret leaves the mappings made
 	// under the old one to expire with their lease before they are mapped
 	// again.
@@ -137,6 +140,26 @@ type LoadBalancerConfig struct {
 	// NodeName is the node this CCM runs on. "": $NODE_NAME, else the node
 	// whose address is this host's address toward the router.
 	NodeName string `json:"nodeName"`
+
+	// The operator's limits. Each refused port is not mapped (a mapping the
+	// Service held there is removed): its status says
+	// ccmkit.io/NotAdmitted, and the Service's event (PortNotForwarded, or
+	// SyncLoadBalancerFailed when no port is left) names the key.
+
+	// AllowedNamespaces, when not empty, are the only namespaces whose
+	// Services are mapped.
+	AllowedNamespaces []string `json:"allowedNamespaces"`
+	// AllowedExternalPorts, when not empty, are the only external ports
+	// mapped: each a port ("443") or a range ("1024-65535").
+	AllowedExternalPorts []string `json:"allowedExternalPorts"`
+	// MaxMappings, when positive, caps the cluster's mappings (a consumer
+	// router holds 32 to 256): past it a new mapping waits until another
+	// Service gives one up. 0: no cap.
+	MaxMappings int `json:"maxMappings"`
+	// MaxMappingsPerService, when positive, caps each Service's mappings:
+	// its ports past the first ones, by protocol and port, are refused.
+	// 0: no cap.
+	MaxMappingsPerService int `json:"maxMappingsPerService"`
 }
 
 // InstancesConfig is the "instances" section: what node initialization
@@ -224,6 +247,12 @@ func ParseConfig(r io.Reader) (Config, error) {
 	if len(cfg.Instances.Nodes) == 0 {
 		cfg.Instances.Nodes = nil // "nodes: {}" is the default, as Default() writes it
 	}
+	if len(cfg.LoadBalancer.AllowedNamespaces) == 0 {
+		cfg.LoadBalancer.AllowedNamespaces = nil // "[]" too
+	}
+	if len(cfg.LoadBalancer.AllowedExternalPorts) == 0 {
+		cfg.LoadBalancer.AllowedExternalPorts = nil
+	}
 	return cfg, nil
 }
 
@@ -295,6 +324,15 @@ func (c Config) validate() (errs field.ErrorList) {
 	err = new(loadbalancer.ServiceSelection).UnmarshalText([]byte(services))
 	add(lb.Child("services"), services, when(err != nil, fmt.Sprint(err)))
 	add(lb.Child("nodeName"), l.NodeName, when(l.NodeName != "", problems("not a node name: ", validation.IsDNS1123Subdomain(l.NodeName))))
+	for i, ns := range l.AllowedNamespaces {
+		add(lb.Child("allowedNamespaces").Index(i), ns, problems("not a namespace name: ", validation.IsDNS1123Label(ns)))
+	}
+	for i, r := range l.AllowedExternalPorts {
+		_, _, ok := portRange(r)
+		add(lb.Child("allowedExternalPorts").Index(i), r, when(!ok, `must be a port ("443") or a range of ports ("1024-65535"), from 1 to 65535`))
+	}
+	add(lb.Child("maxMappings"), strconv.Itoa(l.MaxMappings), when(l.MaxMappings < 0, "must be 0 (no cap) or positive"))
+	add(lb.Child("maxMappingsPerService"), strconv.Itoa(l.MaxMappingsPerService), when(l.MaxMappingsPerService < 0, "must be 0 (no cap) or positive"))
 	labels(inst, c.Instances.Zone, c.Instances.Region, c.Instances.InstanceType)
 	for _, n := range slices.Sorted(maps.Keys(c.Instances.Nodes)) {
 		node, base := c.Instances.Nodes[n], inst.Child("nodes").Key(clip(n))
@@ -395,7 +433,7 @@ func reason(t reflect.Type, data []byte) string {
 	if t == durationType {
 		return cmp.Or(map[string]string{"a number": "a number has no unit: write a Go duration such as \"90s\" or \"1h\"", "a string": "not a Go duration such as \"2s\" or \"1h\""}[got], "must be a Go duration string such as \"2s\", not "+got)
 	}
-	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false"}[t.Kind()]
+	want := map[reflect.Kind]string{reflect.Struct: "a mapping of fields", reflect.Map: "a mapping", reflect.Slice: "a list", reflect.String: "a string", reflect.Bool: "true or false", reflect.Int: "a whole number"}[t.Kind()]
 	if reflect.PointerTo(t).Implements(textType) {
 		want = "a string"
 	}

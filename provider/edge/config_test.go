@@ -108,6 +108,10 @@ loadBalancer:
   secureMode: true
   allowNonPublicExternalIP: true
   nodeName: node-1
+  allowedNamespaces: [web, games]
+  allowedExternalPorts: ["443", "1024-65535"]
+  maxMappings: 32
+  maxMappingsPerService: 4
 instances:
   zone: home
   region: eu-west
@@ -138,6 +142,10 @@ instances:
 					SecureMode:               true,
 					NodeName:                 "node-1",
 					AllowNonPublicExternalIP: true,
+					AllowedNamespaces:        []string{"web", "games"},
+					AllowedExternalPorts:     []string{"443", "1024-65535"},
+					MaxMappings:              32,
+					MaxMappingsPerService:    4,
 				},
 				Instances: InstancesConfig{
 					Zone:         "home",
@@ -194,6 +202,12 @@ func TestParseConfigInvalid(t *testing.T) {
 		{name: "section given a string", in: "gateway: http://r/\n", fields: []string{"gateway"}, contains: "must be a mapping"},
 		{name: "document is a list", in: "- a\n", fields: []string{"(document)"}, contains: "(document)"},
 		{name: "list given a mapping", in: "instances:\n  nodes:\n    n1:\n      addresses: {type: InternalIP}\n", fields: []string{`instances.nodes[n1].addresses`}, contains: "must be a list"},
+		{name: "allowed namespace not a name", in: "loadBalancer:\n  allowedNamespaces: [web, Games_1]\n", fields: []string{"loadBalancer.allowedNamespaces[1]"}, contains: "not a namespace name"},
+		{name: "allowed ports not ports", in: "loadBalancer:\n  allowedExternalPorts: [\"0\", \"80-22\", http, \"1-70000\", \"443\"]\n",
+			fields:   []string{"loadBalancer.allowedExternalPorts[0]", "loadBalancer.allowedExternalPorts[1]", "loadBalancer.allowedExternalPorts[2]", "loadBalancer.allowedExternalPorts[3]"},
+			contains: `must be a port ("443") or a range of ports ("1024-65535"), from 1 to 65535`},
+		{name: "negative caps", in: "loadBalancer:\n  maxMappings: -1\n  maxMappingsPerService: -2\n", fields: []string{"loadBalancer.maxMappings", "loadBalancer.maxMappingsPerService"}, contains: "must be 0 (no cap) or positive"},
+		{name: "cap not a number", in: "loadBalancer:\n  maxMappings: many\n", fields: []string{"loadBalancer.maxMappings"}, contains: "must be a whole number, not a string"},
 		{name: "duplicate key", in: "gateway:\n  url: http://a/\n  url: http://b/\n", contains: "not valid YAML"},
 		{name: "YAML syntax", in: "gateway: [\n", contains: "not valid YAML"},
 		{name: "second document", in: "gateway:\n  callTimeout: 5s\n---\nloadBalancer:\n  lease: 2h\n", fields: []string{"(document)"}, contains: "YAML document 2 (after a \"---\" line) would be ignored"},

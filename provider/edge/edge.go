@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"net/url"
 	"os"
@@ -140,7 +141,11 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 			if err != nil {
 				return nil, fmt.Errorf("edge: gateway.pcpSecretFile: %w", err)
 			}
-			bc := pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: bytes.TrimSpace(secret), FallBack: cfg.Gateway.Protocol != ProtocolPCP}
+			secret = bytes.TrimSpace(secret)
+			if bits := secretBits(secret); len(secret) >= pcp.MinSecretLen && bits < minSecretBits {
+				return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: the secret could be guessed (an estimated %d bits of entropy, at least %d needed): make a random one, for example head -c 32 /dev/urandom | base64", cfg.Gateway.PCPSecretFile, bits, minSecretBits)
+			}
+			bc := pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: secret, FallBack: cfg.Gateway.Protocol != ProtocolPCP}
 			if cfg.Gateway.Protocol == ProtocolPCPOnly {
 				bc.UPnP, bc.FallBack = nil, false
 			}
@@ -178,6 +183,8 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		NodeName:                 cfg.LoadBalancer.NodeName,
 		SecureMode:               cfg.LoadBalancer.SecureMode,
 		AllowNonPublicExternalIP: cfg.LoadBalancer.AllowNonPublicExternalIP,
+		Admit:                    cfg.LoadBalancer.admit(),
+		MaxMappings:              cfg.LoadBalancer.MaxMappings,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("edge: load balancer: %w", err)
@@ -191,6 +198,45 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		InstancesV2:  instances,
 		ClusterID:    true,
 	})
+}
+
+// minSecretBits is the least entropy secretBits must find in a PCP secret:
+// below what 32 random bytes ever score (about 130 at the least in 100,000
+// draws), above a word repeated (about 90).
+const minSecretBits = 100
+
+// secretBits estimates the entropy of a secret, in bits, to refuse one
+// that could be guessed: its length times the Shannon entropy of its bytes'
+// frequencies, or of the differences between neighbouring bytes when that is
+// less (a run such as "abcdef..." or a repeated pattern). 32 random bytes
+// score about 150, their base64 about 210, "abc...xyz0123456789" 6 and
+// 32 × "a" 0. An estimate from one sample, below the true entropy of a
+// random secret.
+func secretBits(s []byte) int {
+	if len(s) < 2 {
+		return 0
+	}
+	diffs := make([]byte, len(s)-1)
+	for i := range diffs {
+		diffs[i] = s[i+1] - s[i]
+	}
+	return int(min(float64(len(s))*shannon(s), float64(len(diffs))*shannon(diffs)))
+}
+
+// shannon is the Shannon entropy of b's byte frequencies, in bits per byte.
+func shannon(b []byte) float64 {
+	var counts [256]int
+	for _, c := range b {
+		counts[c]++
+	}
+	var h float64
+	for _, n := range counts {
+		if n > 0 {
+			p := float64(n) / float64(len(b))
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
 }
 
 // usesPCP reports whether mappings are written through PCP: protocol "pcp"

@@ -1,7 +1,11 @@
 package edge
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,7 +25,7 @@ import (
 // description, UPnP ours ("ck1 ...").
 func TestGatewayProtocol(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+	if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString([]byte(randomBytes(32)))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	node := cluster.Node("n1", cluster.Initialized(), cluster.InternalIP("192.168.1.2"))
@@ -97,6 +101,57 @@ func TestGatewayProtocolSecretErrors(t *testing.T) {
 			}
 			if _, err := New(cfg, Options{}); err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("New = %v, want an error starting %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// randomBytes returns n random bytes as a string.
+func randomBytes(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails
+	return string(b)
+}
+
+// A PCP secret that could be guessed (a repeated character, zeros, a short
+// pattern repeated, a run of the alphabet) is refused, with an error naming
+// the key and saying how to make a random one; random secrets, raw or as
+// base64 or hex, are taken.
+func TestPCPSecretMustBeRandom(t *testing.T) {
+	for _, tt := range []struct {
+		name, secret string
+		guessable    bool
+	}{
+		{name: "32 a", secret: strings.Repeat("a", 32), guessable: true},
+		{name: "zeros", secret: string(make([]byte, 32)), guessable: true},
+		{name: "zeros in hex", secret: strings.Repeat("0", 64), guessable: true},
+		{name: "a pattern repeated", secret: strings.Repeat("0123456789abcdef", 2), guessable: true},
+		{name: "two letters", secret: strings.Repeat("ab", 20), guessable: true},
+		{name: "the alphabet", secret: "abcdefghijklmnopqrstuvwxyz0123456789", guessable: true},
+		{name: "a word repeated", secret: strings.Repeat("password", 4), guessable: true},
+		{name: "random bytes", secret: randomBytes(40)}, // white space at either end is trimmed
+		{name: "random base64", secret: base64.StdEncoding.EncodeToString([]byte(randomBytes(32)))},
+		{name: "random hex", secret: hex.EncodeToString([]byte(randomBytes(32)))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "secret")
+			if err := os.WriteFile(file, append([]byte(tt.secret), '\n'), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := ParseConfig(strings.NewReader("gateway:\n  protocol: pcp\n  pcpSecretFile: " + file + "\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = New(cfg, Options{})
+			switch {
+			case !tt.guessable && err != nil:
+				t.Errorf("New with a random secret: %v", err)
+			case tt.guessable && err == nil:
+				t.Errorf("New took the guessable secret %q", tt.secret)
+			case tt.guessable && (!strings.HasPrefix(err.Error(), "edge: gateway.pcpSecretFile "+file+": ") || !strings.Contains(err.Error(), "head -c 32 /dev/urandom | base64")):
+				t.Errorf("New = %v, want an error naming gateway.pcpSecretFile and saying how to make a random secret", err)
+			case tt.guessable && bytes.Contains([]byte(err.Error()), []byte(tt.secret)):
+				t.Errorf("the error quotes the secret: %v", err)
 			}
 		})
 	}
