@@ -77,12 +77,13 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	}
 	failed = make(map[igd.Key]*PortError)
 	contenders := lb.contendersOnce(ctx, req)
+	var taken []igd.Key // keys the Service did not hold, added now
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
 		switch {
 		case exists && !mine:
-			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse}
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
 		default:
@@ -91,9 +92,17 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 				failed[p.key] = pe
 				continue
 			}
+			if !mine && err == nil && d == 0 {
+				taken = append(taken, p.key)
+			}
 			wait(d, err)
 		}
 	}
+	// A key taken is kept only if the Services, listed again, still give
+	// it to this one.
+	lost, err := lb.confirm(ctx, t, req, taken)
+	maps.Copy(failed, lost)
+	errs = append(errs, err)
 	if retry > 0 {
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
@@ -283,7 +292,7 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 		}
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
-	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
+	return &PortError{Service: o.key(), Key: k, Holder: &holder, Claimant: lb.serviceOf(holder), Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
 }
 
 // keptByRefusal reports whether a refused renewal left the mapping it

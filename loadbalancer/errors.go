@@ -49,7 +49,8 @@ type PortError struct {
 	Key     igd.Key // the router key of the port: protocol and external port
 	// Holder is the mapping of someone else that holds Key, when known.
 	Holder *igd.Mapping
-	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
+	// Claimant is the other Service ("namespace/name") that is served Key
+	// (or, within this process, taking it), if that is why.
 	Claimant string
 	// Err is the cause: ErrPortInUse, or the router's (a *igd.UPnPError 606: policy).
 	Err error
@@ -62,7 +63,7 @@ func (e *PortError) Error() string {
 	case e.Holder != nil:
 		msg += fmt.Sprintf(" (held by %s:%d, description %q)", e.Holder.InternalClient, e.Holder.InternalPort, e.Holder.Description)
 	case e.Claimant != "":
-		msg += fmt.Sprintf(" (being mapped for service %s)", e.Claimant)
+		msg += fmt.Sprintf(" (served to service %s)", e.Claimant)
 	}
 	return msg
 }

@@ -189,3 +189,60 @@ func TestLabRebootGivesAContendedKeyBackToItsHolder(t *testing.T) {
 		t.Errorf("router holds %v, %v; want a's mapping", m, err)
 	}
 }
+
+// hookClient runs before once, before its first AddPortMapping.
+type hookClient struct {
+	*igd.UPnPClient
+	before func()
+	once   sync.Once
+}
+
+func (c *hookClient) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+	c.once.Do(c.before)
+	return c.UPnPClient.AddPortMapping(ctx, m)
+}
+
+// Two LoadBalancers of one cluster (a fail-over overlap) on a real
+// miniupnpd, both mapping to one node (the router lets the second add
+// replace the first). p1 serves b on TCP/44300 and lists the Services while
+// a, older, wants another port; before p1's add lands, a moves to 44300 and
+// p2 serves it: p2's list shows a older, and the router the port free. The
+// two Services are never both served: p1's list after its add names a, and
+// p1 removes its mapping; a's next Ensure (its process's probe finds the
+// mapping gone) has the port.
+func TestLabTwoLoadBalancersNeverBothTakeAKeyWantedDuringTheOthersAdd(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	ctx := labContext(t)
+	node := labNodes(lab)[0]
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 44301, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 44300, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	cluster := k8sfake.NewClientset(node, a, b)
+	process := func(c igd.Client) *LoadBalancer {
+		lb, err := New(Config{Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	p2 := process(labClient(t, lab, 1))
+	var errA error
+	a.Spec.Ports[0].Port = 44300
+	p1 := process(&hookClient{UPnPClient: labClient(t, lab, 0), before: func() {
+		updateSpec(t, cluster, a)
+		_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
+	}})
+	_, errB := p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	wantServed(t, "default/a", map[string]error{"default/a": errA, "default/b": errB})
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node}); err != nil {
+		t.Fatalf("a's next Ensure: %v", err)
+	}
+	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44300)
+	if err != nil || m.Description != desc("default", "a", "http") {
+		t.Errorf("router holds %v, %v; want a's mapping", m, err)
+	}
+}
