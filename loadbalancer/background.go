@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -228,19 +229,29 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		case <-restarts:
 			// Any LAN host can send an ANNOUNCE from the router's address:
-			// at most one repair per quiet time comes from them. One
-			// within it is not dropped (with protocol "pcp" no probe
-			// would find that restart before the renewal): it runs when
-			// the quiet time ends.
+			// at most one repair per quiet time comes from them alone.
+			// One within it is checked against the router (a mapping
+			// this process wrote, asked after): a restart it confirms is
+			// repaired at once; another is not dropped (with protocol
+			// "pcp" no probe would find that restart before the
+			// renewal), it runs when the quiet time ends.
 			now := lb.cfg.Clock.Now()
 			if now.Before(announcedQuiet) {
-				if deferred == nil {
-					deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
+				checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
+				lost := lb.confirmRestart(checkCtx)
+				cancel()
+				if !lost {
+					if deferred == nil {
+						deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
+					}
+					continue
 				}
-				continue
+				deferred = nil // the pass now covers it
+				logger.Info("Router announced a restart and lost a mapping this process wrote; repairing")
+			} else {
+				logger.Info("Router announced a restart; repairing")
 			}
-			announcedQuiet = now.Add(quiet)
-			logger.Info("Router announced a restart; repairing")
+			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
 			repairsTotal.Inc()
 			if lb.blind() {
 				lb.expireAll()
@@ -440,26 +451,63 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	return nil
 }
 
+// maxRestartCheck bounds the check of an announced restart: one router
+// call, which the client bounds more tightly.
+const maxRestartCheck = 10 * time.Second
+
+// mappedChecker is a client that cannot read but can ask whether the router
+// holds a mapping to an internal address and port (igd/pcp.Backend).
+type mappedChecker interface {
+	Mapped(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error)
+}
+
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
+	if lost, k, want := lb.probeOnce(ctx, false); lost {
+		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
+		repairsTotal.Inc()
+		return true
+	}
+	return false
+}
+
+// confirmRestart reports whether the router, which announced a restart, lost
+// a mapping this process wrote (read again, or on a client that cannot read,
+// asked after through its guard): whether the announcement was real.
+func (lb *LoadBalancer) confirmRestart(ctx context.Context) bool {
+	lost, _, _ := lb.probeOnce(ctx, true)
+	return lost
+}
+
+// probeOnce reads one mapping this process wrote, a different one each
+// time, and reports whether the router lost or changed it, with its key and
+// what was written. With ask, a client that cannot read asks the router
+// whether it holds the mapping (one PCP request; periodic probes of such a
+// client send nothing). A failed call reports nothing lost.
+func (lb *LoadBalancer) probeOnce(ctx context.Context, ask bool) (bool, igd.Key, igd.Mapping) {
 	want, ok := lb.nextProbe()
 	if !ok {
-		return false
+		return false, igd.Key{}, want
 	}
 	k := want.Key()
+	if c, ok := lb.cfg.Client.(mappedChecker); ok && ask && lb.blind() {
+		mapped, err := c.Mapped(ctx, want.Protocol, want.InternalClient, want.InternalPort)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
+		}
+		return err == nil && !mapped, k, want
+	}
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
-		return false
+		return false, k, want
 	case m.InternalClient.Unmap() == want.InternalClient && (m.InternalPort == want.InternalPort || m.InternalPort == 0):
-		return false
+		return false, k, want
 	}
-	klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
-	repairsTotal.Inc()
-	return true
+	return true, k, want
 }
 
 // nextProbe returns the next mapping this process wrote, in turn.
