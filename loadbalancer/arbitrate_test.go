@@ -251,3 +251,49 @@ func TestBlindRestartKeepsAContendedPortWithItsHolder(t *testing.T) {
 		})
 	}
 }
+
+// Blind (PCP without UPnP), two processes of one cluster over one API
+// server ensure two Services created at once for TCP/80, both listing the
+// Services before either adds: exactly one, the first by name, is served,
+// whichever process goes first.
+func TestExactlyOneOfTwoServicesWantingAKeyIsServedBlind(t *testing.T) {
+	for _, order := range [][2]int{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("process %d first", order[0]+1), func(t *testing.T) {
+			e, s := blindEnv(t, Config{})
+			nodes := threeNodes()
+			created := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			svcs := []*v1.Service{
+				lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081))),
+				lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080))),
+			}
+			for _, svc := range svcs {
+				svc.CreationTimestamp = created
+			}
+			cluster := k8sfake.NewClientset(svcs[0], svcs[1])
+			var lbs [2]*LoadBalancer
+			for i := range lbs {
+				lb, err := New(Config{Client: blindBackend(t, s), Clock: e.clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lb.Initialize(context.Background(), fakecluster.ClientBuilder(cluster)); err != nil {
+					t.Fatal(err)
+				}
+				lbs[i] = lb
+			}
+			listBarrier(cluster, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for _, i := range order {
+				wg.Go(func() {
+					_, errs[i] = lbs[i].EnsureLoadBalancer(context.Background(), testCluster, svcs[i], nodes)
+				})
+			}
+			wg.Wait()
+			wantServed(t, "default/a", map[string]error{"default/b": errs[0], "default/a": errs[1]})
+			if ms := e.router.Mappings(); len(ms) != 1 || ms[0].InternalPort != 30080 {
+				t.Errorf("table %q, want a's mapping alone", e.table())
+			}
+		})
+	}
+}
