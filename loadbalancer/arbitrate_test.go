@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -295,5 +296,51 @@ func TestExactlyOneOfTwoServicesWantingAKeyIsServedBlind(t *testing.T) {
 				t.Errorf("table %q, want a's mapping alone", e.table())
 			}
 		})
+	}
+}
+
+// The list after its add names another Service, and the loser's mapping
+// cannot be removed (the router fails the delete): the loser must not keep
+// the key on its next operation, which sees the mapping as its own and up
+// to date; it gives it up then.
+func TestKeyGivenUpButNotRemovedIsGivenUpByTheNextOperation(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 81, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	cluster := k8sfake.NewClientset(node, a, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	var errA error
+	added, deleted := fake.Nth(1), fake.Nth(1)
+	r.Intercept(fake.RouterHooks{
+		AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			if from == addrB && added() { // p1 listed (a wanted 81) and is about to add b's 80
+				a2 := a.DeepCopy()
+				a2.Spec.Ports[0].Port = 80
+				updateSpec(t, cluster, a2)
+				_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a2, []*v1.Node{node})
+			}
+			return next(ctx, m)
+		},
+		DeletePortMapping: func(ctx context.Context, from netip.Addr, k igd.Key, next fake.DeleteFunc) error {
+			if from == addrB && deleted() {
+				return context.DeadlineExceeded // the loser's removal is lost
+			}
+			return next(ctx, k)
+		},
+	})
+	_, errB := p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	if errA != nil || !errors.Is(errB, ErrPortInUse) {
+		t.Fatalf("a: %v; b: %v; want a served and b refused", errA, errB)
+	}
+	_, errB = p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	wantServed(t, "default/a", map[string]error{"default/b": errB})
+	for _, m := range r.Mappings() {
+		if m.Description == desc("default", "b", "http") {
+			t.Errorf("b's mapping is still on the router after its next Ensure: %q", e2eTable(r))
+		}
 	}
 }
