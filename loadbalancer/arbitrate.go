@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -152,14 +153,16 @@ func refusedFor(req request, k igd.Key, w *v1.Service, why string) *PortError {
 }
 
 // confirm lists the Services again after req's Service took the keys of
-// taken (it held none of them), and gives up each that another Service now
-// wins: one that came to want it, or to be served, after the list the take
-// rested on. Of two processes that both took a key, each list made after
-// its own add follows the other's read of the router (else that read had
-// shown the add), and so the other Service's want: both lists see both
-// Services, and name the same winner. When the list fails, every key of
-// taken is given up: none was confirmed. It returns the keys given up, with
-// their PortErrors, and the errors of removing them.
+// taken (it held none of them, or held them still to confirm), and gives up
+// each that another Service now wins: one that came to want it, or to be
+// served, after the list the take rested on. Of two processes that both
+// took a key, each list made after its own add follows the other's read of
+// the router (else that read had shown the add), and so the other Service's
+// want: both lists see both Services, and name the same winner. When the
+// list fails, every key of taken is given up: none was confirmed. A key
+// given up whose mapping could not be removed stays to confirm (contested)
+// by the next operation. It returns the keys given up, with their
+// PortErrors, and the errors of removing them.
 func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken []igd.Key) (map[igd.Key]*PortError, error) {
 	if len(taken) == 0 || lb.bg.apiClient() == nil {
 		return nil, nil
@@ -172,18 +175,17 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 			lost[k] = &PortError{Service: req.owner.key(), Key: k, Err: err}
 		case w != nil:
 			lost[k] = refusedFor(req, k, w, why)
+		default:
+			lb.markContested(t.owner, k, false)
 		}
 	}
 	if len(lost) == 0 {
 		return nil, nil
 	}
-	keys := slices.SortedFunc(func(yield func(igd.Key) bool) {
-		for k := range lost {
-			if !yield(k) {
-				return
-			}
-		}
-	}, compareKeys)
+	keys := slices.SortedFunc(maps.Keys(lost), compareKeys)
+	for _, k := range keys {
+		lb.markContested(t.owner, k, true) // until removed
+	}
 	var r reading
 	var rerr error
 	if lb.blind() {
@@ -203,6 +205,16 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 		}
 	}
 	return lost, errors.Join(errs...)
+}
+
+// markContested records whether o's key k, held, is still to be confirmed.
+func (lb *LoadBalancer) markContested(o owner, k igd.Key, contested bool) {
+	lb.update(o, func(s *serviceState) {
+		if h, ok := s.held[k]; ok {
+			h.contested = contested
+			s.held[k] = h
+		}
+	})
 }
 
 // serviceOf returns the Service ("namespace/name") of this cluster whose

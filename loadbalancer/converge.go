@@ -54,7 +54,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			case !ok:
 				delete(s.held, k)
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
-				s.held[k] = held{} // not (or no longer) what this process wrote
+				s.held[k] = held{contested: h.contested} // not (or no longer) what this process wrote
 			default:
 				// A blind client's recall is what it wrote, not
 				// what the router holds: it confirms nothing.
@@ -77,22 +77,26 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	}
 	failed = make(map[igd.Key]*PortError)
 	contenders := lb.contendersOnce(ctx, req)
-	var taken []igd.Key // keys the Service did not hold, added now
+	var taken []igd.Key // keys the Service did not hold, added now, or still to confirm
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
+		unsure := mine && lb.heldAt(o, p.key).contested
 		switch {
 		case exists && !mine:
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
+			if unsure {
+				taken = append(taken, p.key)
+			}
 		default:
 			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders)
 			if pe := portRefusal(err); pe != nil && d == 0 { // a delay: our own mapping, retried
 				failed[p.key] = pe
 				continue
 			}
-			if !mine && err == nil && d == 0 {
+			if (!mine || unsure) && err == nil && d == 0 {
 				taken = append(taken, p.key)
 			}
 			wait(d, err)
