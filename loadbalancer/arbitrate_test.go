@@ -344,3 +344,36 @@ func TestKeyGivenUpButNotRemovedIsGivenUpByTheNextOperation(t *testing.T) {
 		}
 	}
 }
+
+// A process took a key and stopped before the list after its add (a crash):
+// the mapping is on the router, its Service's status does not record it,
+// and an older Service wants it too. A new process, which did not write the
+// mapping, confirms it before keeping it: the older Service is served.
+func TestKeyTakenByAProcessThatStoppedBeforeConfirmingIsConfirmedByTheNext(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	e.mustEnsure(t, b, nodes) // the stopped process: no API client, so no list after the add
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(k8sfake.NewClientset(a, b))); err != nil {
+		t.Fatal(err)
+	}
+	next, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Initialize(ctx, fakecluster.ClientBuilder(k8sfake.NewClientset(a, b))); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[string]error{}
+	for _, s := range []*v1.Service{b, a} {
+		_, errs[s.Namespace+"/"+s.Name] = next.EnsureLoadBalancer(ctx, testCluster, s, nodes)
+	}
+	wantServed(t, "default/a", errs)
+	if got := e.router.Mappings(); len(got) != 1 || got[0].InternalPort != 30080 {
+		t.Errorf("table %q, want a's mapping alone", e.table())
+	}
+}
