@@ -81,7 +81,12 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
-		unsure := mine && lb.heldAt(o, p.key).contested
+		// Ours, but never confirmed by a list after its add: given up
+		// and not removed (contested), or not written by this process
+		// and not in the status (a process stopped between its add and
+		// that list).
+		h := lb.heldAt(o, p.key)
+		unsure := mine && (h.contested || !h.written.InternalClient.IsValid() && !recordsKey(req.svc, p.key))
 		switch {
 		case exists && !mine:
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
