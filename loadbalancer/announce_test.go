@@ -145,3 +145,44 @@ func TestRestartsAnnouncedWithinTheQuietTimeAreRepairedAtOnceWhenTheRouterConfir
 		})
 	}
 }
+
+// epochAnnouncer is an announcer that answers EpochLost as told.
+type epochAnnouncer struct {
+	announcer
+	lost  atomic.Bool
+	asked atomic.Int32
+}
+
+func (a *epochAnnouncer) EpochLost(context.Context) (bool, error) {
+	a.asked.Add(1)
+	return a.lost.Load(), nil
+}
+
+// With no mapping of its own to read again, an announcement within the
+// quiet time is checked by asking the router's epoch: a restart it shows is
+// repaired at once, else the repair waits for the quiet time to end.
+func TestAnnouncementWithinTheQuietTimeIsCheckedByTheEpochWhenNothingIsMapped(t *testing.T) {
+	a := &epochAnnouncer{announcer: announcer{restarts: make(chan struct{})}}
+	e := newEnv(t, Config{Lease: time.Hour, RenewInterval: 5 * time.Minute, ProbeInterval: ProbeAtRenewal, Announcer: a}, fake.RouterConfig{})
+	r := startBackground(t, e, threeNodes()[0])
+	eventually(t, "the announcement listener", func() bool { return a.listening.Load() == 1 })
+	passes := e.lb.passes.Load()
+	a.restarts <- struct{}{}
+	eventually(t, "the first repair pass", func() bool { return e.lb.passes.Load() > passes })
+	e.clock.Step(10 * time.Second)
+	a.lost.Store(true)
+	passes = e.lb.passes.Load()
+	a.restarts <- struct{}{}
+	eventually(t, "the repair of the restart the epoch shows", func() bool { return e.lb.passes.Load() > passes })
+	a.lost.Store(false)
+	passes = e.lb.passes.Load()
+	a.restarts <- struct{}{} // forged
+	a.restarts <- struct{}{} // taken once the one before is done
+	if n := e.lb.passes.Load() - passes; n != 0 {
+		t.Errorf("%d passes from announcements the epoch does not confirm, want 0", n)
+	}
+	if n := a.asked.Load(); n != 3 {
+		t.Errorf("epoch asked %d times, want 3 (once per announcement within the quiet time)", n)
+	}
+	r.stop(t)
+}
