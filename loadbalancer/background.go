@@ -464,50 +464,63 @@ type mappedChecker interface {
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
-	if lost, k, want := lb.probeOnce(ctx, false); lost {
-		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
+	want, ok := lb.nextProbe()
+	if ok && lb.lostMapping(ctx, want, false) {
+		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", want.Key(), "want", want)
 		repairsTotal.Inc()
 		return true
 	}
 	return false
 }
 
+// epochChecker is an Announcer that can ask the router whether its epoch
+// shows a restart (igd/pcp.Client).
+type epochChecker interface {
+	EpochLost(ctx context.Context) (bool, error)
+}
+
 // confirmRestart reports whether the router, which announced a restart, lost
 // a mapping this process wrote (read again, or on a client that cannot read,
-// asked after through its guard): whether the announcement was real.
+// asked after through its guard) or, when this process wrote none, whether
+// the router's epoch, asked directly, shows a restart: whether the
+// announcement was real. One router call either way.
 func (lb *LoadBalancer) confirmRestart(ctx context.Context) bool {
-	lost, _, _ := lb.probeOnce(ctx, true)
+	if want, ok := lb.nextProbe(); ok {
+		return lb.lostMapping(ctx, want, true)
+	}
+	c, ok := lb.cfg.Announcer.(epochChecker)
+	if !ok {
+		return false
+	}
+	lost, err := c.EpochLost(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Asking the router's epoch failed", "err", err)
+	}
 	return lost
 }
 
-// probeOnce reads one mapping this process wrote, a different one each
-// time, and reports whether the router lost or changed it, with its key and
-// what was written. With ask, a client that cannot read asks the router
-// whether it holds the mapping (one PCP request; periodic probes of such a
-// client send nothing). A failed call reports nothing lost.
-func (lb *LoadBalancer) probeOnce(ctx context.Context, ask bool) (bool, igd.Key, igd.Mapping) {
-	want, ok := lb.nextProbe()
-	if !ok {
-		return false, igd.Key{}, want
-	}
+// lostMapping reads want, a mapping this process wrote, and reports whether
+// the router lost or changed it. With ask, a client that cannot read asks
+// the router whether it holds it (one PCP request; periodic probes of such
+// a client send nothing). A failed call reports nothing lost.
+func (lb *LoadBalancer) lostMapping(ctx context.Context, want igd.Mapping, ask bool) bool {
 	k := want.Key()
 	if c, ok := lb.cfg.Client.(mappedChecker); ok && ask && lb.blind() {
 		mapped, err := c.Mapped(ctx, want.Protocol, want.InternalClient, want.InternalPort)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
 		}
-		return err == nil && !mapped, k, want
+		return err == nil && !mapped
 	}
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
+		return true
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
-		return false, k, want
-	case m.InternalClient.Unmap() == want.InternalClient && (m.InternalPort == want.InternalPort || m.InternalPort == 0):
-		return false, k, want
+		return false
 	}
-	return true, k, want
+	return m.InternalClient.Unmap() != want.InternalClient || (m.InternalPort != want.InternalPort && m.InternalPort != 0)
 }
 
 // nextProbe returns the next mapping this process wrote, in turn.

@@ -349,3 +349,36 @@ func withoutUPnP(t *testing.T, e *backendEnv, secret []byte) *pcp.Backend {
 	}
 	return b
 }
+
+// EpochLost asks the server's epoch and compares it with the last answer to
+// the client's own requests: nothing to compare at first, the same epoch
+// while the server runs, and a restart once the epoch went back (a reboot).
+func TestClientEpochLostAsksTheServer(t *testing.T) {
+	e := newBackendEnv(t, true)
+	ctx := context.Background()
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(100 * time.Second) // the router has been up 100 s
+	for _, step := range []struct {
+		what string
+		do   func()
+		want bool
+	}{
+		{"first, nothing heard before", func() {}, false},
+		{"again, the server running", func() {}, false},
+		{"after a MAP", func() {
+			if _, err := c.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: nodeA, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"after a reboot", e.server.Reboot, true},
+		{"again after the reboot", func() {}, false},
+	} {
+		step.do()
+		if got, err := c.EpochLost(ctx); err != nil || got != step.want {
+			t.Errorf("EpochLost %s = %t, %v; want %t", step.what, got, err, step.want)
+		}
+	}
+}

@@ -435,3 +435,22 @@ func TestLabBackendMapped(t *testing.T) {
 		t.Errorf("Mapped after the router rebooted = %t, %v; want false", got, err)
 	}
 }
+
+// TestLabEpochLost: miniupnpd answers an ANNOUNCE request with its epoch
+// (processPCPRequest, PCP_OPCODE_ANNOUNCE). This lab runs it with
+// system_uptime=yes, so a reboot of the lab (a daemon restart) keeps the
+// epoch counting and EpochLost reports no restart; the load balancer reads a
+// mapping again instead when it has one.
+func TestLabEpochLost(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	c := pcpClient(t, lab, 0)
+	for i, what := range []string{"first, nothing heard before", "again, the server running", "after a reboot of the lab"} {
+		if i == 2 {
+			lab.Reboot(t)
+		}
+		if lost, err := c.EpochLost(ctx); err != nil || lost {
+			t.Errorf("EpochLost %s = %t, %v; want false\nminiupnpd log:\n%s", what, lost, err, lab.Log())
+		}
+	}
+}
