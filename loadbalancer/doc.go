@@ -180,8 +180,9 @@
 // soon as it says so. Anyone on the LAN can send one: an announcement within
 // 30 s (or Config.ProbeInterval when shorter) of the last announced repair
 // is checked against the router (one mapping this process wrote, read again,
-// or through a client that cannot read, asked after) and repaired at once
-// when the router lost it, else when that time ends. Every Config.RenewInterval, and when nodes or
+// or through a client that cannot read, asked after; with none, the
+// router's epoch, when the Announcer can ask it) and repaired at once when
+// the router lost it, else when that time ends. Every Config.RenewInterval, and when nodes or
 // endpoints change, a pass serves every Service handed to it that carries
 // Config.Finalizer: it renews leases, re-points, refreshes the external
 // IP and patches statuses; a failed listing of the whole table (a hint of
