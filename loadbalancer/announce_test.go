@@ -88,7 +88,7 @@ func TestUnconfirmedAnnouncementWithinTheQuietTimeIsRepairedAfterIt(t *testing.T
 	eventually(t, "the first repair pass", func() bool { return e.lb.passes.Load() > passes })
 	diffRows(t, "table after the first announced restart", e.table(), before)
 
-	e.clock.Step(time.Second)
+	e.clock.Step(minRestartCheckInterval)
 	passes = e.lb.passes.Load()
 	a.restarts <- struct{}{} // forged, within the quiet time: deferred
 	a.restarts <- struct{}{} // taken once the one before is done
@@ -176,7 +176,7 @@ func TestAnnouncementWithinTheQuietTimeIsCheckedByTheEpochWhenNothingIsMapped(t 
 	eventually(t, "the repair of the restart the epoch shows", func() bool { return e.lb.passes.Load() > passes })
 	a.lost.Store(false)
 	passes = e.lb.passes.Load()
-	e.clock.Step(time.Second)
+	e.clock.Step(minRestartCheckInterval)
 	a.restarts <- struct{}{} // forged
 	a.restarts <- struct{}{} // within a second of the check before: not checked
 	a.restarts <- struct{}{} // taken once the one before is done

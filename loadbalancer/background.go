@@ -198,6 +198,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	var restarts <-chan struct{}
 	var announcedQuiet time.Time  // announced restarts wait until then
 	var deferred <-chan time.Time // armed by an announcement within the quiet time
+	var lastCheck time.Time       // when an announcement was last checked against the router
 	quiet := min(lb.cfg.ProbeInterval, maxAnnouncedQuiet)
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
@@ -237,9 +238,13 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			// renewal), it runs when the quiet time ends.
 			now := lb.cfg.Clock.Now()
 			if now.Before(announcedQuiet) {
-				checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
-				lost := lb.confirmRestart(checkCtx)
-				cancel()
+				lost := false
+				if now.Sub(lastCheck) >= minRestartCheckInterval { // a flood costs one call a second
+					lastCheck = now
+					checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
+					lost = lb.confirmRestart(checkCtx)
+					cancel()
+				}
 				if !lost {
 					if deferred == nil {
 						deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
@@ -454,6 +459,11 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 // maxRestartCheck bounds the check of an announced restart: one router
 // call, which the client bounds more tightly.
 const maxRestartCheck = 10 * time.Second
+
+// minRestartCheckInterval spaces the checks of announced restarts: a flood
+// of forged announcements costs the router one call a second; one within it
+// waits, as one the router does not confirm.
+const minRestartCheckInterval = time.Second
 
 // mappedChecker is a client that cannot read but can ask whether the router
 // holds a mapping to an internal address and port (igd/pcp.Backend).
