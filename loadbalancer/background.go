@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -197,6 +198,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	var restarts <-chan struct{}
 	var announcedQuiet time.Time  // announced restarts wait until then
 	var deferred <-chan time.Time // armed by an announcement within the quiet time
+	var lastCheck time.Time       // when an announcement was last checked against the router
 	quiet := min(lb.cfg.ProbeInterval, maxAnnouncedQuiet)
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
@@ -228,19 +230,33 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 		case <-restarts:
 			// Any LAN host can send an ANNOUNCE from the router's address:
-			// at most one repair per quiet time comes from them. One
-			// within it is not dropped (with protocol "pcp" no probe
-			// would find that restart before the renewal): it runs when
-			// the quiet time ends.
+			// at most one repair per quiet time comes from them alone.
+			// One within it is checked against the router (a mapping
+			// this process wrote, asked after): a restart it confirms is
+			// repaired at once; another is not dropped (with protocol
+			// "pcp" no probe would find that restart before the
+			// renewal), it runs when the quiet time ends.
 			now := lb.cfg.Clock.Now()
 			if now.Before(announcedQuiet) {
-				if deferred == nil {
-					deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
+				lost := false
+				if now.Sub(lastCheck) >= minRestartCheckInterval { // a flood costs one call a second
+					lastCheck = now
+					checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
+					lost = lb.confirmRestart(checkCtx)
+					cancel()
 				}
-				continue
+				if !lost {
+					if deferred == nil {
+						deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
+					}
+					continue
+				}
+				deferred = nil // the pass now covers it
+				logger.Info("Router announced a restart and lost a mapping this process wrote; repairing")
+			} else {
+				logger.Info("Router announced a restart; repairing")
 			}
-			announcedQuiet = now.Add(quiet)
-			logger.Info("Router announced a restart; repairing")
+			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
 			repairsTotal.Inc()
 			if lb.blind() {
 				lb.expireAll()
@@ -440,26 +456,81 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	return nil
 }
 
+// maxRestartCheck bounds the check of an announced restart: one router
+// call, which the client bounds more tightly.
+const maxRestartCheck = 10 * time.Second
+
+// minRestartCheckInterval spaces the checks of announced restarts: a flood
+// of forged announcements costs the router one call a second; one within it
+// waits, as one the router does not confirm.
+const minRestartCheckInterval = time.Second
+
+// mappedChecker is a client that cannot read but can ask whether the router
+// holds a mapping to an internal address and port (igd/pcp.Backend).
+type mappedChecker interface {
+	Mapped(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error)
+}
+
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	want, ok := lb.nextProbe()
+	if ok && lb.lostMapping(ctx, want, false) {
+		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", want.Key(), "want", want)
+		repairsTotal.Inc()
+		return true
+	}
+	return false
+}
+
+// epochChecker is an Announcer that can ask the router whether its epoch
+// shows a restart (igd/pcp.Client).
+type epochChecker interface {
+	EpochLost(ctx context.Context) (bool, error)
+}
+
+// confirmRestart reports whether the router, which announced a restart, lost
+// a mapping this process wrote (read again, or on a client that cannot read,
+// asked after through its guard) or, when this process wrote none, whether
+// the router's epoch, asked directly, shows a restart: whether the
+// announcement was real. One router call either way.
+func (lb *LoadBalancer) confirmRestart(ctx context.Context) bool {
+	if want, ok := lb.nextProbe(); ok {
+		return lb.lostMapping(ctx, want, true)
+	}
+	c, ok := lb.cfg.Announcer.(epochChecker)
 	if !ok {
 		return false
 	}
+	lost, err := c.EpochLost(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Asking the router's epoch failed", "err", err)
+	}
+	return lost
+}
+
+// lostMapping reads want, a mapping this process wrote, and reports whether
+// the router lost or changed it. With ask, a client that cannot read asks
+// the router whether it holds it (one PCP request; periodic probes of such
+// a client send nothing). A failed call reports nothing lost.
+func (lb *LoadBalancer) lostMapping(ctx context.Context, want igd.Mapping, ask bool) bool {
 	k := want.Key()
+	if c, ok := lb.cfg.Client.(mappedChecker); ok && ask && lb.blind() {
+		mapped, err := c.Mapped(ctx, want.Protocol, want.InternalClient, want.InternalPort)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
+		}
+		return err == nil && !mapped
+	}
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):
+		return true
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
 		return false
-	case m.InternalClient.Unmap() == want.InternalClient && (m.InternalPort == want.InternalPort || m.InternalPort == 0):
-		return false
 	}
-	klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", k, "want", want)
-	repairsTotal.Inc()
-	return true
+	return m.InternalClient.Unmap() != want.InternalClient || (m.InternalPort != want.InternalPort && m.InternalPort != 0)
 }
 
 // nextProbe returns the next mapping this process wrote, in turn.

@@ -2,7 +2,6 @@ package loadbalancer
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +89,9 @@ func TestBackgroundRepairsTheServicesHandedOver(t *testing.T) {
 	}
 }
 
-// Arbitration weighs the Services of the class: two of them that want one
-// key neither holds both wait, as two classless ones do.
+// Arbitration weighs the Services of the class: of two of them that want one
+// key neither holds, created at once, the first by name is served, as of two
+// classless ones.
 func TestClassedServicesAreArbitrated(t *testing.T) {
 	e := newEnv(t, Config{Class: classX}, fake.RouterConfig{})
 	nodes := threeNodes()
@@ -100,12 +100,14 @@ func TestClassedServicesAreArbitrated(t *testing.T) {
 	if err := e.lb.Initialize(context.Background(), cluster.ClientBuilder(k8sfake.NewClientset(a, b))); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []*v1.Service{a, b} {
-		if _, err := e.ensure(t, s, nodes); !errors.Is(err, ErrPortInUse) {
-			t.Errorf("Ensure of %s = %v, want ErrPortInUse (the other wants TCP/81 too)", s.Name, err)
-		}
+	errs := map[string]error{}
+	for _, s := range []*v1.Service{b, a} {
+		_, errs[s.Namespace+"/"+s.Name] = e.ensure(t, s, nodes)
 	}
-	diffRows(t, "table", e.table(), nil)
+	wantServed(t, "default/a", errs)
+	if got := e.router.Mappings(); len(got) != 1 || got[0].InternalPort != 30081 {
+		t.Errorf("table %q, want a's mapping alone", e.table())
+	}
 }
 
 func TestConfigClassAndFinalizer(t *testing.T) {

@@ -54,7 +54,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			case !ok:
 				delete(s.held, k)
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
-				s.held[k] = held{} // not (or no longer) what this process wrote
+				s.held[k] = held{contested: h.contested} // not (or no longer) what this process wrote
 			default:
 				// A blind client's recall is what it wrote, not
 				// what the router holds: it confirms nothing.
@@ -77,23 +77,41 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	}
 	failed = make(map[igd.Key]*PortError)
 	contenders := lb.contendersOnce(ctx, req)
+	var taken []igd.Key // keys the Service did not hold, added now, or still to confirm
 	for _, p := range req.ports {
 		cur, exists := got[p.key]
 		_, mine := ours[p.key]
+		// Ours, but never confirmed by a list after its add: given up
+		// and not removed (contested), or not written by this process
+		// and not in the status (a process stopped between its add and
+		// that list).
+		h := lb.heldAt(o, p.key)
+		unsure := mine && (h.contested || !h.written.InternalClient.IsValid() && !recordsKey(req.svc, p.key))
 		switch {
 		case exists && !mine:
-			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Err: ErrPortInUse}
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
 		case mine && lb.upToDate(o, cur, p, tgt):
 			lb.update(o, func(s *serviceState) { s.hold(p.key) })
+			if unsure {
+				taken = append(taken, p.key)
+			}
 		default:
 			d, err := lb.apply(ctx, req, p, tgt, cur, r.at, mine, contenders)
 			if pe := portRefusal(err); pe != nil && d == 0 { // a delay: our own mapping, retried
 				failed[p.key] = pe
 				continue
 			}
+			if (!mine || unsure) && err == nil && d == 0 {
+				taken = append(taken, p.key)
+			}
 			wait(d, err)
 		}
 	}
+	// A key taken is kept only if the Services, listed again, still give
+	// it to this one.
+	lost, err := lb.confirm(ctx, t, req, taken)
+	maps.Copy(failed, lost)
+	errs = append(errs, err)
 	if retry > 0 {
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
@@ -283,7 +301,7 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 		}
 		return &PortError{Service: o.key(), Key: k, Err: err}
 	}
-	return &PortError{Service: o.key(), Key: k, Holder: &holder, Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
+	return &PortError{Service: o.key(), Key: k, Holder: &holder, Claimant: lb.serviceOf(holder), Err: fmt.Errorf("%w: %w", ErrPortInUse, err)}
 }
 
 // keptByRefusal reports whether a refused renewal left the mapping it

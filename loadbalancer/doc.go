@@ -22,16 +22,28 @@
 //     (where the router lists) only says where to look.
 //   - Mappings of other hosts, clusters and Services are never deleted or
 //     written: their keys fail with a *PortError naming the holder.
-//   - Before taking a key it does not hold, a Service reads the cluster's
-//     Services live (with Initialize; without, only this process's Services
-//     are arbitrated) and takes it only when no other served Service wants
-//     it: two that want a key neither holds both wait (ErrPortInUse naming
-//     the other) until one gives it up. So two processes of one cluster
-//     never both take a key. A key the router lost (a reboot) is arbitrated
-//     again: after a reboot, two Services that both want a key wait, even
-//     the one that held it, until one gives it up. Clusters behind one router map to
-//     different nodes, so the router's 718 arbitrates them; they must use
-//     different --cluster-name values.
+//   - Of the served Services of a cluster that want one key, exactly one is
+//     served it, the same in every process that sees them: the one whose
+//     status records the port (written only by the controller), else the
+//     older by creationTimestamp, else the first by namespace/name, then
+//     UID. The others get ErrPortInUse (a *PortError naming the winner in
+//     Claimant) and are served when it gives the port up. Before taking a
+//     key it does not hold, a Service lists the cluster's Services live and
+//     takes it only as their winner; after its adds it lists them again and
+//     gives up each key another Service now wins (one that came to want it
+//     during the add); a mapping of the Service this process did not write,
+//     at a key its status does not record, is confirmed so before it is
+//     kept. Of two processes of one cluster that both took a
+//     key, each second list follows the other's want, so both name one
+//     winner: they never both keep it. A key the router lost (a reboot, a
+//     LAN host's DeletePortMapping) goes back to the Service whose status
+//     records it. Limits: without Initialize only this process's Services
+//     are arbitrated, by who takes the key first; and when the loser's add
+//     replaced the winner's mapping on the router (two processes mapping
+//     to one node through UPnP), the loser removes its own, and the
+//     winner's process maps it again at its next probe. Clusters behind one
+//     router map to different nodes, so the router's 718 arbitrates them;
+//     they must use different --cluster-name values.
 //   - A key is held from just before its add, with what was sent, until a
 //     read shows otherwise (an add the router answers with a fault is read
 //     back at once): an add whose reply was lost is found and removed later.
@@ -113,9 +125,9 @@
 //     the same sweep, at the spec's nodePorts; GetLoadBalancer answers
 //     from the Service's recorded status (toward "exists").
 //   - A key this process did not write is arbitrated like one the router
-//     lost: after a restart or a fail-over, a Service that held a key
-//     another Service also wants waits beside it, and its mapping ends
-//     with its lease.
+//     lost: after a restart or a fail-over, the Service whose status
+//     records it keeps it (its add renews its own mapping), and another
+//     that wants it waits.
 //   - What it cannot find: a mapping of ours at a key, or to a nodePort,
 //     no longer in the spec, or that points at a node address this process
 //     has not seen, written by another process (or before a restart), is left to
@@ -165,7 +177,12 @@
 // this process wrote; when the router lost or changed it, every Service is
 // served again at once. A router that announces its restart (Config.Announcer:
 // the PCP ANNOUNCE miniupnpd multicasts when it starts) is served again as
-// soon as it says so. Every Config.RenewInterval, and when nodes or
+// soon as it says so. Anyone on the LAN can send one: an announcement within
+// 30 s (or Config.ProbeInterval when shorter) of the last announced repair
+// is checked against the router (one mapping this process wrote, read again,
+// or through a client that cannot read, asked after; with none, the
+// router's epoch, when the Announcer can ask it) and repaired at once when
+// the router lost it, else when that time ends. Every Config.RenewInterval, and when nodes or
 // endpoints change, a pass serves every Service handed to it that carries
 // Config.Finalizer: it renews leases, re-points, refreshes the external
 // IP and patches statuses; a failed listing of the whole table (a hint of

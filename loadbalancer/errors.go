@@ -57,7 +57,8 @@ type PortError struct {
 	// Description may be secret (a PCP mapping's is its nonce): Error
 	// quotes it only when it is not.
 	Holder *igd.Mapping
-	// Claimant is the other Service ("namespace/name") taking Key, if that is why.
+	// Claimant is the other Service ("namespace/name") that is served Key
+	// (or, within this process, taking it), if that is why.
 	Claimant string
 	// Err is the cause: ErrPortInUse, or the router's (a *igd.UPnPError 606: policy).
 	Err error
@@ -73,7 +74,7 @@ func (e *PortError) Error() string {
 	case e.Holder != nil:
 		msg += fmt.Sprintf(" (held by %s:%d, description %s)", e.Holder.InternalClient, e.Holder.InternalPort, quoteDescription(e.Holder.Description))
 	case e.Claimant != "":
-		msg += fmt.Sprintf(" (being mapped for service %s)", e.Claimant)
+		msg += fmt.Sprintf(" (served to service %s)", e.Claimant)
 	}
 	return msg
 }

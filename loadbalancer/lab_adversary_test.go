@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
@@ -38,9 +39,10 @@ func TestLabConcurrentDeletesOnIGD1LeaveNothing(t *testing.T) {
 
 // Two LoadBalancers of one cluster, on two hosts, ensure different Services
 // on the same external port of a real miniupnpd, and both read the port free
-// before either writes (their adds wait for each other). The holder Service
-// and the other both wait (PortError): neither holds the port.
-func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
+// before either writes (their adds wait for each other). Exactly one is
+// served: the holder (its status records the port), though the other is
+// older; the other gets a PortError naming it.
+func TestLabTwoLoadBalancersServeOnlyTheHolderOfAContendedKey(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
 	node := labNodes(lab)[0]
@@ -63,15 +65,10 @@ func TestLabTwoLoadBalancersNeverBothTakeAKey(t *testing.T) {
 		wg.Go(func() { _, errs[i] = lb.EnsureLoadBalancer(ctx, testCluster, svcs[i], []*v1.Node{node}) })
 	}
 	wg.Wait()
-	// Both want a key neither holds: both wait, and the router holds no
-	// mapping at it.
-	for i, err := range errs {
-		if !errors.Is(err, ErrPortInUse) {
-			t.Errorf("%s: %v, want ErrPortInUse", svcs[i].Name, err)
-		}
-	}
-	if m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100); !errors.Is(err, igd.ErrNoSuchEntry) {
-		t.Errorf("router holds %v, %v; want no mapping", m, err)
+	wantServed(t, "default/holder", map[string]error{"default/holder": errs[0], "default/newcomer": errs[1]})
+	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100)
+	if err != nil || m.Description != desc("default", "holder", "http") || m.InternalPort != 30080 {
+		t.Errorf("router holds %v, %v; want the holder's mapping", m, err)
 	}
 }
 
@@ -152,4 +149,100 @@ func (c *entryCounter) ListPortMappings(ctx context.Context, p igd.Protocol, r i
 	ms, err := c.UPnPClient.ListPortMappings(ctx, p, r)
 	c.read.Add(int64(len(ms)))
 	return ms, err
+}
+
+// On a real miniupnpd: a holds TCP/44200 (its status records it); b, older,
+// wants it too and waits. The router reboots (its table is gone): a gets
+// the port back whichever Service is served first, and b keeps waiting,
+// named.
+func TestLabRebootGivesAContendedKeyBackToItsHolder(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1})
+	ctx := labContext(t)
+	nodes := labNodes(lab)
+	lb, err := New(Config{Client: labClient(t, lab, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 44200, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 44200, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = created, metav1.NewTime(created.Add(-time.Hour))
+	st, err := lb.EnsureLoadBalancer(ctx, testCluster, a, nodes) // before b exists
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Status.LoadBalancer = *st
+	if err := lb.Initialize(ctx, fakecluster.ClientBuilder(k8sfake.NewClientset(nodes[0], a, b))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b while a holds the port: %v, want ErrPortInUse", err)
+	}
+	lab.Reboot(t)
+	errs := map[string]error{}
+	for _, s := range []*v1.Service{b, a} {
+		_, errs[s.Namespace+"/"+s.Name] = lb.EnsureLoadBalancer(ctx, testCluster, s, nodes)
+	}
+	wantServed(t, "default/a", errs)
+	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44200)
+	if err != nil || m.Description != desc("default", "a", "http") {
+		t.Errorf("router holds %v, %v; want a's mapping", m, err)
+	}
+}
+
+// hookClient runs before once, before its first AddPortMapping.
+type hookClient struct {
+	*igd.UPnPClient
+	before func()
+	once   sync.Once
+}
+
+func (c *hookClient) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
+	c.once.Do(c.before)
+	return c.UPnPClient.AddPortMapping(ctx, m)
+}
+
+// Two LoadBalancers of one cluster (a fail-over overlap) on a real
+// miniupnpd, both mapping to one node (the router lets the second add
+// replace the first). p1 serves b on TCP/44300 and lists the Services while
+// a, older, wants another port; before p1's add lands, a moves to 44300 and
+// p2 serves it: p2's list shows a older, and the router the port free. The
+// two Services are never both served: p1's list after its add names a, and
+// p1 removes its mapping; a's next Ensure (its process's probe finds the
+// mapping gone) has the port.
+func TestLabTwoLoadBalancersNeverBothTakeAKeyWantedDuringTheOthersAdd(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
+	ctx := labContext(t)
+	node := labNodes(lab)[0]
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 44301, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 44300, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	cluster := k8sfake.NewClientset(node, a, b)
+	process := func(c igd.Client) *LoadBalancer {
+		lb, err := New(Config{Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	p2 := process(labClient(t, lab, 1))
+	var errA error
+	a.Spec.Ports[0].Port = 44300
+	p1 := process(&hookClient{UPnPClient: labClient(t, lab, 0), before: func() {
+		updateSpec(t, cluster, a)
+		_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
+	}})
+	_, errB := p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	wantServed(t, "default/a", map[string]error{"default/a": errA, "default/b": errB})
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node}); err != nil {
+		t.Fatalf("a's next Ensure: %v", err)
+	}
+	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44300)
+	if err != nil || m.Description != desc("default", "a", "http") {
+		t.Errorf("router holds %v, %v; want a's mapping", m, err)
+	}
 }

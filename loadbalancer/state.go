@@ -47,12 +47,16 @@ type sweep struct {
 
 // held is what this process last wrote at a key (zero: it only found the
 // Service's mapping there), when that lease ends at the latest, counted from
-// when the add was sent (zero: never or unknown), and whether the router
-// confirmed the write (an add whose reply was lost may or may not be there).
+// when the add was sent (zero: never or unknown), whether the router
+// confirmed the write (an add whose reply was lost may or may not be there),
+// and whether the key, taken, is still to be confirmed by a list of the
+// Services (the one after the add failed, or named another Service and the
+// mapping could not be removed).
 type held struct {
 	written     igd.Mapping
 	expires     time.Time
 	unconfirmed bool
+	contested   bool
 }
 
 // hold records that s holds k, keeping what was written there.

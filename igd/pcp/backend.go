@@ -3,6 +3,7 @@ package pcp
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -269,6 +270,27 @@ func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) er
 		return fmt.Errorf("%w: %w", igd.ErrNotAuthorized, err)
 	}
 	return err
+}
+
+// Mapped reports whether the router holds a mapping of proto to
+// internalAddr:internalPort, without changing it and without UPnP: it sends
+// a PCP delete carrying a random nonce, which the router refuses
+// (NOT_AUTHORIZED) when such a mapping is there and answers NO_RESOURCES
+// when none is (miniupnpd's DeletePCPMap). A router that deletes it anyway
+// (SUCCESS: it ignores nonces, against RFC 6887 §11.3) makes the answer
+// false: the mapping is gone now. A client that cannot read asks it to
+// check whether the router lost a mapping it wrote.
+func (b *Backend) Mapped(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error) {
+	var nonce [12]byte
+	_, _ = cryptorand.Read(nonce[:]) // never fails (crypto/rand)
+	err := b.cfg.PCP.Delete(ctx, proto, internalAddr, internalPort, nonce)
+	switch {
+	case errors.Is(err, ErrNotAuthorized):
+		return true, nil
+	case err == nil, errors.Is(err, ErrNoResources):
+		return false, nil
+	}
+	return false, fmt.Errorf("pcp: is %s to %s:%d mapped: %w", proto, internalAddr, internalPort, err)
 }
 
 // OwnedBy reports whether m's description is the one the router stores for

@@ -306,3 +306,79 @@ func TestExternalAddr(t *testing.T) {
 		t.Errorf("ExternalAddr with the WAN down = %v, want a *pcp.ResultError", err)
 	}
 }
+
+// Mapped tells whether the router holds a mapping to an internal address
+// and port without changing it, through PCP alone: true while the mapping
+// is there (kept as it was), false once the router lost it (a reboot).
+func TestBackendMappedAsksWithoutChangingTheMapping(t *testing.T) {
+	e := newBackendEnv(t, true)
+	b := withoutUPnP(t, e, backendSecret)
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080, Lease: time.Hour, Enabled: true}
+	if _, err := b.AddFor(ctx, "default/web", m); err != nil {
+		t.Fatal(err)
+	}
+	before := e.router.Mappings()
+	for i := range 2 {
+		if got, err := b.Mapped(ctx, igd.TCP, nodeA, 30080); err != nil || !got {
+			t.Errorf("Mapped %d while the mapping is there = %t, %v; want true", i, got, err)
+		}
+	}
+	if diff := cmp.Diff(before, e.router.Mappings(), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("table changed by Mapped (-before +after):\n%s", diff)
+	}
+	if got, err := b.Mapped(ctx, igd.UDP, nodeA, 30080); err != nil || got {
+		t.Errorf("Mapped of another protocol = %t, %v; want false", got, err)
+	}
+	e.server.Reboot()
+	if got, err := b.Mapped(ctx, igd.TCP, nodeA, 30080); err != nil || got {
+		t.Errorf("Mapped after the router rebooted = %t, %v; want false", got, err)
+	}
+}
+
+// withoutUPnP is a Backend on e's PCP server that never reads.
+func withoutUPnP(t *testing.T, e *backendEnv, secret []byte) *pcp.Backend {
+	t.Helper()
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pcp.NewBackend(pcp.BackendConfig{PCP: c, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// EpochLost asks the server's epoch and compares it with the last answer to
+// the client's own requests: nothing to compare at first, the same epoch
+// while the server runs, and a restart once the epoch went back (a reboot).
+func TestClientEpochLostAsksTheServer(t *testing.T) {
+	e := newBackendEnv(t, true)
+	ctx := context.Background()
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(100 * time.Second) // the router has been up 100 s
+	for _, step := range []struct {
+		what string
+		do   func()
+		want bool
+	}{
+		{"first, nothing heard before", func() {}, false},
+		{"again, the server running", func() {}, false},
+		{"after a MAP", func() {
+			if _, err := c.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: nodeA, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"after a reboot", e.server.Reboot, true},
+		{"again after the reboot", func() {}, false},
+	} {
+		step.do()
+		if got, err := c.EpochLost(ctx); err != nil || got != step.want {
+			t.Errorf("EpochLost %s = %t, %v; want %t", step.what, got, err, step.want)
+		}
+	}
+}

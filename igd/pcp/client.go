@@ -105,6 +105,9 @@ type Client struct {
 
 	mu    sync.Mutex
 	epoch epochState // what the last answer said
+	// asked is what the last answer to one of this client's own PCP
+	// requests said: never an ANNOUNCE, which anyone can send.
+	asked epochState
 	// natpmpEpoch is what the last NAT-PMP answer (ExternalAddr) said:
 	// compared with NAT-PMP answers only, in case a server counts them
 	// from another origin.
@@ -289,6 +292,9 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 			return false, nil // not the answer: another message, or garbage
 		}
 		c.observeEpoch(server.Addr(), a.Epoch, time.Now())
+		c.mu.Lock()
+		c.asked = epochState{server: server.Addr(), epoch: a.Epoch, local: time.Now()}
+		c.mu.Unlock()
 		if a.Result != Success {
 			return true, &ResultError{Op: op, Code: a.Result, Lifetime: time.Duration(a.Lifetime) * time.Second}
 		}
@@ -298,6 +304,53 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 		return mapMessage{}, err
 	}
 	return a, nil
+}
+
+// EpochLost asks the server for its Epoch Time (a PCP ANNOUNCE request,
+// RFC 6887 §14.1) and reports whether it shows the server lost its state
+// since the last answer to one of this client's own requests (RFC 6887
+// §8.5: the epoch went back by more than a second, or advanced unlike this
+// host's clock); an ANNOUNCE heard by ListenAnnounce does not count, since
+// anyone on the LAN can send one. With no such answer before, it reports
+// false. The answer is recorded as the last heard without signalling
+// Restarts: the caller acts on the result. A server that refuses the
+// request answers a *ResultError.
+func (c *Client) EpochLost(ctx context.Context) (_ bool, err error) {
+	defer func(start time.Time) { igd.ObserveRequest("ANNOUNCE", start, errorCode(err)) }(time.Now())
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	const op = "ask epoch"
+	conn, server, err := c.dial(ctx, op)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	client, err := localAddr(conn, op)
+	if err != nil {
+		return false, err
+	}
+	var epoch uint32
+	err = exchange(ctx, conn, server, op, encodeAnnounceRequest(client), func(b []byte) (bool, error) {
+		e, result, ok := decodeAnnounceAnswer(b)
+		switch {
+		case !ok:
+			return false, nil // not the answer
+		case result != Success:
+			return true, &ResultError{Op: op, Code: result}
+		}
+		epoch = e
+		return true, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	st := epochState{server: server.Addr(), epoch: epoch, local: now}
+	c.mu.Lock()
+	prev := c.asked
+	c.asked, c.epoch = st, st
+	c.mu.Unlock()
+	return prev.server == st.server && lostState(prev.epoch, epoch, now.Sub(prev.local)), nil
 }
 
 // exchange sends req on conn to server, again after each retransmission

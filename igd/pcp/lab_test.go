@@ -407,3 +407,50 @@ func TestLabNoServer(t *testing.T) {
 		t.Errorf("Map took %v to fail, want an immediate refusal", el)
 	}
 }
+
+// TestLabBackendMapped: Backend.Mapped asks miniupnpd whether it holds a
+// mapping without changing it (a delete with a random nonce: DeletePCPMap
+// refuses it, NOT_AUTHORIZED, while the mapping is there), and reports it
+// gone after a reboot (NO_RESOURCES).
+func TestLabBackendMapped(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	b, err := pcp.NewBackend(pcp.BackendConfig{PCP: pcpClient(t, lab, 0), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: lab.Nodes[1].Addr, InternalPort: 30080, Lease: time.Hour, Enabled: true}
+	if _, err := b.AddFor(ctx, "default/web", m); err != nil {
+		t.Fatalf("AddFor: %v\nminiupnpd log:\n%s", err, lab.Log())
+	}
+	for i := range 2 {
+		if got, err := b.Mapped(ctx, igd.TCP, lab.Nodes[1].Addr, 30080); err != nil || !got {
+			t.Errorf("Mapped %d while the mapping is there = %t, %v; want true", i, got, err)
+		}
+	}
+	wantMapping(t, ctx, upnpClient(t, lab, 0), m.Key(), netip.AddrPortFrom(lab.Nodes[1].Addr, 30080),
+		desc(pcp.NonceFor([]byte("0123456789abcdef0123456789abcdef"), "default/web", m.Key())))
+	lab.Reboot(t)
+	if got, err := b.Mapped(ctx, igd.TCP, lab.Nodes[1].Addr, 30080); err != nil || got {
+		t.Errorf("Mapped after the router rebooted = %t, %v; want false", got, err)
+	}
+}
+
+// TestLabEpochLost: miniupnpd answers an ANNOUNCE request with its epoch
+// (processPCPRequest, PCP_OPCODE_ANNOUNCE). This lab runs it with
+// system_uptime=yes, so a reboot of the lab (a daemon restart) keeps the
+// epoch counting and EpochLost reports no restart; the load balancer reads a
+// mapping again instead when it has one.
+func TestLabEpochLost(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	c := pcpClient(t, lab, 0)
+	for i, what := range []string{"first, nothing heard before", "again, the server running", "after a reboot of the lab"} {
+		if i == 2 {
+			lab.Reboot(t)
+		}
+		if lost, err := c.EpochLost(ctx); err != nil || lost {
+			t.Errorf("EpochLost %s = %t, %v; want false\nminiupnpd log:\n%s", what, lost, err, lab.Log())
+		}
+	}
+}

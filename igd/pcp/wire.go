@@ -141,3 +141,27 @@ func decodeAnnounce(b []byte) (epoch uint32, ok bool) {
 	}
 	return binary.BigEndian.Uint32(b[8:]), true
 }
+
+// encodeAnnounceRequest returns the bytes of an ANNOUNCE request from
+// client (RFC 6887 §14.1): a header, lifetime 0, no payload.
+func encodeAnnounceRequest(client netip.Addr) []byte {
+	b := make([]byte, headerLen)
+	b[0] = version
+	b[1] = opAnnounce
+	putAddr(b[8:24], client)
+	return b
+}
+
+// decodeAnnounceAnswer reads b as the answer to an ANNOUNCE request: its
+// epoch and result, or a NAT-PMP server's refusal of the version
+// (UNSUPP_VERSION, no epoch). It reports false for anything else.
+func decodeAnnounceAnswer(b []byte) (epoch uint32, result ResultCode, ok bool) {
+	switch {
+	case len(b) >= 4 && b[0] < version && b[1] == responseBit|opAnnounce && b[3] == byte(UnsuppVersion):
+		return 0, UnsuppVersion, true
+	case len(b) < headerLen || len(b) > maxMessageLen || len(b)%4 != 0 ||
+		b[0] != version || b[1] != responseBit|opAnnounce:
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b[8:]), ResultCode(b[3]), true
+}
