@@ -48,6 +48,16 @@ type Config struct {
 	// and for tests). Empty means discover by SSDP.
 	RootDescURL string
 
+	// Router is the LAN address of the one router SSDP discovery uses, for
+	// a router that is not this host's default gateway. Zero means the
+	// host's IPv4 default gateway (Host.DefaultGateway). Discovery probes
+	// only the answers sent from this address; every other host that
+	// answers is listed among the candidates, rejected, and sent no
+	// request, however good the service it claims. It must be an IPv4
+	// host address, and must not be set with RootDescURL, which names the
+	// router itself.
+	Router netip.Addr
+
 	// DiscoveryTimeout bounds one discovery, from the first search to the
 	// chosen router. Zero means DefaultDiscoveryTimeout.
 	DiscoveryTimeout time.Duration
@@ -153,6 +163,16 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("igd: invalid Config.CallTimeout %s: must not be negative", cfg.CallTimeout)
 	case cfg.MaxListEntries < 0:
 		return fmt.Errorf("igd: invalid Config.MaxListEntries %d: must not be negative", cfg.MaxListEntries)
+	}
+	if r := cfg.Router; r.IsValid() {
+		switch {
+		case !r.Is4():
+			return fmt.Errorf("igd: invalid Config.Router %s: must be an IPv4 address (SSDP discovery searches over IPv4)", r)
+		case r.IsUnspecified() || r.IsMulticast() || r == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			return fmt.Errorf("igd: invalid Config.Router %s: must be a host address", r)
+		case cfg.RootDescURL != "":
+			return fmt.Errorf("igd: invalid Config.Router %s: RootDescURL %q already names the router; set one of them", r, cfg.RootDescURL)
+		}
 	}
 	if cfg.RootDescURL != "" {
 		u, err := url.Parse(cfg.RootDescURL)
