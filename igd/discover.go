@@ -365,7 +365,7 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 // server.
 func (c *UPnPClient) probe(ctx context.Context, location string, responder netip.Addr, ssdpServer string, defGW netip.Addr) []probed {
 	reject := func(why string, args ...any) []probed {
-		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
+		return []probed{{cand: Candidate{Location: location, Addr: responder, Rejected: fmt.Sprintf(why, args...)}}}
 	}
 	loc, err := url.Parse(location)
 	if err != nil || (loc.Scheme != "http" && loc.Scheme != "https") || loc.Host == "" {
@@ -595,6 +595,7 @@ func choose(found []probed, why string) (*gateway, bool) {
 			Candidate:        best.cand,
 			PublicExternalIP: IsPublic(best.cand.ExternalIP),
 			GuardedListing:   crashesOnLongLists(best.cand.Server),
+			Accepted:         why,
 			Reason:           why + "; " + reason(best.cand, len(usable)),
 			Candidates:       all,
 			DiscoveredAt:     time.Now(),

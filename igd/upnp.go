@@ -251,7 +251,12 @@ type Gateway struct {
 	// only in ranges known to hold at most SafeListWidth mappings, because
 	// its daemon may die on longer GetListOfPortMappings answers (DESIGN.md).
 	GuardedListing bool
-	// Reason says why this service was chosen among the candidates.
+	// Accepted says which router discovery used and why: "the default
+	// gateway 192.0.2.1", "Config.Router 192.0.2.7" or "named by
+	// Config.RootDescURL". It uses no other.
+	Accepted string
+	// Reason says why this router was used (Accepted) and why this service
+	// was chosen among its candidates.
 	Reason string
 	// Candidates is every service discovery found, the chosen one included,
 	// each with its rejection reason if any.

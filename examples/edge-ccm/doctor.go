@@ -60,7 +60,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	otherHost := fs.String("other-host", "", "another LAN host's address, for the secure-mode probe (a mapping to a closed port, removed at once); \"\" = the router's own LAN address")
 	output := fs.String("output", "table", "table, or json for scripts")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router this host finds allows, by probe mappings of its own\n(removed at once), against the cloud-config. Exit status 0: edge-ccm will work;\n%d: fix the first failed finding; %d: the check could not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
+		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config. The router is this host's default gateway, or the\none gateway.url names; the router finding says which and lists the LAN hosts\nthat answered and were not used. Exit status 0: edge-ccm will work;\n%d: fix the first failed finding; %d: the check could not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
