@@ -91,7 +91,9 @@ type Config struct {
 	// DialContext, uses no proxy and no keep-alive (routers close every
 	// connection anyway). When set, DialContext is not applied to it. Either
 	// way the client uses a copy whose transport caps every answer (see
-	// ErrAnswerTooLarge); the given client is not modified. goupnp's global
+	// ErrAnswerTooLarge) and which follows no redirect (a 3xx answer is an
+	// error naming the URL and where it pointed, whatever the given
+	// client's CheckRedirect); the given client is not modified. goupnp's global
 	// HTTPClientDefault is never used.
 	HTTPClient *http.Client
 
