@@ -10,8 +10,9 @@ import (
 // The decoders of what any LAN host can send this client: MAP answers,
 // NAT-PMP public address answers and ANNOUNCEs, read without a socket. The
 // seed corpora in testdata/fuzz/<target> hold answers of miniupnpd 2.3.1
-// captured in the lab (TestLabDecodersReadRealAnswers -update-seeds writes
-// them); explore with go test -run '^$' -fuzz=FuzzDecodeMapAnswer ./igd/pcp/.
+// captured in the lab (go test -run TestLabDecodersReadRealAnswers
+// ./igd/pcp/ -args -update-seeds writes them, as root); explore with
+// go test -run '^$' -fuzz=FuzzDecodeMapAnswer ./igd/pcp/.
 
 // mapAnswerSeed is a MAP answer of miniupnpd 2.3.1 to the request of
 // TestEncodeMap's first case: SUCCESS, lifetime 3600, epoch 1234,
