@@ -207,6 +207,8 @@ type Candidate struct {
 	// ExternalIP is what GetExternalIPAddress answered.
 	ExternalIP netip.Addr
 	// OnDefaultGateway reports whether Addr is this host's default gateway.
+	// Without Config.Router and Config.RootDescURL, only such candidates
+	// are probed.
 	OnDefaultGateway bool
 	// Rejected says why the service cannot be used; empty when it can.
 	Rejected string
