@@ -81,7 +81,7 @@ bench:
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
-## fuzz-smoke: each fuzz target (the fake IGD server's, the igd client's parsers of router answers) for FUZZTIME.
+## fuzz-smoke: each fuzz target (the fake IGD and PCP servers', the igd and pcp clients' decoders of router answers, the edge cloud-config parser) for FUZZTIME.
 FUZZTIME ?= 15s
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSOAPRequest$$' -fuzztime $(FUZZTIME) ./fake/
@@ -91,6 +91,11 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePortListing$$' -fuzztime $(FUZZTIME) ./igd/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseExternalIP$$' -fuzztime $(FUZZTIME) ./igd/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSSDPAnswer$$' -fuzztime $(FUZZTIME) ./igd/
+	$(GO) test -run '^$$' -fuzz '^FuzzPCPServerRequest$$' -fuzztime $(FUZZTIME) ./fake/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMapAnswer$$' -fuzztime $(FUZZTIME) ./igd/pcp/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNATPMPAddress$$' -fuzztime $(FUZZTIME) ./igd/pcp/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAnnounce$$' -fuzztime $(FUZZTIME) ./igd/pcp/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./provider/edge/
 
 ## tools: install the Debian packages and Go tools the tests need (as root).
 tools:

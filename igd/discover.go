@@ -28,22 +28,22 @@ const (
 	// ssdpResend is how often the search is repeated while no usable router
 	// has answered: SSDP is UDP, and a router may miss the first search.
 	ssdpResend = time.Second
-	// maxLocations bounds how many distinct answers from hosts other than
-	// the default gateway one discovery probes, so that a LAN full of devices
-	// answering every search cannot make it open unbounded connections. Real
-	// LANs have one router, rarely two or three. The default gateway's
-	// answers do not count against it, so other hosts cannot crowd it out.
-	maxLocations = 16
-	// maxLocationsPerHost bounds the distinct locations probed per answering
-	// host, so that one host cannot fill maxLocations. A router answers every
-	// search type with the same location, some with one per device version.
+	// maxIgnored bounds how many answers from hosts other than the accepted
+	// router one discovery lists (never probes) among its candidates, so
+	// that a LAN full of devices answering every search cannot grow the
+	// list without bound; maxIgnoredPerHost bounds them per host, so that
+	// one host cannot fill the list.
+	maxIgnored        = 16
+	maxIgnoredPerHost = 4
+	// maxLocationsPerHost bounds the accepted router's locations probed at
+	// once. A router answers every search type with the same location, some
+	// with one per device version.
 	maxLocationsPerHost = 4
 	// maxGatewayLocations bounds the distinct locations probed on the
-	// default gateway, maxLocationsPerHost at a time, queued beyond: SSDP
-	// answers are UDP and any LAN host can send them from the gateway's
-	// address, so a few answers pointing at closed ports on the gateway
-	// must not shut its real answer out, only delay it by one failed fetch
-	// each.
+	// accepted router, maxLocationsPerHost at a time, queued beyond: SSDP
+	// answers are UDP and any LAN host can send them from the router's
+	// address, so a few answers pointing at closed ports on the router must
+	// not shut its real answer out, only delay it by one failed fetch each.
 	maxGatewayLocations = 64
 )
 
@@ -70,65 +70,108 @@ type probed struct {
 	conn wanConnection
 }
 
+// accepted is the one router SSDP discovery probes: its address and how
+// the host knows it. addr is invalid when the host has no default route
+// and Config.Router is unset; err then says why.
+type accepted struct {
+	addr netip.Addr
+	// what names it in reasons and errors: "the default gateway 192.0.2.1"
+	// or "Config.Router 192.0.2.7".
+	what string
+	err  error
+}
+
+// acceptedRouter returns the router SSDP discovery accepts answers from:
+// Config.Router, else the host's IPv4 default gateway. SSDP searches over
+// IPv4 only, so an answer is always weighed against the IPv4 default route.
+func (c *UPnPClient) acceptedRouter(defGW netip.Addr, gwErr error) accepted {
+	if r := c.cfg.Router; r.IsValid() {
+		return accepted{addr: r, what: "Config.Router " + r.String()}
+	}
+	if gwErr != nil {
+		return accepted{err: gwErr}
+	}
+	return accepted{addr: defGW, what: "the default gateway " + defGW.String()}
+}
+
+// ignore returns the candidate listed for an answer from a host other than
+// the accepted router: never probed, rejected with the reason.
+func (a accepted) ignore(ans ssdpAnswer) probed {
+	var why string
+	if a.addr.IsValid() {
+		why = fmt.Sprintf("answered from %s, not %s: not probed (only that router is used unless another is named with Config.RootDescURL or Config.Router)", ans.responder, a.what)
+	} else {
+		why = fmt.Sprintf("answered from %s: not probed, as this host has no default gateway and no router is named (Config.RootDescURL or Config.Router)", ans.responder)
+	}
+	return probed{cand: Candidate{Location: ans.location, Addr: ans.responder, Server: ans.server, Rejected: why}}
+}
+
 // discover finds the router and chooses its service, bounded by
-// DiscoveryTimeout.
+// DiscoveryTimeout. With Config.RootDescURL it probes that description and
+// accepts it wherever it is (the operator named it). Otherwise it searches
+// by SSDP and probes only the answers of one router (acceptedRouter): a LAN
+// host that merely claims a better service is listed, rejected, and sent no
+// request.
 func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 	ctx, cancel := context.WithTimeout(parent, c.cfg.DiscoveryTimeout)
 	defer cancel()
-	// The default gateway only ranks candidates; without it every candidate
-	// is "not on the default gateway" and the ranking goes on without it.
-	defGW, _ := c.cfg.Host.DefaultGateway(ctx)
+	defGW, gwErr := c.cfg.Host.DefaultGateway(ctx)
+	if gwErr == nil && !defGW.IsValid() {
+		gwErr = errors.New("igd: no IPv4 default route")
+	}
+	if gwErr != nil {
+		defGW = netip.Addr{}
+	}
+	defGW = defGW.Unmap() // answers' senders are unmapped too
 
 	var found []probed
 	var early bool
-	how := "SSDP search"
+	how, why := "SSDP search", ""
+	var notAccepted error
 	if c.cfg.RootDescURL != "" {
 		how = "root description " + c.cfg.RootDescURL
+		why = "named by Config.RootDescURL"
 		found = c.probe(ctx, c.cfg.RootDescURL, netip.Addr{}, "", defGW)
 	} else {
+		acc := c.acceptedRouter(defGW, gwErr)
+		why, notAccepted = acc.what, acc.err
 		var err error
-		var gwUnprobed bool
-		found, early, gwUnprobed, err = c.search(ctx, defGW)
+		found, early, err = c.search(ctx, acc, defGW)
 		if err != nil {
 			return nil, err
 		}
-		if gwUnprobed {
-			// The gateway's own answers were not all probed in time: a
-			// router elsewhere must not win over the one they may name.
-			found = onGateway(found)
-		}
 	}
-	gw, ok := choose(found)
+	gw, ok := choose(found, why)
 	if ok && early {
-		gw.info.Reason += "; the default gateway answered with a service nothing can beat, so discovery did not wait for others"
+		gw.info.Reason += "; it answered with a service nothing can beat, so discovery did not wait for others"
 	}
 	if !ok {
 		nge := &NoGatewayError{Searched: how, Timeout: c.cfg.DiscoveryTimeout}
 		for _, p := range found {
 			nge.Found = append(nge.Found, p.cand)
 		}
-		nge.Err = parent.Err()
+		nge.Err = errors.Join(notAccepted, parent.Err())
 		return nil, nge
 	}
 	return gw, nil
 }
 
-// search sends SSDP searches for every supported service type and probes each
-// router that answers. It returns once a usable router has answered and the
-// settle window after it has passed, or when ctx is done; or at once (early)
-// when the default gateway offered a service no answer can beat (best) and
-// none of its locations is still being probed, since the choice would be
-// the same after the window.
+// search sends SSDP searches for every supported service type and probes the
+// answers of acc, the accepted router; answers from other hosts are listed,
+// rejected, and never probed. It returns once a usable service has answered
+// and the settle window after it has passed (the router may offer several
+// locations), or when ctx is done; or at once (early) when the router
+// offered a service no answer can beat (best) and none of its locations is
+// still being probed, since the choice would be the same after the window.
 //
-// The settle window does not end the search while locations of the
-// gateway are still queued or being probed (answers spoofed from its
-// address, pointing at ports that never answer, would otherwise hold the
-// probes until the window closed on its real answer); when ctx ends first,
-// gwUnprobed says so.
-func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []probed, early, gwUnprobed bool, err error) {
+// The settle window does not end the search while locations of the router
+// are still queued or being probed: answers spoofed from its address,
+// pointing at ports that never answer, would otherwise hold the probes
+// until the window closed on its real answer.
+func (c *UPnPClient) search(ctx context.Context, acc accepted, defGW netip.Addr) (found []probed, early bool, err error) {
 	pc, err := c.cfg.ListenPacket(ctx, "udp4", "0.0.0.0:0")
 	if err != nil {
-		return nil, false, false, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
+		return nil, false, fmt.Errorf("igd: discover: open SSDP socket: %w", err)
 	}
 	answers := make(chan ssdpAnswer)
 	readerDone := make(chan struct{})
@@ -148,7 +191,7 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 
 	group, err := net.ResolveUDPAddr("udp4", ssdpGroup)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("igd: discover: %w", err)
+		return nil, false, fmt.Errorf("igd: discover: %w", err)
 	}
 	send := func() error {
 		var errs []error
@@ -164,83 +207,74 @@ func (c *UPnPClient) search(ctx context.Context, defGW netip.Addr) (found []prob
 	}
 	if err := send(); err != nil {
 		// No route to the multicast group (no LAN link): nothing to find.
-		return nil, false, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
+		return nil, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
 	}
 	resend := time.NewTicker(ssdpResend)
 	defer resend.Stop()
 
 	probeCtx, cancelProbes := context.WithCancel(ctx)
 	defer cancelProbes()
-	type result struct {
-		onGW bool
-		ps   []probed
-	}
-	results := make(chan result)
-	pending := 0
-	// The gateway's locations: gwActive being probed, gwQueue waiting,
-	// gwTried all it was given.
-	gwActive, gwTried := 0, 0
-	var gwQueue []ssdpAnswer
-	gwPending := func() bool { return gwActive+len(gwQueue) > 0 }
+	results := make(chan []probed)
+	// The router's locations: active being probed, queue waiting, tried
+	// all it was given.
+	active, tried := 0, 0
+	var queue []ssdpAnswer
+	pending := func() bool { return active+len(queue) > 0 }
 	seen := map[string]bool{}
-	perHost := map[netip.Addr]int{}
-	others := 0 // locations probed on hosts other than the default gateway
-	start := func(a ssdpAnswer, onGW bool) {
-		pending++
-		go func() { results <- result{onGW, c.probe(probeCtx, a.location, a.responder, a.server, defGW)} }()
+	ignoredPerHost := map[netip.Addr]int{}
+	ignored := 0
+	start := func(a ssdpAnswer) {
+		active++
+		go func() { results <- c.probe(probeCtx, a.location, a.responder, a.server, defGW) }()
 	}
 	var settle <-chan time.Time
-	settled := false // the window passed while the gateway was being probed
+	settled := false // the window passed while the router was being probed
 
 loop:
 	for {
 		select {
 		case a := <-answers:
-			// A router answers once per search type; probe each location once
-			// per answering host, a few per host, and the default gateway's
-			// whatever others answered, queued past a few at a time. An
-			// answer whose sender is unknown cannot be checked against its
-			// LOCATION.
+			// A router answers once per search type: probe each of its
+			// locations once, a few at a time. An answer whose sender is
+			// unknown cannot be checked against its LOCATION.
 			key := a.location + " " + a.responder.String()
-			onGW := defGW.IsValid() && a.responder == defGW
-			switch {
-			case seen[key] || !a.responder.IsValid():
+			if seen[key] || !a.responder.IsValid() {
 				continue
-			case onGW && gwTried < maxGatewayLocations:
-				seen[key] = true
-				gwTried++
-				if gwActive >= maxLocationsPerHost {
-					gwQueue = append(gwQueue, a)
-					continue
+			}
+			if !acc.addr.IsValid() || a.responder != acc.addr {
+				if ignoredPerHost[a.responder] < maxIgnoredPerHost && ignored < maxIgnored {
+					seen[key] = true
+					ignoredPerHost[a.responder]++
+					ignored++
+					found = append(found, acc.ignore(a))
 				}
-				gwActive++
-			case onGW || perHost[a.responder] >= maxLocationsPerHost || others >= maxLocations:
 				continue
-			default:
-				seen[key] = true
-				perHost[a.responder]++
-				others++
 			}
-			start(a, onGW)
-		case r := <-results:
-			pending--
-			if r.onGW {
-				gwActive--
-				if len(gwQueue) > 0 {
-					gwActive++
-					start(gwQueue[0], true)
-					gwQueue = gwQueue[1:]
-				}
+			if tried >= maxGatewayLocations {
+				continue
 			}
-			found = append(found, r.ps...)
-			if !gwPending() && slices.ContainsFunc(found, func(p probed) bool { return best(p.cand) }) {
+			seen[key] = true
+			tried++
+			if active >= maxLocationsPerHost {
+				queue = append(queue, a)
+				continue
+			}
+			start(a)
+		case ps := <-results:
+			active--
+			if len(queue) > 0 {
+				start(queue[0])
+				queue = queue[1:]
+			}
+			found = append(found, ps...)
+			if !pending() && slices.ContainsFunc(found, func(p probed) bool { return best(p.cand) }) {
 				early = true
 				break loop
 			}
-			if settled && !gwPending() {
+			if settled && !pending() {
 				break loop
 			}
-			if settle == nil && slices.ContainsFunc(r.ps, func(p probed) bool { return p.cand.Rejected == "" }) {
+			if settle == nil && slices.ContainsFunc(ps, func(p probed) bool { return p.cand.Rejected == "" }) {
 				t := time.NewTimer(c.cfg.SettleTime)
 				defer t.Stop()
 				settle = t.C
@@ -250,7 +284,7 @@ loop:
 				_ = send() // a failed repeat changes nothing; the first one went out
 			}
 		case <-settle:
-			if gwPending() {
+			if pending() {
 				settle, settled = nil, true
 				continue
 			}
@@ -259,33 +293,22 @@ loop:
 			break loop
 		}
 	}
-	// Routers still being probed are not waited for: they had the settle
+	// Locations still being probed are not waited for: they had the settle
 	// window to answer. Their probes end at once and say so.
 	cancelProbes()
-	for ; pending > 0; pending-- {
-		found = append(found, (<-results).ps...)
+	for ; active > 0; active-- {
+		found = append(found, (<-results)...)
 	}
-	return found, early, gwPending(), nil
-}
-
-// onGateway returns the candidates on the default gateway.
-func onGateway(found []probed) []probed {
-	var out []probed
-	for _, p := range found {
-		if p.cand.OnDefaultGateway {
-			out = append(out, p)
-		}
-	}
-	return out
+	return found, early, nil
 }
 
 // best reports whether c is usable and ranks first on every rule of choose
-// but the final tie-break: connected, a public external IP, on the default
-// gateway, WANIPConnection:2. No other candidate can beat it, except one of
-// the default gateway's own with a lower URL (search waits for all of the
-// gateway's locations to be probed).
+// but the final tie-break: connected, a public external IP,
+// WANIPConnection:2. No other candidate can beat it, except another of the
+// router's own with a lower URL (search waits for all of the router's
+// locations to be probed).
 func best(c Candidate) bool {
-	return c.Rejected == "" && c.Connected() && IsPublic(c.ExternalIP) && c.OnDefaultGateway && c.ServiceType == serviceTypes[0]
+	return c.Rejected == "" && c.Connected() && IsPublic(c.ExternalIP) && c.ServiceType == serviceTypes[0]
 }
 
 // readSSDP reads answers from pc until it is closed, sending each one with a
@@ -342,7 +365,7 @@ func parseSSDPAnswer(b []byte, from net.Addr) (ssdpAnswer, bool) {
 // server.
 func (c *UPnPClient) probe(ctx context.Context, location string, responder netip.Addr, ssdpServer string, defGW netip.Addr) []probed {
 	reject := func(why string, args ...any) []probed {
-		return []probed{{cand: Candidate{Location: location, Rejected: fmt.Sprintf(why, args...)}}}
+		return []probed{{cand: Candidate{Location: location, Addr: responder, Rejected: fmt.Sprintf(why, args...)}}}
 	}
 	loc, err := url.Parse(location)
 	if err != nil || (loc.Scheme != "http" && loc.Scheme != "https") || loc.Host == "" {
@@ -534,11 +557,12 @@ func newConn(root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, hc *htt
 	}
 }
 
-// choose picks the best usable candidate: connected over unknown status,
-// public external IP over non-public, on the default gateway over elsewhere,
-// then the newer service type; remaining ties go to the lowest location, so
-// the choice never depends on which router answered first.
-func choose(found []probed) (*gateway, bool) {
+// choose picks the best usable candidate among the services of the one
+// accepted router (why says which, and why it was accepted): connected over
+// unknown status, public external IP over non-public, then the newer service
+// type; remaining ties go to the lowest location, so the choice never
+// depends on which location answered first.
+func choose(found []probed, why string) (*gateway, bool) {
 	var usable []probed
 	for _, p := range found {
 		if p.cand.Rejected == "" {
@@ -552,7 +576,6 @@ func choose(found []probed) (*gateway, bool) {
 		return cmp.Or(
 			boolRank(a.cand.Connected(), b.cand.Connected()),
 			boolRank(IsPublic(a.cand.ExternalIP), IsPublic(b.cand.ExternalIP)),
-			boolRank(a.cand.OnDefaultGateway, b.cand.OnDefaultGateway),
 			cmp.Compare(slices.Index(serviceTypes, a.cand.ServiceType), slices.Index(serviceTypes, b.cand.ServiceType)),
 			strings.Compare(a.cand.Location, b.cand.Location),
 			strings.Compare(a.cand.ControlURL, b.cand.ControlURL),
@@ -572,7 +595,8 @@ func choose(found []probed) (*gateway, bool) {
 			Candidate:        best.cand,
 			PublicExternalIP: IsPublic(best.cand.ExternalIP),
 			GuardedListing:   crashesOnLongLists(best.cand.Server),
-			Reason:           reason(best.cand, len(usable)),
+			Accepted:         why,
+			Reason:           why + "; " + reason(best.cand, len(usable)),
 			Candidates:       all,
 			DiscoveredAt:     time.Now(),
 		},

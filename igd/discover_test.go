@@ -203,10 +203,12 @@ func TestSSDPDiscoverySearchesEveryServiceType(t *testing.T) {
 	}
 }
 
+// The default gateway may offer several services (several devices, on as
+// many ports): discovery ranks them. Hosts other than the gateway are never
+// candidates (TestSSDPDiscoveryNeverChoosesAHostOtherThanTheGateway).
 func TestSSDPDiscoveryChooses(t *testing.T) {
 	const gwIP = "127.0.0.3"
 	type spec struct {
-		ip     string
 		dev    device
 		delay  time.Duration
 		status string
@@ -215,31 +217,31 @@ func TestSSDPDiscoveryChooses(t *testing.T) {
 	tests := []struct {
 		name    string
 		devices []spec
-		want    string // IP of the chosen device
+		want    int // index of the chosen device
 		reason  string
 	}{
 		{"public beats private even when it answers last", []spec{
-			{"127.0.0.2", igd2Device, 0, "Connected", "10.0.0.2"},
-			{"127.0.0.4", igd1Device, 30 * time.Millisecond, "Connected", "198.51.101.7"},
-		}, "127.0.0.4", "public external IP"},
+			{igd2Device, 0, "Connected", "10.0.0.2"},
+			{igd1Device, 30 * time.Millisecond, "Connected", "198.51.101.7"},
+		}, 1, "public external IP"},
 		{"connected beats unknown status", []spec{
-			{"127.0.0.2", igd2Device, 0, "", "198.51.101.7"},
-			{"127.0.0.4", pppDevice, 20 * time.Millisecond, "Connected", "198.51.101.8"},
-		}, "127.0.0.4", "connected"},
-		{"default gateway breaks the tie", []spec{
-			{"127.0.0.2", igd2Device, 0, "Connected", "198.51.101.7"},
-			{gwIP, igd1Device, 30 * time.Millisecond, "Connected", "198.51.101.8"},
-		}, gwIP, "on the default gateway"},
-		{"disconnected router is never chosen", []spec{
-			{gwIP, igd2Device, 0, "Disconnected", "198.51.101.7"},
-			{"127.0.0.2", igd1Device, 20 * time.Millisecond, "Connected", "192.168.0.2"},
-		}, "127.0.0.2", "external IP not public"},
+			{igd2Device, 0, "", "198.51.101.7"},
+			{pppDevice, 20 * time.Millisecond, "Connected", "198.51.101.8"},
+		}, 1, "connected"},
+		{"newer service type breaks the tie", []spec{
+			{igd1Device, 0, "Connected", "198.51.101.7"},
+			{igd2Device, 30 * time.Millisecond, "Connected", "198.51.101.8"},
+		}, 1, "WANIPConnection:2"},
+		{"disconnected service is never chosen", []spec{
+			{igd2Device, 0, "Disconnected", "198.51.101.7"},
+			{igd1Device, 20 * time.Millisecond, "Connected", "192.168.0.2"},
+		}, 1, "external IP not public"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := &ssdpNet{t: t}
 			for _, s := range tt.devices {
-				d := newSSDPDevice(t, s.dev, s.ip, s.delay)
+				d := newSSDPDevice(t, s.dev, gwIP, s.delay)
 				if s.status == "" {
 					d.handle("GetStatusInfo", fault(CodeInvalidAction))
 				} else {
@@ -253,10 +255,10 @@ func TestSSDPDiscoveryChooses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gw.Addr != netip.MustParseAddr(tt.want) {
-				t.Errorf("chose %s (%s), want %s", gw.Addr, gw.Reason, tt.want)
+			if want := n.devices[tt.want].URL; gw.Location != want {
+				t.Errorf("chose %s (%s), want %s", gw.Location, gw.Reason, want)
 			}
-			if !strings.Contains(gw.Reason, tt.reason) || !strings.Contains(gw.Reason, "best of") {
+			if !strings.Contains(gw.Reason, tt.reason) || !strings.Contains(gw.Reason, "the default gateway "+gwIP+"; best of") {
 				t.Errorf("Reason = %q, want it to say %q", gw.Reason, tt.reason)
 			}
 			if len(gw.Candidates) != len(tt.devices) {
@@ -300,14 +302,16 @@ func TestSSDPDiscoveryStopsAtTheGatewaysBestAnswer(t *testing.T) {
 }
 
 func TestSSDPDiscoveryNoneQualifies(t *testing.T) {
-	d1 := newSSDPDevice(t, igd2Device, "127.0.0.2", 0)
+	const gwIP = "127.0.0.2"
+	elsewhere := newTestIGD(t, igd2Device, "127.0.0.4:0")
+	d1 := newSSDPDevice(t, igd2Device, gwIP, 0)
 	d1.handle("GetStatusInfo", reply("NewConnectionStatus", "Disconnected", "NewLastConnectionError", "", "NewUptime", "0"))
-	d2 := newSSDPDeviceAt(t, igd1Device, "127.0.0.4", 0, d1.URL) // points away from its own address
+	d2 := newSSDPDeviceAt(t, igd1Device, gwIP, 0, elsewhere.URL) // points away from its own address
 	n := &ssdpNet{t: t, devices: []*ssdpDevice{d1, d2}}
 	c, err := NewClient(Config{
 		ListenPacket:     n.ListenPacket,
 		DiscoveryTimeout: time.Second,
-		Host:             fakeHost{err: errors.New("no routes here")},
+		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -318,12 +322,12 @@ func TestSSDPDiscoveryNoneQualifies(t *testing.T) {
 		t.Fatalf("Discover() = %v, want a NoGatewayError", err)
 	}
 	text := err.Error()
-	for _, want := range []string{`WAN connection is "Disconnected"`, "not on the answering host 127.0.0.4", "found 2"} {
+	for _, want := range []string{`WAN connection is "Disconnected"`, "not on the answering host " + gwIP, "found 2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("error %q does not say %q", text, want)
 		}
 	}
-	if d2.DescFetches() != 0 {
+	if elsewhere.DescFetches() != 0 {
 		t.Error("followed a LOCATION that pointed away from the answering host")
 	}
 }
@@ -369,22 +373,35 @@ func assertReadersDone(t *testing.T, n *ssdpNet) {
 	}
 }
 
-func TestSSDPDiscoveryDoesNotWaitForSlowRouters(t *testing.T) {
-	fast := newSSDPDevice(t, igd1Device, "127.0.0.2", 0)
-	slow := newSSDPDevice(t, igd2Device, "127.0.0.4", 0)
+// A location of the gateway whose service never answers holds discovery
+// for one CallTimeout, not DiscoveryTimeout (here a minute): the gateway's
+// other service is chosen, and the silent one is listed as timed out.
+func TestSSDPDiscoveryWaitsForASilentGatewayServiceOnlyOneCallTimeout(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	fast := newSSDPDevice(t, igd1Device, gwIP, 0)
+	slow := newSSDPDevice(t, igd2Device, gwIP, 0)
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
 	slow.mu.Lock()
 	slow.block = block // its SOAP calls never answer
 	slow.mu.Unlock()
 	n := &ssdpNet{t: t, devices: []*ssdpDevice{fast, slow}}
-	c := newSSDPClient(t, n, netip.Addr{})
+	c, err := NewClient(Config{
+		ListenPacket:     n.ListenPacket,
+		DiscoveryTimeout: time.Minute,
+		SettleTime:       500 * time.Millisecond,
+		CallTimeout:      time.Second,
+		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	gw, err := c.Discover(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if gw.Location != fast.URL {
-		t.Errorf("chose %s, want the router that answered (%s)", gw.Location, fast.URL)
+		t.Errorf("chose %s, want the service that answered (%s)", gw.Location, fast.URL)
 	}
 	var slowCand *Candidate
 	for i := range gw.Candidates {
@@ -392,8 +409,8 @@ func TestSSDPDiscoveryDoesNotWaitForSlowRouters(t *testing.T) {
 			slowCand = &gw.Candidates[i]
 		}
 	}
-	if slowCand == nil || !strings.Contains(slowCand.Rejected, "no answer before discovery ended") {
-		t.Errorf("slow router candidate = %+v, want rejected as not answering in time", slowCand)
+	if slowCand == nil || !strings.Contains(slowCand.Rejected, context.DeadlineExceeded.Error()) {
+		t.Errorf("silent service's candidate = %+v, want rejected as not answering in time", slowCand)
 	}
 	assertReadersDone(t, n)
 }
@@ -495,7 +512,7 @@ func TestSSDPDiscoveryEndsWhileAnswersKeepComing(t *testing.T) {
 		return fc, nil
 	}
 	for range 5 {
-		c, err := NewClient(Config{ListenPacket: listen, DiscoveryTimeout: time.Minute, SettleTime: 10 * time.Millisecond, Host: fakeHost{}})
+		c, err := NewClient(Config{ListenPacket: listen, DiscoveryTimeout: time.Minute, SettleTime: 10 * time.Millisecond, Host: fakeHost{gw: netip.MustParseAddr("127.0.0.1")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -594,8 +611,13 @@ func TestSSDPDiscoveryResistsRogueAnswers(t *testing.T) {
 				perHost[u.Hostname()]++
 			}
 			for host, got := range perHost {
-				if got > maxLocationsPerHost {
-					t.Errorf("probed %d locations of %s, want at most %d", got, host, maxLocationsPerHost)
+				if host != gwIP && got > maxIgnoredPerHost {
+					t.Errorf("listed %d locations of %s, want at most %d", got, host, maxIgnoredPerHost)
+				}
+			}
+			for _, d := range n.devices[:len(tt.rogues)] {
+				if f := d.DescFetches(); f != 0 {
+					t.Errorf("fetched %d descriptions from %s, which is not the default gateway; want none", f, d.addr())
 				}
 			}
 		})
@@ -607,7 +629,7 @@ func TestSSDPDiscoveryResistsRogueAnswers(t *testing.T) {
 func discoverOnly(t *testing.T, d *ssdpDevice, timeout time.Duration) (Gateway, error) {
 	t.Helper()
 	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
-	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: timeout, Host: fakeHost{}})
+	c, err := NewClient(Config{ListenPacket: n.ListenPacket, DiscoveryTimeout: timeout, Host: fakeHost{gw: d.addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,28 +31,32 @@
 //
 // # How discovery chooses
 //
-// Discovery sends SSDP searches for the three service types from
-// Config.ListenPacket (or, with Config.RootDescURL, fetches that one
-// description and sends no search). For every router that answers it fetches
-// the root description and asks each supported service for its status
-// (GetStatusInfo) and external address (GetExternalIPAddress). An answer's
-// LOCATION is followed only when its host is the answering host's own IP
-// address written as one (never a name), and a service only when its control
-// URL is on that address too; at most four locations are probed per
-// answering host, and at most 16 from hosts other than the default gateway,
-// whose answers are all probed, four at a time, up to 64 (any LAN host can
-// send answers from the gateway's address; they delay its real answer, they
-// do not shut it out). A service is rejected when it does not
-// answer, has no valid external address, or says its WAN connection is
-// anything but Connected. Among the others it prefers, in order: a Connected
+// Discovery uses one router: the one the operator names, else this host's
+// IPv4 default gateway. With Config.RootDescURL it fetches that description
+// and sends no search. Otherwise it sends SSDP searches for the three
+// service types from Config.ListenPacket and probes only the answers sent
+// from Config.Router or, unset, from the default gateway (Config.Host): any
+// other LAN host that answers, whatever it claims, is listed among the
+// candidates, rejected, and sent no request. A host with no default route
+// and no router named finds none, and the error lists what answered.
+// Probing fetches the root description and asks each supported service for
+// its status (GetStatusInfo) and external address (GetExternalIPAddress).
+// An answer's LOCATION is followed only when its host is the answering
+// host's own IP address written as one (never a name), and a service only
+// when its control URL is on that address too; the router's answers are
+// probed four at a time, up to 64 (any LAN host can send answers from its
+// address; they delay its real answer, they do not shut it out). No HTTP
+// redirect is followed. A service is rejected when it does not answer, has
+// no valid external address, or says its WAN connection is anything but
+// Connected. Among the router's others it prefers, in order: a Connected
 // status over an unknown one, a public external address over a private or
-// CGNAT one, the host's default gateway over any other router, and
-// WANIPConnection:2 over :1 over WANPPPConnection:1; ties go to the lowest
-// URL, never to whichever answered first. Discovery returns
+// CGNAT one, and WANIPConnection:2 over :1 over WANPPPConnection:1; ties go
+// to the lowest URL, never to whichever answered first. Discovery returns
 // Config.SettleTime after the first usable answer, and at once when the
-// default gateway offers what nothing can beat. Gateway.Reason says why the
-// chosen one won; when none qualifies the error is a *NoGatewayError
-// (matching ErrNoGateway) listing every candidate and why it was rejected.
+// router offers what nothing can beat. Gateway.Reason says which router was
+// used and why, and why its service won; when none qualifies the error is
+// a *NoGatewayError (matching ErrNoGateway) listing every candidate and why
+// it was rejected.
 //
 // Every external address the client returns, at discovery and from each
 // ExternalIP call, is an IPv4 host address: an answer that is empty,
@@ -92,11 +96,12 @@
 //
 // # Host facts and network namespaces
 //
-// Discovery ranks by the host's default gateway and LocalAddr reports the
+// Discovery accepts the host's default gateway and LocalAddr reports the
 // host's address toward the router; both come from Config.Host (default
-// SystemHost). SystemHost reads /proc/net/route, which shows the routes of
-// the process's network namespace even from a thread switched into another
-// one, so code that runs the client inside a namespace (through
-// Config.DialContext and Config.ListenPacket) should also give it a HostInfo
-// that knows that namespace's gateway.
+// SystemHost). SystemHost reads /proc/net/route (the up IPv4 route to
+// 0.0.0.0/0 through a gateway with the lowest metric), which shows the
+// routes of the process's network namespace even from a thread switched
+// into another one, so code that runs the client inside a namespace
+// (through Config.DialContext and Config.ListenPacket) should also give it
+// a HostInfo that knows that namespace's gateway.
 package igd

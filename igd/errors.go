@@ -124,8 +124,10 @@ type NoGatewayError struct {
 	Timeout time.Duration
 	// Found lists every service discovery saw, each with its Rejected reason.
 	Found []Candidate
-	// Err is what ended discovery early, if anything: the caller's context
-	// error, or the error that kept the search from being sent.
+	// Err is what ended discovery early or kept it from accepting any
+	// router, if anything: the caller's context error, the error that kept
+	// the search from being sent, or why the host has no default gateway
+	// (then every answer is listed, none probed).
 	Err error
 }
 

@@ -3,7 +3,6 @@ package igd
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -84,7 +83,7 @@ func TestOneWaiterGivingUpDoesNotCancelTheOthers(t *testing.T) {
 	// on the discovery when the first gives up.
 	d := newSSDPDevice(t, igd2Device, "127.0.0.2", 300*time.Millisecond)
 	n := &ssdpNet{t: t, devices: []*ssdpDevice{d}}
-	c := newSSDPClient(t, n, netip.Addr{})
+	c := newSSDPClient(t, n, d.addr())
 
 	ctxA, cancelA := context.WithCancel(testCtx(t))
 	defer cancelA()

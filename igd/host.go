@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -18,7 +19,9 @@ import (
 // LocalAddr depend on. The default, SystemHost, reads the operating system;
 // tests and the lab replace it, for example to run inside a network namespace.
 type HostInfo interface {
-	// DefaultGateway returns the next hop of this host's IPv4 default route.
+	// DefaultGateway returns the next hop of this host's IPv4 default route,
+	// the one router SSDP discovery accepts unless Config.Router names
+	// another. An error, or the zero Addr, means the host has none.
 	DefaultGateway(ctx context.Context) (netip.Addr, error)
 	// LocalAddr returns this host's own IPv4 address on the path toward
 	// router.
@@ -61,32 +64,56 @@ func (h SystemHost) DefaultGateway(ctx context.Context) (netip.Addr, error) {
 	return parseRouteFile(f, name)
 }
 
+// Flags of a route in /proc/net/route (linux/route.h).
+const (
+	rtfUp      = 0x1
+	rtfGateway = 0x2
+)
+
 // parseRouteFile finds the default route in the format of /proc/net/route:
-// a header line, then tab-separated Iface, Destination, Gateway, Flags, ...
-// with addresses in hexadecimal, host byte order (little-endian on the
-// machines Linux routers and nodes run on).
+// a header line, then tab-separated Iface, Destination, Gateway, Flags,
+// RefCnt, Use, Metric, Mask, ... with addresses in hexadecimal, host byte
+// order (little-endian on the machines Linux routers and nodes run on). The
+// default route is an up route through a gateway to destination 0 with mask
+// 0 (a VPN's 0.0.0.0/1 is not one); of several, the kernel uses the lowest
+// metric, and so does this.
 func parseRouteFile(r io.Reader, name string) (netip.Addr, error) {
 	sc := bufio.NewScanner(r)
 	first := true
+	var best netip.Addr
+	var bestMetric uint64
 	for sc.Scan() {
 		if first {
 			first = false
 			continue
 		}
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 4 || fields[1] != "00000000" {
+		if len(fields) < 8 || fields[1] != "00000000" || fields[7] != "00000000" {
+			continue
+		}
+		flags, err := strconv.ParseUint(fields[3], 16, 16)
+		if err != nil || flags&(rtfUp|rtfGateway) != rtfUp|rtfGateway {
+			continue
+		}
+		metric, err := strconv.ParseUint(fields[6], 10, 32)
+		if err != nil {
 			continue
 		}
 		gw, err := parseHexIPv4(fields[2])
 		if err != nil || gw.IsUnspecified() {
 			continue
 		}
-		return gw, nil
+		if !best.IsValid() || metric < bestMetric {
+			best, bestMetric = gw, metric
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("igd: read default gateway from %s: %w", name, err)
 	}
-	return netip.Addr{}, fmt.Errorf("igd: no IPv4 default route in %s", name)
+	if !best.IsValid() {
+		return netip.Addr{}, fmt.Errorf("igd: no IPv4 default route through a gateway in %s", name)
+	}
+	return best, nil
 }
 
 func parseHexIPv4(s string) (netip.Addr, error) {

@@ -75,6 +75,13 @@ func (t capTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if isRedirect(resp.StatusCode) {
+		// Refused here, not only in the client's CheckRedirect: the client
+		// hands a 307 to a POST it cannot rewind back unfollowed, and its
+		// caller (goupnp) would then report a bare status.
+		resp.Body.Close()
+		return nil, &redirectError{URL: req.URL.String(), Status: resp.Status, Location: resp.Header.Get("Location")}
+	}
 	what, limit := answerCap(req)
 	tooLarge := &answerTooLargeError{What: what, URL: req.URL.String(), Limit: limit}
 	if resp.ContentLength > limit {
@@ -163,8 +170,8 @@ func oversize(ctx context.Context) *answerTooLargeError {
 	return nil
 }
 
-// cappedClient returns a copy of hc whose transport caps every answer; hc is
-// not modified.
+// cappedClient returns a copy of hc whose transport caps every answer and
+// refuses every redirect, and which follows none; hc is not modified.
 func cappedClient(hc *http.Client) *http.Client {
 	next := hc.Transport
 	if next == nil {
@@ -172,5 +179,38 @@ func cappedClient(hc *http.Client) *http.Client {
 	}
 	cp := *hc
 	cp.Transport = capTransport{next: next}
+	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		// Unreachable while capTransport refuses redirects; kept so that
+		// the client alone never follows one either.
+		return &redirectError{URL: via[len(via)-1].URL.String(), Status: "a redirect", Location: req.URL.String()}
+	}
 	return &cp
+}
+
+// isRedirect reports whether code is a redirect the http package follows.
+func isRedirect(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// redirectError reports an HTTP redirect from a router or LAN host, which
+// the client never follows: the rule that a LOCATION and a control URL are
+// on the answering host would mean nothing if its answers could send this
+// host's requests anywhere (127.0.0.1, the API server, 169.254.169.254).
+type redirectError struct {
+	// URL is the request that was answered with the redirect.
+	URL string
+	// Status is the answer's status line.
+	Status string
+	// Location is where it pointed.
+	Location string
+}
+
+// Error names the request, the status and where it pointed.
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("igd: %s answered %s redirecting to %q: redirects are not followed", e.URL, e.Status, e.Location)
 }

@@ -48,6 +48,16 @@ type Config struct {
 	// and for tests). Empty means discover by SSDP.
 	RootDescURL string
 
+	// Router is the LAN address of the one router SSDP discovery uses, for
+	// a router that is not this host's default gateway. Zero means the
+	// host's IPv4 default gateway (Host.DefaultGateway). Discovery probes
+	// only the answers sent from this address; every other host that
+	// answers is listed among the candidates, rejected, and sent no
+	// request, however good the service it claims. It must be an IPv4
+	// host address, and must not be set with RootDescURL, which names the
+	// router itself.
+	Router netip.Addr
+
 	// DiscoveryTimeout bounds one discovery, from the first search to the
 	// chosen router. Zero means DefaultDiscoveryTimeout.
 	DiscoveryTimeout time.Duration
@@ -81,7 +91,9 @@ type Config struct {
 	// DialContext, uses no proxy and no keep-alive (routers close every
 	// connection anyway). When set, DialContext is not applied to it. Either
 	// way the client uses a copy whose transport caps every answer (see
-	// ErrAnswerTooLarge); the given client is not modified. goupnp's global
+	// ErrAnswerTooLarge) and which follows no redirect (a 3xx answer is an
+	// error naming the URL and where it pointed, whatever the given
+	// client's CheckRedirect); the given client is not modified. goupnp's global
 	// HTTPClientDefault is never used.
 	HTTPClient *http.Client
 
@@ -154,6 +166,16 @@ func (cfg Config) validate() error {
 	case cfg.MaxListEntries < 0:
 		return fmt.Errorf("igd: invalid Config.MaxListEntries %d: must not be negative", cfg.MaxListEntries)
 	}
+	if r := cfg.Router; r.IsValid() {
+		switch {
+		case !r.Is4():
+			return fmt.Errorf("igd: invalid Config.Router %s: must be an IPv4 address (SSDP discovery searches over IPv4)", r)
+		case r.IsUnspecified() || r.IsMulticast() || r == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			return fmt.Errorf("igd: invalid Config.Router %s: must be a host address", r)
+		case cfg.RootDescURL != "":
+			return fmt.Errorf("igd: invalid Config.Router %s: RootDescURL %q already names the router; set one of them", r, cfg.RootDescURL)
+		}
+	}
 	if cfg.RootDescURL != "" {
 		u, err := url.Parse(cfg.RootDescURL)
 		if err != nil {
@@ -185,6 +207,8 @@ type Candidate struct {
 	// ExternalIP is what GetExternalIPAddress answered.
 	ExternalIP netip.Addr
 	// OnDefaultGateway reports whether Addr is this host's default gateway.
+	// Without Config.Router and Config.RootDescURL, only such candidates
+	// are probed.
 	OnDefaultGateway bool
 	// Rejected says why the service cannot be used; empty when it can.
 	Rejected string
@@ -231,7 +255,12 @@ type Gateway struct {
 	// only in ranges known to hold at most SafeListWidth mappings, because
 	// its daemon may die on longer GetListOfPortMappings answers (DESIGN.md).
 	GuardedListing bool
-	// Reason says why this service was chosen among the candidates.
+	// Accepted says which router discovery used and why: "the default
+	// gateway 192.0.2.1", "Config.Router 192.0.2.7" or "named by
+	// Config.RootDescURL". It uses no other.
+	Accepted string
+	// Reason says why this router was used (Accepted) and why this service
+	// was chosen among its candidates.
 	Reason string
 	// Candidates is every service discovery found, the chosen one included,
 	// each with its rejection reason if any.

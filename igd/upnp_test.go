@@ -418,6 +418,18 @@ func TestSystemHostDefaultGateway(t *testing.T) {
 			"eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", "192.0.2.1"},
 		{"no default route", "Iface\tDestination\tGateway \tFlags\n" +
 			"eth0\t000200C0\t00000000\t0001\n", ""},
+		// OpenVPN's redirect-gateway def1 adds 0.0.0.0/1 and 128.0.0.0/1:
+		// destination 0, but not the default route.
+		{"a VPN's 0.0.0.0/1 is not the default route", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+			"tun0\t00000000\t0100080A\t0003\t0\t0\t0\t00000080\t0\t0\t0\n" +
+			"tun0\t00000080\t0100080A\t0003\t0\t0\t0\t00000080\t0\t0\t0\n" +
+			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
+		{"the lowest metric wins", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+			"wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n" +
+			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
+		{"a route that is down is skipped", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+			"wlan0\t00000000\t0101A8C0\t0002\t0\t0\t0\t00000000\t0\t0\t0\n" +
+			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,20 +27,42 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 	defer conn.Close()
 	var addr netip.Addr
 	err = exchange(ctx, conn, server, "external address", []byte{0, 0}, func(b []byte) (bool, error) {
-		if len(b) < 12 || b[0] != 0 || b[1] != 128 {
+		a, ok := decodeNATPMPAddress(b)
+		if !ok {
 			return false, nil // not the answer
 		}
 		// Seconds since the start of epoch (RFC 6886 §3.2): a client that
 		// only asks this between renewals still sees a restart that was
 		// not announced.
-		c.observeEpochIn(&c.natpmpEpoch, server.Addr(), binary.BigEndian.Uint32(b[4:]), time.Now())
-		if code := binary.BigEndian.Uint16(b[2:]); code != 0 {
-			return true, &ResultError{Op: "external address", Code: ResultCode(code)}
+		c.observeEpochIn(&c.natpmpEpoch, server.Addr(), a.epoch, time.Now())
+		if a.result != 0 {
+			return true, &ResultError{Op: "external address", Code: ResultCode(a.result)}
 		}
-		addr = netip.AddrFrom4([4]byte(b[8:12]))
+		addr = a.addr
 		return true, nil
 	})
 	return addr, err
+}
+
+// natpmpAddress is a NAT-PMP public address answer (RFC 6886 §3.2).
+type natpmpAddress struct {
+	result uint16
+	epoch  uint32     // seconds since the start of epoch
+	addr   netip.Addr // IPv4; meaningful when result is 0
+}
+
+// decodeNATPMPAddress reads b as the answer to a public address request:
+// version 0, opcode 128, at least 12 bytes (more are ignored). It reports
+// false for anything else.
+func decodeNATPMPAddress(b []byte) (natpmpAddress, bool) {
+	if len(b) < 12 || b[0] != 0 || b[1] != 128 {
+		return natpmpAddress{}, false
+	}
+	return natpmpAddress{
+		result: binary.BigEndian.Uint16(b[2:]),
+		epoch:  binary.BigEndian.Uint32(b[4:]),
+		addr:   netip.AddrFrom4([4]byte(b[8:12])),
+	}, true
 }
 
 // LocalAddr returns the address this client sends from toward the server:

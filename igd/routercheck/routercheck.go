@@ -236,7 +236,7 @@ func unusable(nge *igd.NoGatewayError, ports []igd.Key) Report {
 			f.Status, f.Detail = OK, nge.Error()
 		case name == CheckRouter:
 			f.Status, f.Detail = Fail, nge.Error()
-			f.Fix = "see why each router found was rejected: its WAN connection must be up and its description on its own address; or name it with gateway.url"
+			f.Fix = "see why each device found was rejected: only this host's default gateway is used, its WAN connection must be up and its description on its own address; to use another router, name it with gateway.url"
 		case name == CheckExternalIP && noIP:
 			f.Status = Fail
 			f.Detail = "the router is connected but has no external address to give: its WAN address is private or shared (behind a carrier's CGNAT, or another router), and it maps no ports"
@@ -256,10 +256,27 @@ func unusable(nge *igd.NoGatewayError, ports []igd.Key) Report {
 // (CheckPort, one per port, follows CheckLowPorts).
 var checks = []string{CheckRouter, CheckService, CheckExternalIP, CheckListing, CheckMapSelf, CheckLease, CheckSecureMode, CheckLowPorts, CheckIPv6, CheckPCP}
 
+// router says which device is used and why, and which other hosts
+// answered and were not used.
 func router(gw igd.Gateway) Finding {
 	d := fmt.Sprintf("%q at %s", gw.FriendlyName, gw.Location)
 	if gw.Server != "" {
 		d += fmt.Sprintf(", server %q", gw.Server)
+	}
+	switch {
+	case strings.HasPrefix(gw.Accepted, "named by"):
+		d += "; used because the configuration names it (gateway.url)"
+	case gw.Accepted != "":
+		d += "; used because it is " + gw.Accepted + ", the only router discovery accepts"
+	}
+	var ignored []string
+	for _, c := range gw.Candidates {
+		if c.Addr != gw.Addr {
+			ignored = append(ignored, c.String())
+		}
+	}
+	if len(ignored) > 0 {
+		d += "; not used: " + strings.Join(ignored, "; ")
 	}
 	if gw.GuardedListing {
 		d += fmt.Sprintf("; a daemon that dies when one table listing holds more than %d mappings of a protocol (miniupnpd before 2.3.4, or no version): listed only in parts that stay under that", igd.SafeListWidth)
@@ -270,13 +287,13 @@ func router(gw igd.Gateway) Finding {
 func service(gw igd.Gateway) Finding {
 	var others []string
 	for _, c := range gw.Candidates {
-		if c.ServiceType != gw.ServiceType || c.Location != gw.Location {
+		if c.Addr == gw.Addr && (c.ServiceType != gw.ServiceType || c.Location != gw.Location) {
 			others = append(others, c.String())
 		}
 	}
 	d := "uses " + gw.ServiceType + " (" + gw.Reason + ")"
 	if len(others) > 0 {
-		d += "; also found: " + strings.Join(others, "; ")
+		d += "; also found on it: " + strings.Join(others, "; ")
 	}
 	if gw.ServiceType != igd.ServiceWANIPConnection2 {
 		d += "; an IGD:1 service: the table is read entry by entry"
