@@ -70,8 +70,10 @@ type Config struct {
 // GatewayConfig is the "gateway" section: how to reach the router.
 type GatewayConfig struct {
 	// URL is the router's root description ("http://192.168.1.1:5000/rootDesc.xml";
-	// `upnpc -l` prints it as "desc:"). "": SSDP discovery, which needs
-	// hostNetwork and multicast. The router is found on first use and again
+	// `upnpc -l` prints it as "desc:"). "": SSDP discovery of the node's
+	// default gateway (no other LAN host that answers is used), which needs
+	// hostNetwork and multicast; set URL to use another router. The router is
+	// found on first use and again
 	// when it stops answering, never at start-up.
 	URL string `json:"url"`
 	// DiscoveryTimeout bounds one attempt to find the router: at least
