@@ -137,7 +137,6 @@ func (o *standaloneOptions) run(ctx context.Context) error {
 
 // runWith is run with the API server's config and the edge provider built.
 func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, cloud *provider.Cloud) error {
-	logger := klog.FromContext(ctx)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("load-balancer: API client: %w", err)
@@ -163,6 +162,15 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 	if err != nil {
 		return fmt.Errorf("load-balancer: lease lock: %w", err)
 	}
+	return o.lead(ctx, lock, serve)
+}
+
+// lead serves while it holds lock and returns when ctx ends (nil) or
+// leadership is lost (an error, so that the process exits and is restarted
+// as a standby, as the controller managers do).
+func (o *standaloneOptions) lead(ctx context.Context, lock resourcelock.Interface, serve func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	id := lock.Identity()
 	var serveErr error
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
