@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -167,11 +168,16 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 
 // lead serves while it holds lock and returns when ctx ends (nil) or
 // leadership is lost (an error, so that the process exits and is restarted
-// as a standby, as the controller managers do).
+// as a standby, as the controller managers do). Either way serve has
+// returned before lead does: nothing acts on the router once leadership is
+// lost.
 func (o *standaloneOptions) lead(ctx context.Context, lock resourcelock.Interface, serve func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	id := lock.Identity()
-	var serveErr error
+	var (
+		s        serving
+		serveErr error // written by OnStoppedLeading, on this goroutine
+	)
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.leaseDuration,
@@ -182,9 +188,14 @@ func (o *standaloneOptions) lead(ctx context.Context, lock resourcelock.Interfac
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Became leader, serving", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
-				serveErr = serve(ctx)
+				s.run(ctx, serve)
 			},
-			OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
+			// RunOrDie calls this before it returns, and does not wait
+			// for OnStartedLeading, which it runs in a goroutine.
+			OnStoppedLeading: func() {
+				serveErr = s.stop()
+				logger.Info("Stopped leading", "identity", id)
+			},
 		},
 	})
 	if serveErr != nil {
@@ -196,6 +207,55 @@ func (o *standaloneOptions) lead(ctx context.Context, lock resourcelock.Interfac
 		return errors.New("load-balancer: leader election lost")
 	}
 	return nil
+}
+
+// serving runs serve while this replica leads: stop cancels it and waits
+// for it to return, and a run that begins after stop (RunOrDie starts
+// OnStartedLeading in a goroutine that may be scheduled late) does not
+// serve.
+type serving struct {
+	// mu guards the fields below.
+	mu      sync.Mutex
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{} // closed once serve returned and err is set; nil if serve never started
+	err     error
+}
+
+// run calls serve with a context stop cancels, unless stop came first.
+func (s *serving) run(ctx context.Context, serve func(context.Context) error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.cancel, s.done = cancel, done
+	s.mu.Unlock()
+	err := serve(ctx)
+	cancel()
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+	close(done)
+}
+
+// stop cancels serve, waits for it to return and returns its error (nil
+// if it never started).
+func (s *serving) stop() error {
+	s.mu.Lock()
+	s.stopped = true
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	<-done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // serve runs the edge load balancer's background work and the class
