@@ -309,9 +309,19 @@ func (c *Controller) resyncAll() {
 
 // wants reports whether svc is to be served by this controller.
 func (c *Controller) wants(svc *v1.Service) bool {
-	if svc.Spec.Type != v1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
-		return false
-	}
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil && c.ofClass(svc)
+}
+
+// ownedElsewhere reports whether svc is of type LoadBalancer, not being
+// deleted, and of another class (or classless, without Config.Classless):
+// its status is another controller's.
+func (c *Controller) ownedElsewhere(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil && !c.ofClass(svc)
+}
+
+// ofClass reports whether svc's class is Config.Class, or svc has none and
+// Config.Classless is set.
+func (c *Controller) ofClass(svc *v1.Service) bool {
 	if svc.Spec.LoadBalancerClass == nil {
 		return c.cfg.Classless
 	}

@@ -43,6 +43,9 @@
 //     and served by the second, each holding its own finalizer.
 //   - A Service being handed over is cleaned up without clearing its status
 //     when it is of type LoadBalancer again: that status is its new owner's.
+//     This is decided on the Service as the API server has it after the
+//     load balancer's clean-up, and the status is cleared only if it is still
+//     so when written (a JSON patch with test operations).
 //   - Node changes are applied by the Service's own worker (through the
 //     Service queue), so EnsureLoadBalancer and UpdateLoadBalancer are never
 //     called at once for one Service.
