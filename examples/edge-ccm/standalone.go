@@ -39,6 +39,10 @@ import (
 // runs: no --cloud-provider=external, no ProviderIDs, nodes as kubelet
 // registered them (the load balancer maps to their InternalIP).
 
+// The class controller adds its finalizer only to the Services the edge
+// load balancer serves (a classless one must opt in).
+var _ lbclass.Selective = (*loadbalancer.LoadBalancer)(nil)
+
 // standaloneCommand is the first argument that selects the standalone mode.
 const standaloneCommand = "load-balancer"
 

@@ -20,6 +20,8 @@ type optingIn struct{ *fake.LoadBalancer }
 
 func (optingIn) Serves(svc *v1.Service) bool { return svc.Annotations[optInAnnotation] == "true" }
 
+var _ Selective = optingIn{}
+
 func annotated() svcOpt {
 	return func(s *v1.Service) { s.Annotations = map[string]string{optInAnnotation: "true"} }
 }
