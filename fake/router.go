@@ -320,6 +320,9 @@ func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mappi
 	if err != nil {
 		return igd.Mapping{}, err
 	}
+	if !r.permitted(m.ExternalPort, m.InternalClient, m.InternalPort) {
+		return igd.Mapping{}, upnpErr(action, igd.CodeNotAuthorized)
+	}
 	old, exists := r.table[m.Key()]
 	if exists && old.m.InternalClient != m.InternalClient {
 		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
@@ -396,6 +399,19 @@ func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Ma
 		}
 	}
 	return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+}
+
+// permitted reports whether RouterConfig.Permissions allow a mapping of
+// externalPort to client:internalPort: the first line that matches
+// decides, and none matching allows it.
+func (r *Router) permitted(externalPort uint16, client netip.Addr, internalPort uint16) bool {
+	in := func(p uint16, pr igd.PortRange) bool { return p >= pr.First && p <= pr.Last }
+	for _, p := range r.cfg.Permissions {
+		if in(externalPort, p.External) && p.Client.Contains(client.Unmap()) && in(internalPort, p.Internal) {
+			return p.Allow
+		}
+	}
+	return true
 }
 
 // admitLocked starts an add: it drops expired mappings, normalizes m's
