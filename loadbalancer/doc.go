@@ -105,7 +105,9 @@
 //     Service's own mappings at that key to the nodePort on every other
 //     node address seen (one guarded delete each; a restart or a second
 //     process may have mapped it elsewhere) and asks once more; then the
-//     port is ErrPortInUse, its holder unnamed. A key is swept so for one
+//     port is ErrPortInUse, its holder unnamed, unless the router's
+//     permission rules refuse it (igd.ErrNotAuthorized from the backend:
+//     ccmkit.io/NotAuthorized, as through UPnP). A key is swept so for one
 //     nodePort at most once a lease (what a sweep finds was written before
 //     it); a delete refused with UNSUPP_OPTION (THIRD_PARTY off) counts as
 //     nothing there.
