@@ -194,7 +194,10 @@
 // By default (Config.Services zero) only Services annotated
 // AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) with
 // AnnotationValue are served. Others get cloudprovider.ImplementedElsewhere,
-// unwrapped, and once a Normal event saying how to opt in; the router is not
-// called for them unless their status or this process records ports where
-// they may own mappings (they opted out), which they then lose.
+// unwrapped, and once a Normal event saying how to opt in (sent as soon as
+// the background work sees the Service, whether or not EnsureLoadBalancer is
+// called for it); the router is not called for them unless their status or
+// this process records ports where they may own mappings (they opted out),
+// which they then lose. Serves tells a caller which Services are served, so
+// that it puts its finalizer on those only (provider/lbclass does).
 package loadbalancer
