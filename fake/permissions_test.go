@@ -8,6 +8,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // The router's permission lines decide, first match, as miniupnpd's do: a
@@ -57,6 +58,35 @@ func TestPermissionsRefuseAsMiniupnpd(t *testing.T) {
 			}
 			if err != nil || got.ExternalPort != tc.wantPort {
 				t.Fatalf("add = %v, %v; want port %d", got, err, tc.wantPort)
+			}
+		})
+	}
+}
+
+// A PCP MAP without PREFER_FAILURE that the permission lines allow on no
+// port is NOT_AUTHORIZED, as miniupnpd's CreatePCPMap_NAT answers once its
+// search comes back to the suggested port; with one port allowed further up
+// it takes that port.
+func TestPCPPermissionsWithoutPreferFailure(t *testing.T) {
+	denyAll := fake.Permission{External: igd.AllPorts, Client: netip.MustParsePrefix("0.0.0.0/0"), Internal: igd.AllPorts}
+	for _, tc := range []struct {
+		name     string
+		perms    []fake.Permission
+		wantPort uint16
+		wantCode pcp.ResultCode
+	}{
+		{"nothing allowed", []fake.Permission{denyAll}, 0, pcp.NotAuthorized},
+		{"one port allowed", []fake.Permission{{Allow: true, External: igd.PortRange{First: 9000, Last: 9000}, Client: netip.MustParsePrefix("127.0.0.0/8"), Internal: igd.AllPorts}, denyAll}, 9000, pcp.Success},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newPCP(t, fake.PCPConfig{Router: fake.NewRouter(fake.RouterConfig{Permissions: tc.perms})})
+			got, err := pcpClient(t, s).Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 80, Lifetime: time.Hour, Nonce: nonce})
+			var re *pcp.ResultError
+			switch {
+			case tc.wantCode != pcp.Success && (!errors.As(err, &re) || re.Code != tc.wantCode):
+				t.Fatalf("Map = %+v, %v; want %s", got, err, tc.wantCode)
+			case tc.wantCode == pcp.Success && (err != nil || got.ExternalPort != tc.wantPort):
+				t.Fatalf("Map = %+v, %v; want port %d", got, err, tc.wantPort)
 			}
 		})
 	}
