@@ -54,6 +54,11 @@ func TestFinalizerOnlyOnServicesServed(t *testing.T) {
 		svc:     svc("a", finalizers(testClass)),
 		methods: []string{"GetLoadBalancer"},
 	}, {
+		name:    "not opted in, finalizer from before, nothing held, someone else's status: status kept",
+		svc:     svc("a", finalizers(testClass), status(newOwnersIP)),
+		methods: []string{"GetLoadBalancer"},
+		ingress: newOwnersIP,
+	}, {
 		name:     "opted out after being served: cleaned up, status cleared, finalizer removed",
 		svc:      svc("a", finalizers(testClass), status(ingressIP)),
 		lbBefore: true,

@@ -164,7 +164,7 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service, l
 	// The status goes before the finalizer: once that is gone, nothing
 	// brings this controller back to the Service.
 	if live {
-		if err := c.clearStatus(ctx, svc); err != nil {
+		if err := c.clearStatus(ctx, svc, exists); err != nil {
 			return c.syncFailed(svc, err)
 		}
 	}
@@ -237,7 +237,10 @@ func (c *Controller) patchStatus(_ context.Context, svc *v1.Service, previous, s
 // clearStatus clears the load balancer status of svc, cleaned up, unless
 // the Service is of type LoadBalancer under another owner (another class, or
 // classless while Config.Classless is off): that status is its new owner's.
-// It decides on the Service as the API server has it now, not on svc, read
+// A Service still of the class that the load balancer does not serve (see
+// Selective) loses its status only if the load balancer held something for
+// it (held): else the status, if any, is not this controller's (another load
+// balancer's, beside a --classless one). It decides on the Service as the API server has it now, not on svc, read
 // from the cache when the sync began: a hand-over while the clean-up's
 // router calls ran would otherwise lose the status the new owner wrote
 // meanwhile. The write is a JSON patch whose test operations make it apply
@@ -246,7 +249,7 @@ func (c *Controller) patchStatus(_ context.Context, svc *v1.Service, previous, s
 // nor the class can change without the type test failing (the API server
 // clears the class of a Service that leaves type LoadBalancer), and a
 // deletion cannot be undone.
-func (c *Controller) clearStatus(ctx context.Context, svc *v1.Service) error {
+func (c *Controller) clearStatus(ctx context.Context, svc *v1.Service, held bool) error {
 	cur, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -254,7 +257,7 @@ func (c *Controller) clearStatus(ctx context.Context, svc *v1.Service) error {
 	case err != nil:
 		return fmt.Errorf("read the Service before clearing its load balancer status: %w", err)
 	}
-	if cur.UID != svc.UID || len(cur.Status.LoadBalancer.Ingress) == 0 || c.ownedElsewhere(cur) {
+	if cur.UID != svc.UID || len(cur.Status.LoadBalancer.Ingress) == 0 || c.ownedElsewhere(cur) || (c.handed(cur) && !held) {
 		return nil
 	}
 	patch, err := json.Marshal([]map[string]any{
