@@ -174,7 +174,7 @@ func TestStandaloneE2E(t *testing.T) {
 
 	// A classless Service that did not opt in is told how (OptInRequired)
 	// and gets no finalizer: an uninstall would not leave it Terminating.
-	plain, err := services.Create(ctx, &v1.Service{
+	_, err = services.Create(ctx, &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-plain"},
 		Spec: v1.ServiceSpec{
 			Type:     v1.ServiceTypeLoadBalancer,
@@ -193,8 +193,12 @@ func TestStandaloneE2E(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no OptInRequired event on the classless Service: %v", err)
 	}
-	if plain, err = services.Get(ctx, "e2e-plain", metav1.GetOptions{}); err != nil || len(plain.Finalizers) != 0 {
-		t.Errorf("classless Service not opted in: finalizers %v (%v), want none", plain.Finalizers, err)
+	plain, err := services.Get(ctx, "e2e-plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Finalizers) != 0 {
+		t.Errorf("classless Service not opted in: finalizers %v, want none", plain.Finalizers)
 	}
 
 	// The router reboots and loses the mapping: the load balancer's own
