@@ -72,8 +72,9 @@
 //   - SSDP discovery (M-SEARCH and NOTIFY): a Server is found by its
 //     RootDescURL only.
 //   - The data path: no packet is forwarded; a mapping is only a table entry.
-//   - miniupnpd's allow/deny rules (606 for ports or hosts outside them):
-//     every port 1-65535 and every internal client is allowed.
+//   - miniupnpd's allow/deny rules in AddAnyPortMapping: only
+//     AddPortMapping (606) and PCP MAP check RouterConfig.Permissions
+//     (none given: every port and internal client is allowed).
 //   - miniupnpd's refusal to map while its own external address is
 //     non-public: the fake maps all the same, like routers that do not check.
 //   - RemoteHost as part of the key: it is stored and returned, but a mapping

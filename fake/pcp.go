@@ -639,10 +639,13 @@ func (r *Router) pcpDeleteLocked(proto igd.Protocol, mapped netip.Addr, intPort 
 
 // pcpCreateLocked is CreatePCPMap_NAT as Debian's build (CHECK_PORTINUSE,
 // netfilter) runs it: starting at the suggested external port (the internal
-// port when none is suggested), a port whose mapping goes elsewhere is in
-// use and skipped, whatever PREFER_FAILURE says; a mapping to the same
-// internal address and port is replaced, whatever its nonce; a free port is
-// taken. When every port is in use the answer is NO_RESOURCES.
+// port when none is suggested), a port the permission lines refuse is
+// answered CANNOT_PROVIDE_EXTERNAL with PREFER_FAILURE and skipped without;
+// a port whose mapping goes elsewhere is in use and skipped, whatever
+// PREFER_FAILURE says; a mapping to the same internal address and port is
+// replaced, whatever its nonce; a free port is taken. When the lines allow
+// no port the answer is NOT_AUTHORIZED, when every allowed port is in use
+// NO_RESOURCES.
 func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip.Addr, req *pcpRequest, desc string) pcp.ResultCode {
 	if req.extPort == 0 {
 		req.extPort = req.intPort
@@ -651,17 +654,26 @@ func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip
 		return pcp.MalformedRequest
 	}
 	first := req.extPort
+	anyAllowed := false
 	for {
-		e, ok := r.table[igd.Key{Protocol: proto, ExternalPort: req.extPort}]
-		if !ok || (e.m.InternalClient == mapped && e.m.InternalPort == req.intPort) {
-			break
+		if r.permitted(req.extPort, mapped, req.intPort) {
+			anyAllowed = true
+			e, ok := r.table[igd.Key{Protocol: proto, ExternalPort: req.extPort}]
+			if !ok || (e.m.InternalClient == mapped && e.m.InternalPort == req.intPort) {
+				break
+			}
+			// port_in_use: redirected somewhere else.
+		} else if req.preferFailure {
+			return pcp.CannotProvideExternal
 		}
-		// port_in_use: redirected somewhere else.
 		req.extPort++
 		if req.extPort == 0 {
 			req.extPort = 1
 		}
 		if req.extPort == first {
+			if !anyAllowed {
+				return pcp.NotAuthorized
+			}
 			return pcp.NoResources
 		}
 	}

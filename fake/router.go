@@ -67,9 +67,32 @@ type RouterConfig struct {
 	// renews or replaces a mapping.
 	ReportInternalPortZero bool
 
+	// Permissions are miniupnpd's permission lines, in order: the first
+	// that matches a mapping (its external port, internal client and
+	// internal port) allows or denies it; a mapping none matches is
+	// allowed (check_upnp_rule_against_permissions). Nil allows every
+	// mapping. A denied AddPortMapping gets 606; a PCP MAP skips a denied
+	// port (with PREFER_FAILURE it is answered CANNOT_PROVIDE_EXTERNAL) and
+	// gets NOT_AUTHORIZED when the lines allow no port at all.
+	// AddAnyPortMapping does not check them.
+	Permissions []Permission
+
 	// Clock is what leases expire on. Nil means the real clock; tests pass a
 	// k8s.io/utils/clock/testing.FakeClock and step it.
 	Clock clock.PassiveClock
+}
+
+// Permission is one of miniupnpd's permission lines, "allow|deny EXTPORTS
+// ADDR/MASK INTPORTS" in miniupnpd.conf (OpenWrt: a upnpd perm_rule).
+type Permission struct {
+	// Allow allows the mappings the line matches; false denies them.
+	Allow bool
+	// External are the external ports the line matches.
+	External igd.PortRange
+	// Client are the internal clients it matches.
+	Client netip.Prefix
+	// Internal are the internal ports it matches.
+	Internal igd.PortRange
 }
 
 // Router is an in-memory UPnP IGD port-mapping table with the semantics of
@@ -297,6 +320,9 @@ func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mappi
 	if err != nil {
 		return igd.Mapping{}, err
 	}
+	if !r.permitted(m.ExternalPort, m.InternalClient, m.InternalPort) {
+		return igd.Mapping{}, upnpErr(action, igd.CodeNotAuthorized)
+	}
 	old, exists := r.table[m.Key()]
 	if exists && old.m.InternalClient != m.InternalClient {
 		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
@@ -373,6 +399,19 @@ func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Ma
 		}
 	}
 	return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+}
+
+// permitted reports whether RouterConfig.Permissions allow a mapping of
+// externalPort to client:internalPort: the first line that matches
+// decides, and none matching allows it.
+func (r *Router) permitted(externalPort uint16, client netip.Addr, internalPort uint16) bool {
+	in := func(p uint16, pr igd.PortRange) bool { return p >= pr.First && p <= pr.Last }
+	for _, p := range r.cfg.Permissions {
+		if in(externalPort, p.External) && p.Client.Contains(client.Unmap()) && in(internalPort, p.Internal) {
+			return p.Allow
+		}
+	}
+	return true
 }
 
 // admitLocked starts an add: it drops expired mappings, normalizes m's

@@ -186,8 +186,9 @@ type GuardedClient interface {
 	// AddFor adds m for owner only where m's key is free or already
 	// forwards to m's internal client and port: when another mapping holds
 	// the key it fails with an error matching ErrConflict and leaves that
-	// mapping alone. It returns m as granted (Lease is what the router
-	// granted).
+	// mapping alone; when the router's rules refuse the key, with one
+	// matching ErrNotAuthorized. It returns m as granted (Lease is what the
+	// router granted).
 	AddFor(ctx context.Context, owner string, m Mapping) (Mapping, error)
 	// DeleteFor removes m, a mapping as read from the router (its internal
 	// client and port name it), for owner. When the router holds it for

@@ -157,12 +157,20 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		}
 	}
 	sliceHandler := cache.ResourceEventHandlerFuncs{AddFunc: onSlice, UpdateFunc: func(_, n any) { onSlice(n) }, DeleteFunc: onSlice}
+	// A Service not opted in is told how at once, also when its caller
+	// asks Serves and never calls EnsureLoadBalancer for it.
+	onService := func(obj any) {
+		if svc, ok := obj.(*v1.Service); ok && lb.handed(svc) && svc.DeletionTimestamp == nil && !lb.optedIn(svc) {
+			lb.hintOptIn(svc)
+		}
+	}
+	svcHandler := cache.ResourceEventHandlerFuncs{AddFunc: onService, UpdateFunc: func(_, n any) { onService(n) }}
 	synced := []cache.InformerSynced{svcInf.Informer().HasSynced}
 	for _, h := range []struct {
 		what string
 		inf  cache.SharedIndexInformer
 		h    cache.ResourceEventHandler
-	}{{"nodes", nodeInf.Informer(), nodeHandler}, {"endpoint slices", sliceInf.Informer(), sliceHandler}} {
+	}{{"nodes", nodeInf.Informer(), nodeHandler}, {"endpoint slices", sliceInf.Informer(), sliceHandler}, {"services", svcInf.Informer(), svcHandler}} {
 		reg, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
 			return fmt.Errorf("loadbalancer: watch %s: %w", h.what, err)

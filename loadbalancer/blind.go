@@ -118,7 +118,7 @@ func (lb *LoadBalancer) blindAddFailed(o owner, k igd.Key, err error) error {
 		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, k) })
-	if errors.Is(err, pcp.ErrCannotProvideExternal) {
+	if errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, igd.ErrNotAuthorized) {
 		err = fmt.Errorf("%w: %w", ErrPortInUse, err)
 	}
 	return &PortError{Service: o.key(), Key: k, Err: err}

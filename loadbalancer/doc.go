@@ -117,7 +117,9 @@
 //     Service's own mappings at that key to the nodePort on every other
 //     node address seen (one guarded delete each; a restart or a second
 //     process may have mapped it elsewhere) and asks once more; then the
-//     port is ErrPortInUse, its holder unnamed. A key is swept so for one
+//     port is ErrPortInUse, its holder unnamed, unless the router's
+//     permission rules refuse it (igd.ErrNotAuthorized from the backend:
+//     ccmkit.io/NotAuthorized, as through UPnP). A key is swept so for one
 //     nodePort at most once a lease (what a sweep finds was written before
 //     it); a delete refused with UNSUPP_OPTION (THIRD_PARTY off) counts as
 //     nothing there.
@@ -209,9 +211,12 @@
 // By default (Config.Services zero) only Services annotated
 // AnnotationLoadBalancerType (or LegacyAnnotationLoadBalancerType) with
 // AnnotationValue are served. Others get cloudprovider.ImplementedElsewhere,
-// unwrapped, and once a Normal event saying how to opt in; the router is not
-// called for them unless their status or this process records ports where
-// they may own mappings (they opted out), which they then lose.
+// unwrapped, and once a Normal event saying how to opt in (sent as soon as
+// the background work sees the Service, whether or not EnsureLoadBalancer is
+// called for it); the router is not called for them unless their status or
+// this process records ports where they may own mappings (they opted out),
+// which they then lose. Serves tells a caller which Services are served, so
+// that it puts its finalizer on those only (provider/lbclass does).
 //
 // # Admission
 //

@@ -30,6 +30,15 @@ func (lb *LoadBalancer) optedIn(svc *v1.Service) bool {
 	return lb.ofClass(svc) || selected(lb.cfg.Services, svc)
 }
 
+// Serves reports whether EnsureLoadBalancer exposes svc (rather than
+// answering cloudprovider.ImplementedElsewhere): a Service of type
+// LoadBalancer handed to this LoadBalancer (Config.Class, Config.Classless)
+// that opted in (see Config.Services). A caller that adds its finalizer
+// only to Services served (provider/lbclass) leaves the others without it.
+func (lb *LoadBalancer) Serves(svc *v1.Service) bool {
+	return lb.handed(svc) && lb.optedIn(svc)
+}
+
 // finalized reports whether svc carries Config.Finalizer: the caller set
 // up its load balancer and will call EnsureLoadBalancerDeleted.
 func (lb *LoadBalancer) finalized(svc *v1.Service) bool {

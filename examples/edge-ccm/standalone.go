@@ -39,6 +39,10 @@ import (
 // runs: no --cloud-provider=external, no ProviderIDs, nodes as kubelet
 // registered them (the load balancer maps to their InternalIP).
 
+// The class controller adds its finalizer only to the Services the edge
+// load balancer serves (a classless one must opt in).
+var _ lbclass.Selective = (*loadbalancer.LoadBalancer)(nil)
+
 // standaloneCommand is the first argument that selects the standalone mode.
 const standaloneCommand = "load-balancer"
 
@@ -148,7 +152,6 @@ func (o *standaloneOptions) runWith(ctx context.Context, restCfg *rest.Config, c
 // runOn is runWith on an API client, with builder giving the load
 // balancer's own.
 func (o *standaloneOptions) runOn(ctx context.Context, client kubernetes.Interface, builder cloudprovider.ControllerClientBuilder, cloud *provider.Cloud) error {
-	logger := klog.FromContext(ctx)
 	// Checked before taking the Lease: a bad flag fails at once.
 	if _, err := lbclass.New(o.classConfig(cloud, client, informers.NewSharedInformerFactory(client, 0))); err != nil {
 		return fmt.Errorf("load-balancer: %w", err)
@@ -170,9 +173,21 @@ func (o *standaloneOptions) runOn(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("load-balancer: lease lock: %w", err)
 	}
+	return o.lead(ctx, lock, serve)
+}
+
+// lead serves while it holds lock and returns when ctx ends (nil) or
+// leadership is lost (an error, so that the process exits and is restarted
+// as a standby, as the controller managers do). Either way serve has
+// returned before lead does: nothing acts on the router once leadership is
+// lost.
+func (o *standaloneOptions) lead(ctx context.Context, lock resourcelock.Interface, serve func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	id := lock.Identity()
 	// The leader elector runs OnStartedLeading on a goroutine it does not
-	// wait for: it only hands over the leadership's context, and this
-	// goroutine serves, so that runOn returns once serving has stopped.
+	// wait for, and cancels the context it gave it when leadership ends: the
+	// callback only hands that context over, and this goroutine serves, so
+	// that lead returns once serving has stopped.
 	leading, elected := make(chan context.Context, 1), make(chan struct{})
 	go func() {
 		defer close(elected)

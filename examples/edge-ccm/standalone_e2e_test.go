@@ -94,7 +94,8 @@ func TestStandaloneE2E(t *testing.T) {
 	cfg.LoadBalancer.SecureMode = true
 	cfg.LoadBalancer.NodeName = nodeName
 	_, o := standaloneCmd()
-	cloud, err := edge.New(cfg, edge.Options{Client: router, Class: o.class})
+	o.classless = true // classless Services must opt in: those that do not get no finalizer
+	cloud, err := edge.New(cfg, edge.Options{Client: router, Class: o.class, Classless: o.classless})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +171,35 @@ func TestStandaloneE2E(t *testing.T) {
 		t.Errorf("router table %+v: want TCP/45080 -> %s:%d", table, lab.Nodes[0].Addr, nodePort)
 	}
 	t.Logf("served: %s:45080 -> %s:%d", lab.ExternalIP, want.InternalClient, want.InternalPort)
+
+	// A classless Service that did not opt in is told how (OptInRequired)
+	// and gets no finalizer: an uninstall would not leave it Terminating.
+	_, err = services.Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-plain"},
+		Spec: v1.ServiceSpec{
+			Type:     v1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": "plain"},
+			Ports:    []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 45081, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = services.Delete(context.Background(), "e2e-plain", metav1.DeleteOptions{}) })
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, e2eBound, true, func(ctx context.Context) (bool, error) {
+		evs, err := admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=e2e-plain,reason=OptInRequired"})
+		return err == nil && len(evs.Items) > 0, err
+	})
+	if err != nil {
+		t.Fatalf("no OptInRequired event on the classless Service: %v", err)
+	}
+	plain, err := services.Get(ctx, "e2e-plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Finalizers) != 0 {
+		t.Errorf("classless Service not opted in: finalizers %v, want none", plain.Finalizers)
+	}
 
 	// The router reboots and loses the mapping: the load balancer's own
 	// background work (its probe, then a pass, as the service account)

@@ -163,8 +163,10 @@ func (b *Backend) ListPortMappings(ctx context.Context, proto igd.Protocol, port
 // when m's internal client is not this host. A lease of 0 asks for
 // igd.MaxLease (PCP has no permanent mappings; the router clamps it). It
 // returns m with the lease granted. Another mapping at the key gives an
-// error matching igd.ErrConflict and pcp.ErrCannotProvideExternal; a router
-// that refuses THIRD_PARTY gives ErrUnsupportedOption.
+// error matching igd.ErrConflict and pcp.ErrCannotProvideExternal, a port
+// the router's permission rules refuse one matching igd.ErrNotAuthorized and
+// pcp.ErrCannotProvideExternal (see notProvided); a router that refuses
+// THIRD_PARTY gives ErrUnsupportedOption.
 func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.Mapping, error) {
 	if err := m.Validate(); err != nil {
 		return igd.Mapping{}, err
@@ -186,7 +188,7 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	}
 	switch {
 	case errors.Is(err, ErrCannotProvideExternal):
-		return igd.Mapping{}, fmt.Errorf("%w: %w", igd.ErrConflict, err)
+		return igd.Mapping{}, b.notProvided(ctx, m, err)
 	case errors.Is(err, ErrUnsupportedOption):
 		b.mu.Lock()
 		first := !b.selfOnly
@@ -201,6 +203,41 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	}
 	m.Lease = res.Lifetime
 	return m, nil
+}
+
+// notProvided tells apart the two reasons miniupnpd 2.3.1 has not to give
+// m's external port to a MAP with PREFER_FAILURE (err matches
+// ErrCannotProvideExternal): another mapping holds the port (an error
+// matching igd.ErrConflict), or its permission rules (the allow and deny
+// lines of miniupnpd.conf) refuse it (igd.ErrNotAuthorized, as UPnP's 606).
+// Either error still matches ErrCannotProvideExternal.
+//
+// Built with CHECK_PORTINUSE (Debian's is), miniupnpd answers a port
+// another mapping holds by mapping the next free one, which Map undoes
+// (an error of the client's, no ResultError): held. The server's own
+// CANNOT_PROVIDE_EXTERNAL comes from its permission check, which it runs
+// first; a build without CHECK_PORTINUSE answers it to a held port too. So
+// the server's answer is read again through UPnP when the backend has it:
+// no mapping at the key means the rules refused it. Without UPnP it is taken
+// as the rules' refusal, as the CHECK_PORTINUSE build means it (the load
+// balancer's sweep of its own old mappings still runs on it).
+func (b *Backend) notProvided(ctx context.Context, m igd.Mapping, err error) error {
+	var re *ResultError
+	if !errors.As(err, &re) || re.Code != CannotProvideExternal {
+		return fmt.Errorf("%w: %w", igd.ErrConflict, err)
+	}
+	refused := fmt.Errorf("%w: %w (the router's permission rules refuse external port %s)", igd.ErrNotAuthorized, err, m.Key())
+	if b.cfg.UPnP == nil {
+		return refused
+	}
+	_, rerr := b.cfg.UPnP.GetPortMapping(ctx, m.Protocol, m.ExternalPort)
+	switch {
+	case errors.Is(rerr, igd.ErrNoSuchEntry):
+		return refused
+	case rerr != nil:
+		return fmt.Errorf("%w: %w (reading the port to tell a held port from a refused one failed: %w)", igd.ErrConflict, err, rerr)
+	}
+	return fmt.Errorf("%w: %w", igd.ErrConflict, err)
 }
 
 // SelfOnly reports whether the router refused a mapping for another host

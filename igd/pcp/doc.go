@@ -31,6 +31,11 @@
 //     still works.
 //   - Granted lifetimes are clamped to [min_lifetime, max_lifetime]: use
 //     MapResult.Lifetime.
+//   - A port its permission rules (miniupnpd.conf allow/deny lines) refuse
+//     is answered ErrCannotProvideExternal by the server itself under
+//     PreferFailure; without, the router maps the next port they allow.
+//     Backend.AddFor reports that refusal as igd.ErrNotAuthorized, as UPnP
+//     does (606), and a port another mapping holds as igd.ErrConflict.
 //
 // PreferFailure makes MAP conditional on the external port, but the client
 // enforces it, not the router: when another mapping holds the port, this

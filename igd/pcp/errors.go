@@ -48,12 +48,14 @@ func (c ResultCode) String() string {
 var (
 	// ErrNotAuthorized is NOT_AUTHORIZED: the server's policy refuses the
 	// request. miniupnpd answers it to a delete whose nonce is not the one
-	// that created the mapping, and to a MAP whose ports its permission
-	// rules refuse.
+	// that created the mapping, and to a MAP without PREFER_FAILURE when
+	// its permission rules allow no external port at all (a refused port
+	// under PREFER_FAILURE is ErrCannotProvideExternal).
 	ErrNotAuthorized = errors.New("pcp: not authorized (NOT_AUTHORIZED)")
 	// ErrCannotProvideExternal is CANNOT_PROVIDE_EXTERNAL: with
 	// PreferFailure, the suggested external port (or address) is not
-	// available.
+	// available; miniupnpd 2.3.1 answers it to a port its permission rules
+	// refuse (see Backend.AddFor).
 	ErrCannotProvideExternal = errors.New("pcp: cannot provide the suggested external port (CANNOT_PROVIDE_EXTERNAL)")
 	// ErrUnsupportedOption is UNSUPP_OPTION: the server does not accept an
 	// option the request carried; on miniupnpd, THIRD_PARTY when

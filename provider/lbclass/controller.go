@@ -123,6 +123,19 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// Selective is implemented by a Config.LoadBalancer that serves only some of
+// the Services handed to it (ccmkit's loadbalancer serves a classless
+// Service only if it opted in). A Service it does not serve gets no
+// finalizer and no EnsureLoadBalancer call, and one that carries the
+// finalizer (served before, since opted out) is cleaned up as a Service
+// that left the class is.
+type Selective interface {
+	// Serves reports whether the load balancer serves svc, a Service of
+	// type LoadBalancer of the class (or classless, with
+	// Config.Classless), not being deleted. It must not block.
+	Serves(svc *v1.Service) bool
+}
+
 // Controller serves the Services of one load balancer class. Create it with
 // New and start it with Run.
 type Controller struct {
@@ -133,6 +146,9 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 	recorder  record.EventRecorder
 	broadcast record.EventBroadcaster
+	// serves is Config.LoadBalancer's Selective.Serves, or nil: it serves
+	// every Service handed to it.
+	serves func(*v1.Service) bool
 
 	// mu guards served.
 	mu sync.Mutex
@@ -174,6 +190,9 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.MinRetryDelay, cfg.MaxRetryDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "lbclass"}),
 		served: make(map[string]*served),
+	}
+	if sel, ok := cfg.LoadBalancer.(Selective); ok {
+		c.serves = sel.Serves
 	}
 	c.broadcast = record.NewBroadcaster()
 	c.recorder = c.broadcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: cfg.Component})
@@ -266,14 +285,14 @@ func (c *Controller) next(ctx context.Context) bool {
 	return true
 }
 
-// serviceChanged queues a Service this controller serves, did serve, or
-// holds the finalizer of.
+// serviceChanged queues a Service handed to this controller, one it did
+// serve, or one it holds the finalizer of.
 func (c *Controller) serviceChanged(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
 	}
-	if svc, ok := obj.(*v1.Service); ok && (c.wants(svc) || hasFinalizer(svc, c.cfg.Finalizer)) {
+	if svc, ok := obj.(*v1.Service); ok && (c.handed(svc) || hasFinalizer(svc, c.cfg.Finalizer)) {
 		c.queue.Add(key)
 		return
 	}
@@ -307,11 +326,28 @@ func (c *Controller) resyncAll() {
 	}
 }
 
-// wants reports whether svc is to be served by this controller.
+// wants reports whether svc is to be served by this controller: handed to
+// it, and served by its load balancer (see Selective).
 func (c *Controller) wants(svc *v1.Service) bool {
-	if svc.Spec.Type != v1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil {
-		return false
-	}
+	return c.handed(svc) && (c.serves == nil || c.serves(svc))
+}
+
+// handed reports whether svc is of type LoadBalancer, not being deleted,
+// and of this controller's class (or classless, with Config.Classless).
+func (c *Controller) handed(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil && c.ofClass(svc)
+}
+
+// ownedElsewhere reports whether svc is of type LoadBalancer, not being
+// deleted, and of another class (or classless, without Config.Classless):
+// its status is another controller's.
+func (c *Controller) ownedElsewhere(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeLoadBalancer && svc.DeletionTimestamp == nil && !c.ofClass(svc)
+}
+
+// ofClass reports whether svc's class is Config.Class, or svc has none and
+// Config.Classless is set.
+func (c *Controller) ofClass(svc *v1.Service) bool {
 	if svc.Spec.LoadBalancerClass == nil {
 		return c.cfg.Classless
 	}

@@ -7,13 +7,15 @@
 // cloud-controller-manager.
 //
 // A Controller serves a Service when it is of type LoadBalancer, not being
-// deleted, and its class is Config.Class (or it has no class and
-// Config.Classless is set). It keeps upstream's contract:
+// deleted, its class is Config.Class (or it has no class and
+// Config.Classless is set), and its load balancer serves it (every such
+// Service, unless it implements Selective). It keeps upstream's contract:
 //
 //   - A finalizer is added before the first EnsureLoadBalancer and removed
 //     only after EnsureLoadBalancerDeleted succeeded, when the Service is
 //     deleted or no longer served (type changed, or, after a change through
-//     another type, another class).
+//     another type, another class, or its load balancer no longer serves
+//     it). A Service never served gets none.
 //   - The status is written through the status subresource with a strategic
 //     merge patch, and only when it changed.
 //   - UpdateLoadBalancer is called when the set of nodes changes, under
@@ -43,6 +45,9 @@
 //     and served by the second, each holding its own finalizer.
 //   - A Service being handed over is cleaned up without clearing its status
 //     when it is of type LoadBalancer again: that status is its new owner's.
+//     This is decided on the Service as the API server has it after the
+//     load balancer's clean-up, and the status is cleared only if it is still
+//     so when written (a JSON patch with test operations).
 //   - Node changes are applied by the Service's own worker (through the
 //     Service queue), so EnsureLoadBalancer and UpdateLoadBalancer are never
 //     called at once for one Service.

@@ -145,8 +145,8 @@ func (c *Controller) updateNodes(ctx context.Context, key string, svc *v1.Servic
 }
 
 // cleanup deletes the load balancer of svc, then (live: svc is the API
-// server's, not a remembered copy) removes the finalizer and, unless svc is
-// of type LoadBalancer again under another owner, clears its status.
+// server's, not a remembered copy) clears its status unless another owner
+// has it now (see clearStatus) and removes the finalizer.
 func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service, live bool) error {
 	logger := klog.FromContext(ctx)
 	_, exists, err := c.cfg.LoadBalancer.GetLoadBalancer(ctx, c.cfg.ClusterName, svc)
@@ -162,11 +162,9 @@ func (c *Controller) cleanup(ctx context.Context, key string, svc *v1.Service, l
 		}
 	}
 	// The status goes before the finalizer: once that is gone, nothing
-	// brings this controller back to the Service. A Service of type
-	// LoadBalancer again (another class, or classless we do not serve)
-	// keeps its status, which is its new owner's.
-	if live && (svc.Spec.Type != v1.ServiceTypeLoadBalancer || svc.DeletionTimestamp != nil) {
-		if err := c.patchStatus(ctx, svc, svc.Status.LoadBalancer.DeepCopy(), &v1.LoadBalancerStatus{}); err != nil {
+	// brings this controller back to the Service.
+	if live {
+		if err := c.clearStatus(ctx, svc, exists); err != nil {
 			return c.syncFailed(svc, err)
 		}
 	}
@@ -232,6 +230,49 @@ func (c *Controller) patchStatus(_ context.Context, svc *v1.Service, previous, s
 	updated.Status.LoadBalancer = *status
 	if _, err := servicehelper.PatchService(c.cfg.Client.CoreV1(), svc, updated); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("update load balancer status: %w", err)
+	}
+	return nil
+}
+
+// clearStatus clears the load balancer status of svc, cleaned up, unless
+// the Service is of type LoadBalancer under another owner (another class, or
+// classless while Config.Classless is off): that status is its new owner's.
+// A Service still of the class that the load balancer does not serve (see
+// Selective) loses its status only if the load balancer held something for
+// it (held): else the status, if any, is not this controller's (another load
+// balancer's, beside a --classless one). It decides on the Service as the API server has it now, not on svc, read
+// from the cache when the sync began: a hand-over while the clean-up's
+// router calls ran would otherwise lose the status the new owner wrote
+// meanwhile. The write is a JSON patch whose test operations make it apply
+// only to the Service as read, so a hand-over between the read and the
+// write fails it (an error: the next sync decides again). Neither the type
+// nor the class can change without the type test failing (the API server
+// clears the class of a Service that leaves type LoadBalancer), and a
+// deletion cannot be undone.
+func (c *Controller) clearStatus(ctx context.Context, svc *v1.Service, held bool) error {
+	cur, err := c.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the Service before clearing its load balancer status: %w", err)
+	}
+	if cur.UID != svc.UID || len(cur.Status.LoadBalancer.Ingress) == 0 || c.ownedElsewhere(cur) || (c.handed(cur) && !held) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": cur.UID},
+		{"op": "test", "path": "/spec/type", "value": cur.Spec.Type},
+		{"op": "test", "path": "/status/loadBalancer/ingress", "value": cur.Status.LoadBalancer.Ingress},
+		{"op": "remove", "path": "/status/loadBalancer/ingress"},
+	})
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Clearing load balancer status", "service", klog.KObj(svc))
+	_, err = c.cfg.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.JSONPatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("clear load balancer status (the Service may have changed since it was read): %w", err)
 	}
 	return nil
 }

@@ -124,6 +124,7 @@ func cases() []testCase {
 		{name: "ThirdParty/NamesTheSenderRefused", run: testThirdPartySender(pcp.UnsuppOption)},
 		{name: "LifetimeClamped", cfg: Config{MinLifetime: 60 * time.Second, MaxLifetime: 600 * time.Second}, run: testLifetimeClamp},
 		{name: "PreferFailure", run: testPreferFailure},
+		{name: "PreferFailure/RefusedPort", run: testRefusedPort},
 		{name: "ReMapTakesOver", cfg: allow, run: testReMapTakesOver},
 		{name: "Restart", run: testRestart},
 		{name: "Reboot", run: testReboot},
@@ -352,6 +353,39 @@ func testPreferFailure(t *testing.T, tg Target) {
 	if got.ExternalPort != portNext {
 		t.Errorf("Map without PreferFailure got port %d, want %d", got.ExternalPort, portNext)
 	}
+}
+
+// portRefused is an external port the lab's permission rules (allow
+// 1024-65535 only) refuse; portFirstAllowed is the first they allow.
+const (
+	portRefused      = 80
+	portFirstAllowed = 1024
+)
+
+// testRefusedPort: a MAP with PREFER_FAILURE for a port the server's
+// permission rules refuse is answered CANNOT_PROVIDE_EXTERNAL by the server
+// itself (its permission check comes before the CHECK_PORTINUSE skip),
+// unlike a port another host holds (testPreferFailure), and maps nothing.
+// Without PREFER_FAILURE the server maps the first port past it that its
+// rules allow: such a MAP is no probe of the port, it takes another one.
+func testRefusedPort(t *testing.T, tg Target) {
+	h := tg.Hosts[0]
+	a := exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portRefused, preferFailure()))
+	wantAnswer(t, a, 2, 1, pcp.CannotProvideExternal)
+	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portRefused})
+
+	c := client(t, tg, 0, nil)
+	_, err := c.Map(ctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, PreferFailure: true, Nonce: nonceA})
+	var re *pcp.ResultError
+	if !errors.As(err, &re) || re.Code != pcp.CannotProvideExternal {
+		t.Fatalf("Map with PreferFailure on a refused port = %v, want the server's CANNOT_PROVIDE_EXTERNAL (a *pcp.ResultError)", err)
+	}
+
+	got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, Nonce: nonceA})
+	if got.ExternalPort != portFirstAllowed {
+		t.Errorf("Map without PreferFailure on a refused port got port %d, want %d (the first allowed)", got.ExternalPort, portFirstAllowed)
+	}
+	wantMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portFirstAllowed}, netip.AddrPortFrom(h.Addr, portInt), Description(nonceA))
 }
 
 // testReMapTakesOver: a MAP for the same internal address, port and

@@ -10,6 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp/pcpconformance"
 )
 
@@ -19,6 +20,14 @@ var hosts = [3]netip.Addr{
 	netip.MustParseAddr("127.0.0.10"),
 	netip.MustParseAddr("127.0.0.11"),
 	netip.MustParseAddr("127.0.0.12"),
+}
+
+// labPermissions are the lab's permission rules (igdtest's default) for
+// the loopback hosts: external ports 1024-65535 to internal ports
+// 1024-65535, nothing else.
+var labPermissions = []fake.Permission{
+	{Allow: true, External: igd.PortRange{First: 1024, Last: 65535}, Client: netip.MustParsePrefix("127.0.0.0/8"), Internal: igd.PortRange{First: 1024, Last: 65535}},
+	{Allow: false, External: igd.AllPorts, Client: netip.MustParsePrefix("0.0.0.0/0"), Internal: igd.AllPorts},
 }
 
 // dialFrom dials from addr.
@@ -33,7 +42,7 @@ func fakeBackend(systemUptime bool) pcpconformance.Backend {
 	return pcpconformance.Backend{
 		Start: func(t *testing.T, cfg pcpconformance.Config) pcpconformance.Target {
 			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-			r := fake.NewRouter(fake.RouterConfig{Clock: clk})
+			r := fake.NewRouter(fake.RouterConfig{Clock: clk, Permissions: labPermissions})
 			s, err := fake.NewPCPServer(fake.PCPConfig{
 				Router:          r,
 				AllowThirdParty: cfg.AllowThirdParty,
