@@ -1,0 +1,40 @@
+package loadbalancer
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// An older Service that wants TCP/80 but can be served nowhere
+// (externalTrafficPolicy Local with no ready endpoint: a Deployment scaled
+// to zero) and never held the port must not keep it from a younger Service
+// that can be served: nothing maps 80 otherwise, for as long as the older
+// one stays idle, and the younger is told the older "is served it".
+func TestServiceServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+
+	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("idle: %v, want ErrNoEligibleNode (no ready endpoint)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (idle can be served nowhere)", err)
+	}
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrA, 30081, desc("default", "web", "http"))})
+}
