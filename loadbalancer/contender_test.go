@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -37,4 +38,36 @@ func TestServiceServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T
 		t.Errorf("web: %v, want served (idle can be served nowhere)", err)
 	}
 	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrA, 30081, desc("default", "web", "http"))})
+}
+
+// Blind (PCP without UPnP), a port the operator's policy comes to refuse is
+// withdrawn by the process that applies the policy: the one started with
+// it (a configuration change restarts the controller), which did not write
+// the Service's mapping there. The mapping must not stay forwarded until
+// its lease ends.
+func TestPortRefusedAfterARestartIsWithdrawnBlind(t *testing.T) {
+	e, s := blindEnv(t, Config{})
+	nodes := threeNodes()
+	svc := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("ssh", v1.ProtocolTCP, 22, 30022)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	refuse := true
+	restarted, err := New(Config{Client: blindBackend(t, s), Clock: e.clock, Admit: refusePort(22, &refuse)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure after the restart: %v", err)
+	}
+	if len(st.Ingress) != 1 || len(st.Ingress[0].Ports) != 2 || st.Ingress[0].Ports[0].Error == nil {
+		t.Errorf("status %+v, want TCP/22 refused", st)
+	}
+	for _, m := range e.router.Mappings() {
+		if m.Key() == (igd.Key{Protocol: igd.TCP, ExternalPort: 22}) {
+			t.Errorf("TCP/22, refused, is still forwarded after the restart: %q", e.table())
+		}
+	}
+	if len(e.router.Mappings()) != 1 {
+		t.Errorf("table %q, want TCP/80 alone", e.table())
+	}
 }
