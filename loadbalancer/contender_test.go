@@ -8,8 +8,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ccmkit/ccmkit/fake"
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -69,5 +71,36 @@ func TestPortRefusedAfterARestartIsWithdrawnBlind(t *testing.T) {
 	}
 	if len(e.router.Mappings()) != 1 {
 		t.Errorf("table %q, want TCP/80 alone", e.table())
+	}
+}
+
+// Blind (PCP without UPnP), a process took a key for b and stopped before
+// the list after its add (b's status does not record it); a, older, wants
+// it too. The next process gives the key to a: b, refused, must not leave
+// its mapping (which that process did not write) forwarding the key until
+// its lease ends, nor a waiting for it.
+func TestKeyTakenByAProcessThatStoppedBeforeConfirmingGoesToItsWinnerBlind(t *testing.T) {
+	ctx := context.Background()
+	e, s := blindEnv(t, Config{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	e.mustEnsure(t, b, nodes) // the stopped process: no API client, so no list after the add
+	next, err := New(Config{Client: blindBackend(t, s), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Initialize(ctx, fakecluster.ClientBuilder(k8sfake.NewClientset(a, b))); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[string]error{}
+	for _, svc := range []*v1.Service{b, a} {
+		_, errs[svc.Namespace+"/"+svc.Name] = next.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+	}
+	wantServed(t, "default/a", errs)
+	if got := e.router.Mappings(); len(got) != 1 || got[0].InternalPort != 30080 {
+		t.Errorf("table %q, want a's mapping alone", e.table())
 	}
 }
