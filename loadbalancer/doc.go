@@ -122,8 +122,10 @@
 //     it); a delete refused with UNSUPP_OPTION (THIRD_PARTY off) counts as
 //     nothing there.
 //   - A process that did not write a Service's mappings deletes them by
-//     the same sweep, at the spec's nodePorts; GetLoadBalancer answers
-//     from the Service's recorded status (toward "exists").
+//     the same sweep, at the spec's nodePorts: when the Service is
+//     withdrawn, and at a port Config.Admit refuses or another Service
+//     wins; GetLoadBalancer answers from the Service's recorded status
+//     (toward "exists").
 //   - A key this process did not write is arbitrated like one the router
 //     lost: after a restart or a fail-over, the Service whose status
 //     records it keeps it (its add renews its own mapping), and another
