@@ -3,12 +3,15 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
@@ -103,4 +106,46 @@ func TestKeyTakenByAProcessThatStoppedBeforeConfirmingGoesToItsWinnerBlind(t *te
 	if got := e.router.Mappings(); len(got) != 1 || got[0].InternalPort != 30080 {
 		t.Errorf("table %q, want a's mapping alone", e.table())
 	}
+}
+
+// failNthList makes the nth list of Services of c fail (1-based).
+func failNthList(c *k8sfake.Clientset, n int) {
+	var mu sync.Mutex
+	lists := 0
+	c.PrependReactor("list", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lists++
+		if lists == n {
+			return true, nil, errors.New("the API server is unavailable")
+		}
+		return false, nil, nil
+	})
+}
+
+// Blind (PCP without UPnP), a process that restarts renews each Service's
+// mapping, which it did not write, as a key to take, and confirms it with a
+// list of the Services after the add. When that list fails (the API server
+// is briefly unavailable, as in the control-plane upgrade that moved the
+// controller), the Service, which nobody else wants, must keep its mapping:
+// the port stays forwarded, and the operation is retried.
+func TestFailedListAfterTheAddKeepsTheMappingBlind(t *testing.T) {
+	ctx := context.Background()
+	e, s := blindEnv(t, Config{})
+	nodes := threeNodes()
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+	before := e.table()
+	cluster := k8sfake.NewClientset(web)
+	restarted, err := New(Config{Client: blindBackend(t, s), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	failNthList(cluster, 2) // the list after the add
+	_, err = restarted.EnsureLoadBalancer(ctx, testCluster, web, nodes)
+	t.Logf("Ensure with the list after the add failing: %v", err)
+	diffRows(t, "table after the failed list", e.table(), before)
 }
