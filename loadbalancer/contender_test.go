@@ -145,7 +145,15 @@ func TestFailedListAfterTheAddKeepsTheMappingBlind(t *testing.T) {
 		t.Fatal(err)
 	}
 	failNthList(cluster, 2) // the list after the add
-	_, err = restarted.EnsureLoadBalancer(ctx, testCluster, web, nodes)
-	t.Logf("Ensure with the list after the add failing: %v", err)
+	if _, err = restarted.EnsureLoadBalancer(ctx, testCluster, web, nodes); err == nil {
+		t.Error("Ensure with the list after the add failing succeeded, want an error (retried)")
+	}
 	diffRows(t, "table after the failed list", e.table(), before)
+	if _, err = restarted.EnsureLoadBalancer(ctx, testCluster, web, nodes); err != nil {
+		t.Errorf("Ensure once the API server answers: %v", err)
+	}
+	if h := restarted.heldAt(newOwner(testCluster, "default", "web"), igd.Key{Protocol: igd.TCP, ExternalPort: 80}); h.contested {
+		t.Error("TCP/80 is still to confirm after a list that names web")
+	}
+	diffRows(t, "table once confirmed", e.table(), before)
 }
