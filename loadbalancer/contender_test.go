@@ -157,3 +157,28 @@ func TestFailedListAfterTheAddKeepsTheMappingBlind(t *testing.T) {
 	}
 	diffRows(t, "table once confirmed", e.table(), before)
 }
+
+// Blind, a restarted process whose list of the Services before the add
+// fails has refused nobody: the Service's mapping, which that process did
+// not write, stays, and the operation is retried.
+func TestFailedListBeforeTheAddKeepsTheMappingBlind(t *testing.T) {
+	ctx := context.Background()
+	e, s := blindEnv(t, Config{})
+	nodes := threeNodes()
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
+	before := e.table()
+	cluster := k8sfake.NewClientset(web)
+	restarted, err := New(Config{Client: blindBackend(t, s), Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	failNthList(cluster, 1)
+	if _, err = restarted.EnsureLoadBalancer(ctx, testCluster, web, nodes); err == nil {
+		t.Error("Ensure with the list before the add failing succeeded, want an error (retried)")
+	}
+	diffRows(t, "table after the failed list", e.table(), before)
+}

@@ -168,12 +168,12 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	o := req.owner
 	if !mine {
 		if err := lb.arbitrate(req, p.key, contenders); err != nil {
-			if lb.blind() && !lb.heldAt(o, p.key).written.InternalClient.IsValid() {
-				// Refused a key where a process before this one
-				// (stopped before its list after the add) may have
-				// mapped it: swept, so the winner's add finds it free.
-				// A failed sweep is not marked swept: the refused
-				// port's retry sweeps again.
+			if errors.Is(err, ErrPortInUse) && lb.blind() && !lb.heldAt(o, p.key).written.InternalClient.IsValid() {
+				// Refused (not a failed list) a key where a process
+				// before this one (stopped before its list after the
+				// add) may have mapped it: swept, so the winner's add
+				// finds it free. A failed sweep is not marked swept:
+				// the refused port's retry sweeps again.
 				_, _ = lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, netip.Addr{})
 			}
 			return 0, err
