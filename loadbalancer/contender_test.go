@@ -182,3 +182,26 @@ func TestFailedListBeforeTheAddKeepsTheMappingBlind(t *testing.T) {
 	}
 	diffRows(t, "table after the failed list", e.table(), before)
 }
+
+// MaxMappings holds across a restart of the controller: the Services are
+// served again in whatever order the service controller syncs them, and a
+// Service new since must not take a mapping past the cap before those that
+// held theirs are counted again (they keep theirs, so the cap would stay
+// exceeded until one gives a mapping up).
+func TestMaxMappingsHoldsAcrossARestart(t *testing.T) {
+	e := newEnv(t, Config{MaxMappings: 1}, fake.RouterConfig{})
+	nodes := threeNodes()
+	held := newService("default", "held", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
+	held.Status.LoadBalancer = *e.mustEnsure(t, held, nodes)
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, MaxMappings: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := newService("default", "fresh", withPorts(port("a", v1.ProtocolTCP, 8080, 30088)))
+	_, errFresh := restarted.EnsureLoadBalancer(context.Background(), testCluster, fresh, nodes)
+	_, errHeld := restarted.EnsureLoadBalancer(context.Background(), testCluster, held, nodes)
+	t.Logf("fresh: %v; held: %v", errFresh, errHeld)
+	if n := len(e.router.Mappings()); n > 1 {
+		t.Errorf("%d mappings after the restart, past the cap of 1: %q", n, e.table())
+	}
+}
