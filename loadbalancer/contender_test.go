@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -204,4 +205,44 @@ func TestMaxMappingsHoldsAcrossARestart(t *testing.T) {
 	if n := len(e.router.Mappings()); n > 1 {
 		t.Errorf("%d mappings after the restart, past the cap of 1: %q", n, e.table())
 	}
+}
+
+// An add whose reply is lost (the router stored it) ends the operation
+// before the list after the add: that key is still to confirm. b, older,
+// came to want TCP/80 during a's add; a's next operation, which finds its
+// mapping and renews it, must confirm it and give it up to b, and b is
+// served then.
+func TestAddWhoseReplyWasLostIsConfirmedByTheNextOperation(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 81, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0.Add(10*time.Second)), metav1.NewTime(t0)
+	cluster := k8sfake.NewClientset(node, a, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	added := fake.Nth(1)
+	r.Intercept(fake.RouterHooks{
+		AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+			if from != addrB || !added() {
+				return next(ctx, m)
+			}
+			b2 := b.DeepCopy() // b comes to want 80 while a's add is under way
+			b2.Spec.Ports[0].Port = 80
+			updateSpec(t, cluster, b2)
+			if _, err := next(ctx, m); err != nil {
+				return igd.Mapping{}, err
+			}
+			return igd.Mapping{}, context.DeadlineExceeded // stored; the reply is lost
+		},
+	})
+	if _, err := p1.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node}); err == nil {
+		t.Fatal("a's Ensure with its add's reply lost succeeded, want an error")
+	}
+	b.Spec.Ports[0].Port = 80
+	_, errA := p1.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
+	_, errB := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	wantServed(t, "default/b", map[string]error{"default/a": errA, "default/b": errB})
+	diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30081, desc("default", "b", "http"))})
 }
