@@ -101,8 +101,13 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 				failed[p.key] = pe
 				continue
 			}
-			if (!mine || unsure) && err == nil && d == 0 {
+			switch {
+			case (!mine || unsure) && err == nil && d == 0:
 				taken = append(taken, p.key)
+			case (!mine || unsure) && d == 0:
+				// No answer: the router may have stored the add,
+				// which no list after it confirmed.
+				lb.markContested(o, p.key, true)
 			}
 			wait(d, err)
 		}
