@@ -32,8 +32,10 @@
 //     takes it only as their winner; after its adds it lists them again and
 //     gives up each key another Service now wins (one that came to want it
 //     during the add); a mapping of the Service this process did not write,
-//     at a key its status does not record, is confirmed so before it is
-//     kept. Of two processes of one cluster that both took a
+//     at a key its status does not record, or whose add got no answer, is
+//     confirmed so before it is kept. When that list fails, the keys are
+//     given up but those the Service's status records (kept to confirm,
+//     the operation retried). Of two processes of one cluster that both took a
 //     key, each second list follows the other's want, so both name one
 //     winner: they never both keep it. A key the router lost (a reboot, a
 //     LAN host's DeletePortMapping) goes back to the Service whose status
