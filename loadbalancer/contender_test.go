@@ -199,9 +199,14 @@ func TestMaxMappingsHoldsAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := newService("default", "fresh", withPorts(port("a", v1.ProtocolTCP, 8080, 30088)))
+	if err := restarted.Initialize(context.Background(), fakecluster.ClientBuilder(k8sfake.NewClientset(held, fresh))); err != nil {
+		t.Fatal(err)
+	}
 	_, errFresh := restarted.EnsureLoadBalancer(context.Background(), testCluster, fresh, nodes)
 	_, errHeld := restarted.EnsureLoadBalancer(context.Background(), testCluster, held, nodes)
-	t.Logf("fresh: %v; held: %v", errFresh, errHeld)
+	if !errors.Is(errFresh, ErrNotAdmitted) || errHeld != nil {
+		t.Errorf("fresh: %v; held: %v; want fresh refused by the cap and held served", errFresh, errHeld)
+	}
 	if n := len(e.router.Mappings()); n > 1 {
 		t.Errorf("%d mappings after the restart, past the cap of 1: %q", n, e.table())
 	}

@@ -183,7 +183,8 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 			}
 			return 0, err
 		}
-		if err := lb.reserve(o, p.key); err != nil {
+		svcs, _ := contenders() // listed by arbitrate
+		if err := lb.reserve(o, p.key, lb.recordedKeys(o.cluster, svcs)); err != nil {
 			return 0, err
 		}
 	}
