@@ -42,18 +42,44 @@ func (lb *LoadBalancer) admitted(svc *v1.Service, k igd.Key) bool {
 	return lb.cfg.Admit(svc, keys)[k] == nil
 }
 
-// capReachedLocked returns why o may not take a key no Service holds, when
-// the Services hold or are taking Config.MaxMappings keys already; else nil.
-// The caller holds lb.mu.
-func (lb *LoadBalancer) capReachedLocked(o owner, k igd.Key) error {
+// recordedKeys returns the keys the statuses of svcs (the cluster's
+// Services, listed) record for Services that want them: mappings they hold
+// by the API server, which this process may not have served yet (it
+// restarted, or another process serves them). Nil without a cap.
+func (lb *LoadBalancer) recordedKeys(cluster string, svcs []*v1.Service) []igd.Key {
 	if lb.cfg.MaxMappings <= 0 {
 		return nil
 	}
-	n := 0
-	for _, s := range lb.services {
-		n += len(s.held)
+	var out []igd.Key
+	for _, s := range svcs {
+		for _, k := range specKeys(s) {
+			if recordsKey(s, k) && lb.wants(cluster, s, k) {
+				out = append(out, k)
+			}
+		}
 	}
-	if n < lb.cfg.MaxMappings {
+	return out
+}
+
+// capReachedLocked returns why o may not take k, a key no Service holds,
+// when the keys the Services hold or are taking, with those recorded (the
+// statuses' keys, see recordedKeys), other than k, number
+// Config.MaxMappings already; else nil. The caller holds lb.mu.
+func (lb *LoadBalancer) capReachedLocked(o owner, k igd.Key, recorded []igd.Key) error {
+	if lb.cfg.MaxMappings <= 0 {
+		return nil
+	}
+	keys := make(map[igd.Key]bool)
+	for _, s := range lb.services {
+		for hk := range s.held {
+			keys[hk] = true
+		}
+	}
+	for _, rk := range recorded {
+		keys[rk] = true
+	}
+	delete(keys, k)
+	if len(keys) < lb.cfg.MaxMappings {
 		return nil
 	}
 	return &PortError{Service: o.key(), Key: k,

@@ -160,7 +160,9 @@ func refusedFor(req request, k igd.Key, w *v1.Service, why string) *PortError {
 // took a key, each list made after its own add follows the other's read of
 // the router (else that read had shown the add), and so the other Service's
 // want: both lists see both Services, and name the same winner. When the
-// list fails, every key of taken is given up: none was confirmed. A key
+// list fails, every key of taken is given up (none was confirmed) but one
+// the Service's status records, which goes first whoever else wants it: it
+// is kept to confirm, and the list's error returned. A key
 // given up whose mapping could not be removed stays to confirm (contested)
 // by the next operation. It returns the keys given up, with their
 // PortErrors, and the errors of removing them.
@@ -170,8 +172,15 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 	}
 	lost := make(map[igd.Key]*PortError)
 	svcs, err := lb.listServices(ctx, req)
+	var kept error // the list's error, when a key is kept unconfirmed
 	for _, k := range taken {
 		switch w, why := lb.winner(req, k, svcs); {
+		case err != nil && recordsKey(req.svc, k):
+			// Its status records k: it goes first, whoever else wants
+			// k (unless another's status records it too). Kept, to
+			// be confirmed by the next operation.
+			lb.markContested(t.owner, k, true)
+			kept = err
 		case err != nil:
 			lost[k] = &PortError{Service: req.owner.key(), Key: k, Err: err}
 		case w != nil:
@@ -181,7 +190,7 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 		}
 	}
 	if len(lost) == 0 {
-		return nil, nil
+		return nil, kept // the operation is retried
 	}
 	keys := slices.SortedFunc(maps.Keys(lost), compareKeys)
 	for _, k := range keys {
@@ -205,7 +214,7 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 			errs = append(errs, err)
 		}
 	}
-	return lost, errors.Join(errs...)
+	return lost, errors.Join(append(errs, kept)...)
 }
 
 // markContested records whether o's key k, held, is still to be confirmed.

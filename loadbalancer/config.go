@@ -169,11 +169,14 @@ type Config struct {
 	Admit func(svc *v1.Service, keys []igd.Key) map[igd.Key]error
 
 	// MaxMappings, when positive, caps the mappings all Services of this
-	// LoadBalancer hold or are taking in this process: a Service that would
-	// map a key past it is refused that key (PortErrorNotAdmitted) until
-	// another gives one up. Mappings a Service already holds are kept and
-	// renewed. Zero: no cap. After a restart the Services are counted as
-	// they are served again.
+	// LoadBalancer hold or are taking in this process, with (given
+	// Initialize's client) the ports the Services' statuses record as
+	// served: a Service that would map a key past it is refused that key
+	// (PortErrorNotAdmitted) until another gives one up. Mappings a Service
+	// already holds are kept and renewed. Zero: no cap. Statuses count the
+	// mappings of Services this process has not served yet (after a
+	// restart, or served by another process); one written late is not
+	// counted until it is.
 	MaxMappings int
 
 	// RetryAfter is the fixed delay of the api.RetryError returned while the

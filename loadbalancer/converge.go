@@ -101,8 +101,13 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 				failed[p.key] = pe
 				continue
 			}
-			if (!mine || unsure) && err == nil && d == 0 {
+			switch {
+			case (!mine || unsure) && err == nil && d == 0:
 				taken = append(taken, p.key)
+			case (!mine || unsure) && d == 0:
+				// No answer: the router may have stored the add,
+				// which no list after it confirmed.
+				lb.markContested(o, p.key, true)
 			}
 			wait(d, err)
 		}
@@ -168,9 +173,18 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	o := req.owner
 	if !mine {
 		if err := lb.arbitrate(req, p.key, contenders); err != nil {
+			if errors.Is(err, ErrPortInUse) && lb.blind() && !lb.heldAt(o, p.key).written.InternalClient.IsValid() {
+				// Refused (not a failed list) a key where a process
+				// before this one (stopped before its list after the
+				// add) may have mapped it: swept, so the winner's add
+				// finds it free. A failed sweep is not marked swept:
+				// the refused port's retry sweeps again.
+				_, _ = lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, netip.Addr{})
+			}
 			return 0, err
 		}
-		if err := lb.reserve(o, p.key); err != nil {
+		svcs, _ := contenders() // listed by arbitrate
+		if err := lb.reserve(o, p.key, lb.recordedKeys(o.cluster, svcs)); err != nil {
 			return 0, err
 		}
 	}

@@ -32,8 +32,10 @@
 //     takes it only as their winner; after its adds it lists them again and
 //     gives up each key another Service now wins (one that came to want it
 //     during the add); a mapping of the Service this process did not write,
-//     at a key its status does not record, is confirmed so before it is
-//     kept. Of two processes of one cluster that both took a
+//     at a key its status does not record, or whose add got no answer, is
+//     confirmed so before it is kept. When that list fails, the keys are
+//     given up but those the Service's status records (kept to confirm,
+//     the operation retried). Of two processes of one cluster that both took a
 //     key, each second list follows the other's want, so both name one
 //     winner: they never both keep it. A key the router lost (a reboot, a
 //     LAN host's DeletePortMapping) goes back to the Service whose status
@@ -124,8 +126,10 @@
 //     it); a delete refused with UNSUPP_OPTION (THIRD_PARTY off) counts as
 //     nothing there.
 //   - A process that did not write a Service's mappings deletes them by
-//     the same sweep, at the spec's nodePorts; GetLoadBalancer answers
-//     from the Service's recorded status (toward "exists").
+//     the same sweep, at the spec's nodePorts: when the Service is
+//     withdrawn, and at a port Config.Admit refuses or another Service
+//     wins; GetLoadBalancer answers from the Service's recorded status
+//     (toward "exists").
 //   - A key this process did not write is arbitrated like one the router
 //     lost: after a restart or a fail-over, the Service whose status
 //     records it keeps it (its add renews its own mapping), and another

@@ -248,7 +248,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		invalid = checkLoadBalancerIP(o, svc, ext)
 	}
 	var failed map[igd.Key]*PortError
-	var err error
+	var err, swept error
 	// A router that refuses, during this operation, to map for another
 	// host (the client says so: SelfOnly) is served once more, to this
 	// process's node.
@@ -267,6 +267,12 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		if !op.pass {
 			lb.update(o, func(s *serviceState) { s.deleted = false })
 		}
+		if lb.blind() && len(refused) > 0 {
+			// A refused port this process did not write (it restarted
+			// with the policy) is recalled nowhere: swept like a
+			// withdrawn Service's, at the spec's nodePorts.
+			_, swept = lb.sweep(ctx, o, lb.specNodePorts(o, svc, slices.Collect(maps.Keys(refused))), netip.Addr{})
+		}
 		var got reading
 		if got, err = lb.read(ctx, o, lb.knownKeys(o, svc, plans, op.extra...)); err != nil {
 			return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), err)
@@ -279,6 +285,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		failed = make(map[igd.Key]*PortError, len(refused))
 	}
 	maps.Copy(failed, refused)
+	err = errors.Join(err, swept)
 	if err != nil || (len(failed) > 0 && len(failed) == len(plans)) { // no port forwarded: fail as a whole
 		return nil, errors.Join(err, joinPortErrors(failed))
 	}

@@ -259,8 +259,9 @@ func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
 
 // reserve makes o the holder of k in this process before the router call,
 // unless another Service of this process holds or is taking k, or the
-// Services hold Config.MaxMappings keys already.
-func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
+// Services hold Config.MaxMappings keys already, recorded ones (see
+// recordedKeys) counted.
+func (lb *LoadBalancer) reserve(o owner, k igd.Key, recorded []igd.Key) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for token, s := range lb.services {
@@ -268,7 +269,7 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key) error {
 			return &PortError{Service: o.key(), Key: k, Claimant: s.name, Err: ErrPortInUse}
 		}
 	}
-	if err := lb.capReachedLocked(o, k); err != nil {
+	if err := lb.capReachedLocked(o, k, recorded); err != nil {
 		return err
 	}
 	lb.updateLocked(o, func(s *serviceState) { s.hold(k) })
