@@ -3,7 +3,6 @@ package loadbalancer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -210,7 +209,15 @@ func (w *fakeWorld) setWAN(_ context.Context, a netip.Addr) {
 	w.router.SetExternalIP(a)
 }
 
-func (w *fakeWorld) foreignAdd(ctx context.Context, m igd.Mapping) error {
+// fakeForeignHosts are the addresses of the hosts that are not nodes.
+var fakeForeignHosts = map[string]netip.Addr{
+	soakLAN:   netip.MustParseAddr("192.0.2.200"),
+	soakOther: netip.MustParseAddr("192.0.2.210"),
+}
+
+func (w *fakeWorld) foreignAdd(ctx context.Context, who string, k igd.Key, desc string) error {
+	m := igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: fakeForeignHosts[who],
+		InternalPort: k.ExternalPort, Description: desc, Enabled: true}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, err := w.router.Client(m.InternalClient).AddPortMapping(ctx, m); err != nil {
@@ -225,7 +232,8 @@ func (w *fakeWorld) foreignAdd(ctx context.Context, m igd.Mapping) error {
 	return nil
 }
 
-func (w *fakeWorld) foreignDelete(ctx context.Context, host netip.Addr, k igd.Key) error {
+func (w *fakeWorld) foreignDelete(ctx context.Context, who string, k igd.Key) error {
+	host := fakeForeignHosts[who]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if m, ok := w.foreign[k]; !ok || m.InternalClient != host {
@@ -285,9 +293,4 @@ func (w *fakeWorld) close() {
 	if w.pcp != nil {
 		_ = w.pcp.Close()
 	}
-}
-
-// newLabWorld is the soak on miniupnpd (see soak_lab_test.go).
-var newLabWorld = func(t *testing.T, s *soak) (soakWorld, error) {
-	return nil, fmt.Errorf("the lab backend is not built yet")
 }

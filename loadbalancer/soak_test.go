@@ -84,10 +84,10 @@ type soakWorld interface {
 	wipe(ctx context.Context)
 	// setWAN sets the WAN address (the zero Addr: down).
 	setWAN(ctx context.Context, a netip.Addr)
-	// foreignAdd adds m from its InternalClient (a LAN host or another
-	// cluster's node); foreignDelete deletes the key from host.
-	foreignAdd(ctx context.Context, m igd.Mapping) error
-	foreignDelete(ctx context.Context, host netip.Addr, k igd.Key) error
+	// foreignAdd has who (soakLAN or soakOther) map k to itself with
+	// description desc; foreignDelete has it delete k, if it holds it.
+	foreignAdd(ctx context.Context, who string, k igd.Key, desc string) error
+	foreignDelete(ctx context.Context, who string, k igd.Key) error
 	// loseReplies makes the next n replies to the CCM's writes get lost
 	// after the router acted; slowReplies delays the next n by d.
 	loseReplies(n int)
@@ -140,7 +140,7 @@ type soakModel struct {
 	nodeSeq   int
 	nodePorts map[int32]bool
 	nextNP    int32
-	foreign   map[igd.Key]netip.Addr // keys the schedule had LAN hosts and the other cluster take
+	foreign   map[igd.Key]string // keys the schedule had the LAN host and the other cluster take
 	wanSeq    int
 	slots     int
 }
@@ -156,10 +156,11 @@ var soakPorts = []struct {
 	{v1.ProtocolUDP, 5353}, {v1.ProtocolUDP, 8080}, {v1.ProtocolUDP, 9000},
 }
 
-// Hosts of the soak that are not nodes of its cluster.
-var (
-	soakLANHost      = netip.MustParseAddr("192.0.2.200")
-	soakOtherCluster = netip.MustParseAddr("192.0.2.210")
+// Hosts of the soak that are not nodes of its cluster: a LAN host, and a
+// node of another cluster behind the same router.
+const (
+	soakLAN   = "the LAN host"
+	soakOther = "the other cluster"
 )
 
 func (m *soakModel) allocNodePort() int32 {
@@ -436,22 +437,22 @@ func TestSoak(t *testing.T) {
 	if !slices.Contains([]string{"upnp", "igd1", "secure", "pcp", "pcp-only"}, *soakMode) {
 		t.Fatalf("-soak.mode %q: must be upnp, igd1, secure, pcp or pcp-only", *soakMode)
 	}
-	baseline := runtime.NumGoroutine()
 	s := &soak{t: t, mode: *soakMode, fingerprint: fnv.New64a()}
 	var err error
 	switch *soakBackend {
 	case "fake":
 		s.world, err = newFakeWorld(t, s)
 	case "lab":
-		s.world, err = newLabWorld(t, s)
+		s.world, err = startLabWorld(t, s)
 	default:
 		err = fmt.Errorf("-soak.backend %q: must be fake or lab", *soakBackend)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	baseline := runtime.NumGoroutine() // the router's own (the lab's) stay
 	s.model = &soakModel{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), nodePorts: map[int32]bool{}, nextNP: 30000,
-		foreign: map[igd.Key]netip.Addr{}, slots: s.world.maxNodes()}
+		foreign: map[igd.Key]string{}, slots: s.world.maxNodes()}
 	s.run(seed, baseline)
 }
 
@@ -633,8 +634,8 @@ func (s *soak) step(ctx context.Context) {
 			s.world.setWAN(ctx, a)
 			return "fault: the WAN address changes to " + a.String()
 		}},
-		{3, true, func() string { return s.foreignTake(ctx, soakLANHost, "lan-host app") }},
-		{2, true, func() string { return s.foreignTake(ctx, soakOtherCluster, newOwner("other", "default", "web").description("http")) }},
+		{3, true, func() string { return s.foreignTake(ctx, soakLAN, "lan-host app") }},
+		{2, true, func() string { return s.foreignTake(ctx, soakOther, newOwner("other", "default", "web").description("http")) }},
 		{4, true, func() string { return s.foreignRelease(ctx) }},
 		{1, true, func() string { return s.restart(ctx) }},
 		{1, true, func() string { return s.handOver(ctx) }},
@@ -882,17 +883,16 @@ func (s *soak) changeNode(ctx context.Context) string {
 
 // foreignTake has host (a LAN host, or the other cluster's node) map a port
 // a Service of the soak may want.
-func (s *soak) foreignTake(ctx context.Context, host netip.Addr, desc string) string {
+func (s *soak) foreignTake(ctx context.Context, who string, desc string) string {
 	m := s.model
 	c := soakPorts[m.rng.IntN(len(soakPorts))]
 	k := igd.Key{Protocol: igd.Protocol(c.proto), ExternalPort: uint16(c.port)}
 	if _, ok := m.foreign[k]; ok {
 		return ""
 	}
-	m.foreign[k] = host
-	err := s.world.foreignAdd(ctx, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: host,
-		InternalPort: k.ExternalPort, Description: desc, Enabled: true})
-	return fmt.Sprintf("fault: %s takes %s%s", host, k, errSuffix(err))
+	m.foreign[k] = who
+	err := s.world.foreignAdd(ctx, who, k, desc)
+	return fmt.Sprintf("fault: %s takes %s%s", who, k, errSuffix(err))
 }
 
 // foreignRelease has a LAN host or the other cluster give a port back.
@@ -909,10 +909,10 @@ func (s *soak) foreignRelease(ctx context.Context) string {
 		}
 	}, compareKeys)
 	k := keys[m.rng.IntN(len(keys))]
-	host := m.foreign[k]
+	who := m.foreign[k]
 	delete(m.foreign, k)
-	err := s.world.foreignDelete(ctx, host, k)
-	return fmt.Sprintf("fault: %s releases %s%s", host, k, errSuffix(err))
+	err := s.world.foreignDelete(ctx, who, k)
+	return fmt.Sprintf("fault: %s releases %s%s", who, k, errSuffix(err))
 }
 
 // restart kills the running CCM processes mid-operation and starts a fresh
