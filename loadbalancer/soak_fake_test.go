@@ -140,7 +140,7 @@ func (w *fakeWorld) onPCPAnswer(call fake.PCPCall, answer []byte) []byte {
 }
 
 func (w *fakeWorld) nodeAddr(i int) netip.Addr { return fakeNodeAddr(i) }
-func (w *fakeWorld) maxNodes() int              { return soakMaxNode }
+func (w *fakeWorld) maxNodes() int             { return soakMaxNode }
 
 func (w *fakeWorld) ccmClient(t *testing.T) (igd.Client, Announcer) {
 	upnp := w.router.Client(fakeNodeAddr(0))

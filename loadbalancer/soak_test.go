@@ -635,7 +635,9 @@ func (s *soak) step(ctx context.Context) {
 			return "fault: the WAN address changes to " + a.String()
 		}},
 		{3, true, func() string { return s.foreignTake(ctx, soakLAN, "lan-host app") }},
-		{2, true, func() string { return s.foreignTake(ctx, soakOther, newOwner("other", "default", "web").description("http")) }},
+		{2, true, func() string {
+			return s.foreignTake(ctx, soakOther, newOwner("other", "default", "web").description("http"))
+		}},
 		{4, true, func() string { return s.foreignRelease(ctx) }},
 		{1, true, func() string { return s.restart(ctx) }},
 		{1, true, func() string { return s.handOver(ctx) }},
