@@ -61,7 +61,10 @@ const (
 	soakRenew   = 5 * time.Second
 	soakProbe   = time.Second
 	soakMaxSvcs = 10
-	soakMaxNode = 6
+	// soakFingerprintOps is how many operations the prefix fingerprint
+	// covers: runs of one seed compare on it whatever their length.
+	soakFingerprintOps = 50
+	soakMaxNode        = 6
 )
 
 // soakWorld is the router side of a soak: the fake router or the lab.
@@ -351,6 +354,7 @@ type soak struct {
 	ops, faults, checks int
 	converge            []time.Duration
 	fingerprint         hash.Hash64 // of the operations asked for
+	prefix              uint64      // the fingerprint of the first soakFingerprintOps
 
 	// mu guards the fields below it: the log and the violations, written
 	// by the schedule and by the router's hooks.
@@ -501,7 +505,8 @@ func (s *soak) run(seed uint64, baseline int) {
 	s.mu.Lock()
 	v := len(s.violations)
 	s.mu.Unlock()
-	fmt.Printf("soak: seed %d, schedule fingerprint %016x (the same seed replays the same schedule on the fake)\n", seed, s.fingerprint.Sum64())
+	fmt.Printf("soak: seed %d, schedule fingerprint %016x, of its first %d operations %016x (the same seed replays the same schedule)\n",
+		seed, s.fingerprint.Sum64(), soakFingerprintOps, s.prefix)
 	p50, pmax := percentiles(s.converge)
 	line := fmt.Sprintf("soak: %d operations, %d faults, %d checks, %d violations, converged p50 %.1f s / max %.1f s",
 		s.ops, s.faults, s.checks+s.world.writesChecked(), v, p50.Seconds(), pmax.Seconds())
@@ -664,6 +669,9 @@ func (s *soak) step(ctx context.Context) {
 			// router answered (errors end each line).
 			what, _, _ := strings.Cut(line, " (error: ")
 			s.fingerprint.Write([]byte(what + "\n"))
+			if s.ops == soakFingerprintOps {
+				s.prefix = s.fingerprint.Sum64()
+			}
 			s.logf("op %d (t=%s): %s", s.ops, time.Now().Format("15:04:05.000"), line)
 			return
 		}
