@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -205,16 +204,6 @@ func (m *soakModel) newPort(s *soakSvc) (soakPort, bool) {
 	return soakPort{name: fmt.Sprintf("p%d", s.nextPort), proto: c.proto, port: c.port, nodePort: np}, true
 }
 
-func (m *soakModel) readyNodes() []*soakNode {
-	var out []*soakNode
-	for _, n := range m.nodes {
-		if n.ready {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // moveEndpoints gives s endpoints on a random set of nodes, each ready or not.
 func (m *soakModel) moveEndpoints(s *soakSvc) {
 	s.endpoints = map[string]bool{}
@@ -247,14 +236,6 @@ func (s *soakSvc) String() string {
 		eps = append(eps, fmt.Sprintf("%s:%t", n, s.endpoints[n]))
 	}
 	return fmt.Sprintf("%s/%s %s %s annotated=%t class=%s ports=[%s] endpoints=[%s]", s.ns, s.name, typ, pol, s.annotated, class, strings.Join(ps, " "), strings.Join(eps, " "))
-}
-
-func mapsKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // object is s as the API server holds it (spec and metadata only).
@@ -329,8 +310,6 @@ func soakNodeObject(n *soakNode, addr netip.Addr) *v1.Node {
 type soakProcess struct {
 	id     int
 	h      *cluster.Harness
-	lb     *LoadBalancer
-	class  *LoadBalancer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -417,7 +396,7 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &soakProcess{h: h, lb: lb, class: clb, cancel: cancel, done: make(chan struct{})}
+	p := &soakProcess{h: h, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		clb.Run(runCtx)
@@ -1011,11 +990,4 @@ func (s *soak) watchForeign() (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// sortedStrings returns the sorted keys of a set.
-func sortedStrings(m map[string]bool) []string {
-	out := mapsKeys(m)
-	sort.Strings(out)
-	return out
 }
