@@ -107,7 +107,7 @@ func (w *fakeWorld) judged(k igd.Key, what string, write func() error) (igd.Mapp
 	err := write()
 	w.checked.Add(1)
 	if err == nil && theirs {
-		w.s.violate("a CCM %s of %s succeeded on %s's mapping (to %s:%d %q)", what, k, before.InternalClient, before.InternalClient, before.InternalPort, before.Description)
+		w.s.violateNow("a CCM %s of %s succeeded on %s's mapping (to %s:%d %q)", what, k, before.InternalClient, before.InternalClient, before.InternalPort, before.Description)
 	}
 	return before, err
 }
@@ -276,9 +276,9 @@ func (w *fakeWorld) checkForeign() {
 		got, ok := now[k]
 		switch {
 		case !ok:
-			w.s.violate("%s's mapping at %s (to %s:%d %q) is gone", want.InternalClient, k, want.InternalClient, want.InternalPort, want.Description)
+			w.s.violateNow("%s's mapping at %s (to %s:%d %q) is gone", want.InternalClient, k, want.InternalClient, want.InternalPort, want.Description)
 		case got.InternalClient != want.InternalClient || got.InternalPort != want.InternalPort || got.Description != want.Description:
-			w.s.violate("%s's mapping at %s was rewritten: %s:%d %q, was %s:%d %q", want.InternalClient, k, got.InternalClient, got.InternalPort, got.Description, want.InternalClient, want.InternalPort, want.Description)
+			w.s.violateNow("%s's mapping at %s was rewritten: %s:%d %q, was %s:%d %q", want.InternalClient, k, got.InternalClient, got.InternalPort, got.Description, want.InternalClient, want.InternalPort, want.Description)
 		default:
 			continue
 		}

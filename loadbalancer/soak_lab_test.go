@@ -265,12 +265,12 @@ func (w *labWorld) checkForeign() {
 		w.checked.Add(1)
 		switch {
 		case errors.Is(err, igd.ErrNoSuchEntry):
-			w.s.violate("%s's mapping at %s (to %s:%d %q) is gone", want.InternalClient, k, want.InternalClient, want.InternalPort, want.Description)
+			w.s.violateNow("%s's mapping at %s (to %s:%d %q) is gone", want.InternalClient, k, want.InternalClient, want.InternalPort, want.Description)
 			delete(w.foreign, k)
 		case err != nil:
 			// Unreadable now (a reboot under way): next time.
 		case got.InternalClient != want.InternalClient || got.InternalPort != want.InternalPort || got.Description != want.Description:
-			w.s.violate("%s's mapping at %s was rewritten: %s:%d %q, was %s:%d %q", want.InternalClient, k, got.InternalClient, got.InternalPort, got.Description, want.InternalClient, want.InternalPort, want.Description)
+			w.s.violateNow("%s's mapping at %s was rewritten: %s:%d %q, was %s:%d %q", want.InternalClient, k, got.InternalClient, got.InternalPort, got.Description, want.InternalClient, want.InternalPort, want.Description)
 			w.foreign[k] = got
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,6 +332,7 @@ type soak struct {
 	procID int
 
 	ops, faults, checks int
+	current             atomic.Int64 // ops, for the hooks and the watch
 	converge            []time.Duration
 	fingerprint         hash.Hash64 // of the operations asked for
 	prefix              uint64      // the fingerprint of the first soakFingerprintOps
@@ -352,6 +354,12 @@ func (s *soak) logf(format string, args ...any) {
 	if *soakVerbose {
 		fmt.Println(line)
 	}
+}
+
+// violateNow records a violation seen as it happened (a hook, the watch of
+// other owners' mappings), with the operation the schedule was at.
+func (s *soak) violateNow(format string, args ...any) {
+	s.violate("at op %d: %s", s.current.Load(), fmt.Sprintf(format, args...))
 }
 
 // violate records a violation.
@@ -641,6 +649,7 @@ func (s *soak) step(ctx context.Context) {
 				break // does not apply: draw again
 			}
 			s.ops++
+			s.current.Store(int64(s.ops))
 			if o.fault {
 				s.faults++
 			}
