@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -173,11 +174,27 @@ func (w *labWorld) replaceForeignLocked(ctx context.Context) {
 		if m.InternalClient == w.lab.Nodes[labOtherSlot].Addr {
 			who = soakOther
 		}
-		if _, err := w.clients[who].AddPortMapping(ctx, m); err != nil {
+		if err := w.mapLocked(ctx, who, m); err != nil {
 			w.s.logf("  %s cannot map %s again after the wipe: %v", who, k, err)
 			delete(w.foreign, k)
 		}
 	}
+}
+
+// mapLocked has who add m and reads it back: after an nft flush miniupnpd
+// may answer an add as done without making it again.
+func (w *labWorld) mapLocked(ctx context.Context, who string, m igd.Mapping) error {
+	if _, err := w.clients[who].AddPortMapping(ctx, m); err != nil {
+		return err
+	}
+	got, err := w.reader.GetPortMapping(ctx, m.Protocol, m.ExternalPort)
+	if err != nil {
+		return fmt.Errorf("reading it back: %w", err)
+	}
+	if got.InternalClient != m.InternalClient || got.Description != m.Description {
+		return fmt.Errorf("reading it back: %s:%d %q", got.InternalClient, got.InternalPort, got.Description)
+	}
+	return nil
 }
 
 func (w *labWorld) reboot(ctx context.Context) {
@@ -209,7 +226,7 @@ func (w *labWorld) foreignAdd(ctx context.Context, who string, k igd.Key, desc s
 		InternalPort: k.ExternalPort, Description: desc, Enabled: true}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, err := w.clients[who].AddPortMapping(ctx, m); err != nil {
+	if err := w.mapLocked(ctx, who, m); err != nil {
 		return err
 	}
 	w.foreign[k] = m
