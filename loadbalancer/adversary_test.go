@@ -511,7 +511,8 @@ func TestArbitrationIgnoresServicesThatCannotBeServed(t *testing.T) {
 
 // A deleted node's address may be given to another LAN host, which may write
 // any description: a mapping to it counts as a Service's only when this
-// process made it (so that it can be moved off the deleted node).
+// process made it, or found it as the Service's while the node was one (so
+// that it can be moved off the deleted node).
 func TestDeletedNodesAddressIsNoLongerTrusted(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	nodes := []*v1.Node{newNode("node-a", addrA), newNode("node-b", addrB)}

@@ -449,19 +449,16 @@ func (lb *LoadBalancer) passService(ctx context.Context, w *watch, o owner, svc 
 	}
 	svc = live
 	st, err := lb.serve(ctx, t, svc, nodes, operation{pass: true, extra: extra})
-	if err != nil {
-		return err
-	}
-	if servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
-		return nil
+	if st == nil || servicehelper.LoadBalancerStatusEqual(&svc.Status.LoadBalancer, st) {
+		return err // with every port refused, the status says so (below)
 	}
 	updated := svc.DeepCopy()
 	updated.Status.LoadBalancer = *st
-	if _, err := servicehelper.PatchService(w.client.CoreV1(), svc, updated); err != nil {
-		return fmt.Errorf("loadbalancer: patch status of service %s: %w", o.key(), err)
+	if _, perr := servicehelper.PatchService(w.client.CoreV1(), svc, updated); perr != nil {
+		return errors.Join(err, fmt.Errorf("loadbalancer: patch status of service %s: %w", o.key(), perr))
 	}
 	klog.FromContext(ctx).Info("Patched load balancer status", "service", klog.KObj(svc), "ingress", st.Ingress)
-	return nil
+	return err
 }
 
 // maxRestartCheck bounds the check of an announced restart: one router

@@ -25,11 +25,15 @@ import (
 func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r reading) (failed map[igd.Key]*PortError, _ error) {
 	o, got := t.owner, r.mappings
 	ours := make(map[igd.Key]igd.Mapping)
+	onNode := make(map[igd.Key]netip.Addr) // ours, found at a node's address
 	var current []netip.Addr
 	for k, m := range got {
 		if lb.owns(o, m) {
 			ours[k] = m
 			current = append(current, m.InternalClient.Unmap())
+			if lb.isNodeAddr(m.InternalClient) {
+				onNode[k] = m.InternalClient.Unmap()
+			}
 		}
 	}
 	slices.SortFunc(current, netip.Addr.Compare)
@@ -54,11 +58,17 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			case !ok:
 				delete(s.held, k)
 			case h.unconfirmed && !sameTarget(m, h.written, false), !h.unconfirmed && !sameTarget(m, h.written, true):
-				s.held[k] = held{contested: h.contested} // not (or no longer) what this process wrote
+				s.held[k] = held{contested: h.contested, found: h.found} // not (or no longer) what this process wrote
 			default:
 				// A blind client's recall is what it wrote, not
 				// what the router holds: it confirms nothing.
 				h.unconfirmed = h.unconfirmed && lb.blind()
+				s.held[k] = h
+			}
+		}
+		for k, at := range onNode {
+			if h, ok := s.held[k]; ok {
+				h.found = at
 				s.held[k] = h
 			}
 		}
@@ -91,7 +101,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		case exists && !mine:
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
 		case mine && lb.upToDate(o, cur, p, tgt):
-			lb.update(o, func(s *serviceState) { s.hold(p.key) })
+			lb.update(o, func(s *serviceState) { s.holdFound(p.key, onNode[p.key]) })
 			if unsure {
 				taken = append(taken, p.key)
 			}

@@ -181,7 +181,11 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		return nil, err
 	}
 	defer t.release()
-	return lb.serve(ctx, t, service, nodes, operation{})
+	st, err := lb.serve(ctx, t, service, nodes, operation{})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // UpdateLoadBalancer is EnsureLoadBalancer without the status.
@@ -233,7 +237,8 @@ type operation struct {
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
-// one, in turn t.
+// one, in turn t. With every port refused it returns the status saying so
+// beside the error.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
@@ -286,8 +291,19 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	}
 	maps.Copy(failed, refused)
 	err = errors.Join(err, swept)
-	if err != nil || (len(failed) > 0 && len(failed) == len(plans)) { // no port forwarded: fail as a whole
+	if err != nil {
 		return nil, errors.Join(err, joinPortErrors(failed))
+	}
+	if len(failed) > 0 && len(failed) == len(plans) {
+		// No port forwarded: fail as a whole, so that the service
+		// controller backs off; the status, every port with its error, is
+		// for a pass to record (the status must not keep ports the Service
+		// no longer holds).
+		var st *v1.LoadBalancerStatus
+		if extErr == nil {
+			st = status(ext, plans, portReasons(failed))
+		}
+		return st, joinPortErrors(failed)
 	}
 	lb.notePorts(o, svc, failed)
 	lb.warn(o, svc, ext, extErr)

@@ -115,7 +115,8 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 
 // owns reports whether m belongs to o: its description names o, and it points
 // at a node this process knows, or at the address this process mapped the key
-// to for o (any LAN host can write any description).
+// to for o or found o's mapping at while it was a node's (any LAN host can
+// write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	if p, ok := parseDescription(m.Description); (!ok || p.token != o.token) && !lb.guardedFor(o, m) {
 		return false
@@ -123,9 +124,10 @@ func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	if lb.isNodeAddr(m.InternalClient) {
 		return true
 	}
-	// Mapped by this process to a node deleted since: ours, to be moved.
-	h := lb.heldAt(o, m.Key())
-	return h.written.InternalClient.IsValid() && h.written.InternalClient == m.InternalClient.Unmap()
+	// Mapped, or found by a read, by this process to a node deleted since:
+	// ours, to be moved.
+	h, at := lb.heldAt(o, m.Key()), m.InternalClient.Unmap()
+	return (h.written.InternalClient.IsValid() && h.written.InternalClient == at) || (h.found.IsValid() && h.found == at)
 }
 
 // guardedFor reports whether the client is an igd.GuardedClient and m

@@ -49,20 +49,33 @@ type sweep struct {
 // Service's mapping there), when that lease ends at the latest, counted from
 // when the add was sent (zero: never or unknown), whether the router
 // confirmed the write (an add whose reply was lost may or may not be there),
-// and whether the key, taken, is still to be confirmed by a list of the
+// whether the key, taken, is still to be confirmed by a list of the
 // Services (the one after the add failed, or named another Service and the
-// mapping could not be removed).
+// mapping could not be removed), and the node address where a read of this
+// process last found the Service's mapping (zero: none).
 type held struct {
 	written     igd.Mapping
 	expires     time.Time
 	unconfirmed bool
 	contested   bool
+	found       netip.Addr
 }
 
 // hold records that s holds k, keeping what was written there.
 func (s *serviceState) hold(k igd.Key) {
 	if _, ok := s.held[k]; !ok {
 		s.held[k] = held{}
+	}
+}
+
+// holdFound is hold, and records that a read found the Service's mapping at
+// k at node address at (zero: not at a node's).
+func (s *serviceState) holdFound(k igd.Key, at netip.Addr) {
+	s.hold(k)
+	if at.IsValid() {
+		h := s.held[k]
+		h.found = at
+		s.held[k] = h
 	}
 }
 

@@ -90,6 +90,12 @@ type Config struct {
 	// Classes are load balancer class controllers to run beside upstream's
 	// (see Class); nil = none.
 	Classes []Class
+	// Client, when set, is the cluster's API: another Harness's Client. The
+	// controllers of this Harness then run beside that Harness's, on the
+	// same objects, as a second cloud-controller-manager process does
+	// during a leader hand-over or after a restart; Objects must be nil
+	// (create them through Client). Nil = a new cluster holding Objects.
+	Client *k8sfake.Clientset
 }
 
 const (
@@ -188,6 +194,9 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	if !cfg.Cloud.HasClusterID() && !cfg.AllowUntaggedCloud {
 		return nil, fmt.Errorf("cluster: cloud provider %q has no cluster ID (HasClusterID is false): the cloud-controller-manager refuses to start it without --allow-untagged-cloud; set Config.AllowUntaggedCloud to run it anyway", cfg.Cloud.ProviderName())
 	}
+	if cfg.Client != nil && len(cfg.Objects) > 0 {
+		return nil, errors.New("cluster: Config.Objects must be nil with Config.Client: create them through the client")
+	}
 	cfg.setDefaults()
 	quietKlog()
 	cidrs, err := cfg.clusterCIDRs()
@@ -201,11 +210,14 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		}
 	}
 	h := &Harness{
-		Client:    k8sfake.NewClientset(withUIDs(objs)...),
+		Client:    cfg.Client,
 		cfg:       cfg,
 		stopCloud: make(chan struct{}),
 	}
-	h.Client.PrependReactor("create", "*", assignUID)
+	if h.Client == nil {
+		h.Client = k8sfake.NewClientset(withUIDs(objs)...)
+		h.Client.PrependReactor("create", "*", assignUID)
+	}
 	h.factory = informers.NewSharedInformerFactory(h.Client, 0)
 	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), cfg.Logger))
 	h.cancel = cancel

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -274,3 +275,45 @@ func TestWait(t *testing.T) {
 		t.Errorf("Wait = %v, want it to wrap context.DeadlineExceeded and the last error", err)
 	}
 }
+
+// A Harness started on another's Client runs a second process's controllers
+// on the same cluster: once the first stops, the second serves the Services
+// created then, as after a leader hand-over.
+func TestHarnessOnAnotherHarnesssClientTakesOver(t *testing.T) {
+	first := start(t, cluster.Config{
+		Cloud:   newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP)),
+		Objects: []k8sruntime.Object{cluster.Node("n1", cluster.InternalIP("192.168.1.10"))},
+	})
+	ctx := t.Context()
+	if _, err := first.WaitForNodeInitialized(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	second := start(t, cluster.Config{Cloud: newCloud(t, fake.NewLoadBalancer(testExternalIP2)), Client: first.Client})
+	first.Stop()
+	svc := cluster.Service("default", "web", cluster.Port("http", v1.ProtocolTCP, 80, 30080))
+	if _, err := second.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := second.WaitForIngress(ctx, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := got.Status.LoadBalancer.Ingress[0].IP; ip != testExternalIP2.String() {
+		t.Errorf("ingress IP %s, want %s (the second process's load balancer)", ip, testExternalIP2)
+	}
+}
+
+func TestStartRefusesObjectsWithAClient(t *testing.T) {
+	first := start(t, cluster.Config{Cloud: newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP))})
+	_, err := cluster.Start(t.Context(), cluster.Config{
+		Cloud:   newCloud(t, fake.NewLoadBalancer(fake.DefaultExternalIP)),
+		Client:  first.Client,
+		Objects: []k8sruntime.Object{cluster.Node("n1")},
+	})
+	if err == nil || !strings.Contains(err.Error(), "Config.Objects") {
+		t.Errorf("Start with Objects and Client: %v, want an error naming Config.Objects", err)
+	}
+}
+
+// testExternalIP2 is a second load balancer's external address.
+var testExternalIP2 = netip.MustParseAddr("198.51.101.8")
