@@ -99,11 +99,13 @@ func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key) bool {
 	if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
 		return false // nor is one asking for another address than the router's
 	}
-	if s.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal && !recordsKey(s, k) {
+	if s.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 		// Nor one that can be served nowhere (Local with no ready endpoint:
-		// scaled to zero) and does not hold k: it would keep k from one
-		// that can be served while nothing maps it. One that holds k keeps
-		// it through a rollout. Unknown (no current cache): it contends.
+		// scaled to zero), even if its status records k: it would keep k
+		// from one that can be served while nothing maps it (its own
+		// mapping is withdrawn, and its status, which only a successful
+		// Ensure rewrites, goes on recording k). Unknown (no current
+		// cache): it contends.
 		if nodes, err := lb.endpointNodes(s); err == nil && len(nodes) == 0 {
 			return false
 		}

@@ -47,6 +47,35 @@ func TestServiceServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T
 	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
 }
 
+// A Service whose status records a port but that can no longer be served
+// anywhere (Local, scaled to zero: its mapping is withdrawn, and its status
+// goes on recording the port, since only a successful Ensure rewrites it)
+// must not keep the port from a Service that can be served.
+func TestHolderServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1",
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+
+	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("idle: %v, want ErrNoEligibleNode (no ready endpoint)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (idle, though its status records the port, can be served nowhere)", err)
+	}
+	// node-b: the rendezvous hash's choice for default/web.
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
+}
+
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is
 // withdrawn by the process that applies the policy: the one started with
 // it (a configuration change restarts the controller), which did not write

@@ -26,7 +26,9 @@
 //     served it, the same in every process that sees them: the one whose
 //     status records the port (written only by the controller), else the
 //     older by creationTimestamp, else the first by namespace/name, then
-//     UID. The others get ErrPortInUse (a *PortError naming the winner in
+//     UID. A Service that can be served nowhere (Local with no ready
+//     endpoint) does not contend, even if its status records the port. The
+//     others get ErrPortInUse (a *PortError naming the winner in
 //     Claimant) and are served when it gives the port up. Before taking a
 //     key it does not hold, a Service lists the cluster's Services live and
 //     takes it only as their winner; after its adds it lists them again and
