@@ -53,7 +53,7 @@ func (lb *LoadBalancer) recordedKeys(cluster string, svcs []*v1.Service) []igd.K
 	var out []igd.Key
 	for _, s := range svcs {
 		for _, k := range specKeys(s) {
-			if recordsKey(s, k) && lb.wants(cluster, s, k) {
+			if recordsKey(s, k) && lb.wants(cluster, s, k, nil) {
 				out = append(out, k)
 			}
 		}

@@ -87,7 +87,7 @@ func recordsKey(svc *v1.Service, k igd.Key) bool {
 // being served, wants k and would be served: handed to this LoadBalancer,
 // opted in, not being deleted, valid, and not asking for another address
 // than the router's.
-func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key) bool {
+func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key, eligible map[string]bool) bool {
 	if !lb.handed(s) || s.DeletionTimestamp != nil || !lb.optedIn(s) || !slices.Contains(specKeys(s), k) ||
 		!lb.admitted(s, k) {
 		return false // a Service the operator's limits refuse k does not contend for it
@@ -100,15 +100,23 @@ func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key) bool {
 		return false // nor is one asking for another address than the router's
 	}
 	if s.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		// Nor one that can be served nowhere (Local with no ready endpoint:
-		// scaled to zero), even if its status records k: it would keep k
-		// from one that can be served while nothing maps it (its own
-		// mapping is withdrawn, and its status, which only a successful
-		// Ensure rewrites, goes on recording k). Unknown (no current
-		// cache): it contends.
-		if nodes, err := lb.endpointNodes(s); err == nil && len(nodes) == 0 {
-			return false
+		// Nor one that can be served nowhere (Local with no ready endpoint
+		// on a node eligible, nil: on any node; scaled to zero, or its
+		// pods on nodes not ready), even if its status records k: it
+		// would keep k from one that can be served while nothing maps it
+		// (its own mapping is withdrawn, and its status, which only a
+		// successful Ensure rewrites, goes on recording k). Unknown (no
+		// current cache): it contends.
+		nodes, err := lb.endpointNodes(s)
+		if err != nil {
+			return true
 		}
+		for n := range nodes {
+			if eligible == nil || eligible[n] {
+				return true
+			}
+		}
+		return false
 	}
 	return true
 }
@@ -126,7 +134,7 @@ func (lb *LoadBalancer) winner(req request, k igd.Key, svcs []*v1.Service) (*v1.
 	}
 	best := claim{svc: me, holds: recordsKey(me, k)}
 	for _, s := range svcs {
-		if s.Namespace == me.Namespace && s.Name == me.Name || !lb.wants(req.owner.cluster, s, k) {
+		if s.Namespace == me.Namespace && s.Name == me.Name || !lb.wants(req.owner.cluster, s, k, req.eligible) {
 			continue
 		}
 		if c := (claim{svc: s, holds: recordsKey(s, k)}); compareClaims(c, best) < 0 {

@@ -76,6 +76,31 @@ func TestHolderServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T)
 	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
 }
 
+// A Local Service whose only ready endpoint is on a node that is not ready
+// can be served nowhere either, and must not keep a port from one that can.
+func TestServiceWithEndpointsOnlyOnNodesNotReadyDoesNotKeepAPort(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := []*v1.Node{newNode("node-a", addrA, notReady), newNode("node-b", addrB), newNode("node-c", addrC)}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	stuck := lbService("default", "stuck", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], stuck, web, endpointSlice(stuck, "node-a", true))
+
+	if _, err := e.ensure(t, stuck, nodes); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("stuck: %v, want ErrNoEligibleNode (its endpoint's node is not ready)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (stuck can be served nowhere)", err)
+	}
+	// node-b: the rendezvous hash's choice for default/web.
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
+}
+
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is
 // withdrawn by the process that applies the policy: the one started with
 // it (a configuration change restarts the controller), which did not write

@@ -25,11 +25,12 @@ const (
 // request is the desired state of one Service on the router.
 type request struct {
 	owner      owner
-	svc        *v1.Service // nil when removing all its mappings
-	ports      []portPlan  // none: remove all of the Service's mappings
-	candidates []target    // the nodes the mappings may target, by name
-	noTarget   error       // why candidates is empty
-	self       string      // this process's node on a secure-mode router
+	svc        *v1.Service     // nil when removing all its mappings
+	ports      []portPlan      // none: remove all of the Service's mappings
+	candidates []target        // the nodes the mappings may target, by name
+	noTarget   error           // why candidates is empty
+	self       string          // this process's node on a secure-mode router
+	eligible   map[string]bool // the nodes any Service's mappings may target, by name
 }
 
 // portPlan is one mapping a Service wants.
@@ -131,6 +132,10 @@ func status(external netip.Addr, plans []portPlan, failed map[igd.Key]string) *v
 func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (request, error) {
 	req := request{owner: o, svc: svc, ports: plans}
 	targets, reasons := eligibleTargets(nodes)
+	req.eligible = make(map[string]bool, len(targets))
+	for _, t := range targets {
+		req.eligible[t.name] = true
+	}
 	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 		withEndpoints, err := lb.endpointNodes(svc)
 		if err != nil {
@@ -149,6 +154,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 			return request{}, fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
 		}
 		req.self = name
+		req.eligible = map[string]bool{name: req.eligible[name]}
 		targets = slices.DeleteFunc(targets, func(t target) bool { return t.name != name })
 		for i := range targets {
 			if addr.IsValid() {
