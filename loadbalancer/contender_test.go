@@ -19,86 +19,55 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// An older Service that wants TCP/80 but can be served nowhere
-// (externalTrafficPolicy Local with no ready endpoint: a Deployment scaled
-// to zero) and never held the port must not keep it from a younger Service
-// that can be served: nothing maps 80 otherwise, for as long as the older
-// one stays idle, and the younger is told the older "is served it".
+// An older Service that wants TCP/80 but can be served nowhere must not keep
+// it from a younger Service that can be served: nothing maps 80 otherwise,
+// and the younger is told the older "is served it". Served nowhere:
+// externalTrafficPolicy Local with no ready endpoint (a Deployment scaled to
+// zero), also when its status records the port (its mapping is withdrawn,
+// and only a successful Ensure rewrites its status), or with ready
+// endpoints only on nodes that are not ready.
 func TestServiceServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T) {
-	e := newEnv(t, Config{}, fake.RouterConfig{})
-	nodes := threeNodes()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.CreationTimestamp = metav1.NewTime(t0)
-	})
-	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
-		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
-	})
-	startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
-
-	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
-		t.Fatalf("idle: %v, want ErrNoEligibleNode (no ready endpoint)", err)
-	}
-	if _, err := e.ensure(t, web, nodes); err != nil {
-		t.Errorf("web: %v, want served (idle can be served nowhere)", err)
-	}
-	// node-b: the rendezvous hash's choice for default/web.
-	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
-}
-
-// A Service whose status records a port but that can no longer be served
-// anywhere (Local, scaled to zero: its mapping is withdrawn, and its status
-// goes on recording the port, since only a successful Ensure rewrites it)
-// must not keep the port from a Service that can be served.
-func TestHolderServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T) {
-	e := newEnv(t, Config{}, fake.RouterConfig{})
-	nodes := threeNodes()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.CreationTimestamp = metav1.NewTime(t0)
+	recordsPort80 := func(s *v1.Service) {
 		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1",
 			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
-	})
-	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
-		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
-	})
-	startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+	}
+	for _, tc := range []struct {
+		name      string
+		nodeA     []nodeOpt
+		idleOpts  []svcOpt
+		endpoints bool // a ready endpoint of idle on node-a
+	}{
+		{name: "no ready endpoint"},
+		{name: "no ready endpoint, its status records the port", idleOpts: []svcOpt{recordsPort80}},
+		{name: "ready endpoints only on nodes not ready", nodeA: []nodeOpt{notReady}, endpoints: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{})
+			nodes := []*v1.Node{newNode("node-a", addrA, tc.nodeA...), newNode("node-b", addrB), newNode("node-c", addrC)}
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			idle := lbService("default", "idle", append([]svcOpt{withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.CreationTimestamp = metav1.NewTime(t0)
+			}}, tc.idleOpts...)...)
+			web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+				s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+			})
+			objs := []k8sruntime.Object{nodes[0], nodes[1], nodes[2], idle, web}
+			if tc.endpoints {
+				objs = append(objs, endpointSlice(idle, "node-a", true))
+			}
+			startBackground(t, e, objs...)
 
-	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
-		t.Fatalf("idle: %v, want ErrNoEligibleNode (no ready endpoint)", err)
+			if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+				t.Fatalf("idle: %v, want ErrNoEligibleNode", err)
+			}
+			if _, err := e.ensure(t, web, nodes); err != nil {
+				t.Errorf("web: %v, want served (idle can be served nowhere)", err)
+			}
+			// node-b: the rendezvous hash's choice for default/web.
+			diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
+		})
 	}
-	if _, err := e.ensure(t, web, nodes); err != nil {
-		t.Errorf("web: %v, want served (idle, though its status records the port, can be served nowhere)", err)
-	}
-	// node-b: the rendezvous hash's choice for default/web.
-	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
-}
-
-// A Local Service whose only ready endpoint is on a node that is not ready
-// can be served nowhere either, and must not keep a port from one that can.
-func TestServiceWithEndpointsOnlyOnNodesNotReadyDoesNotKeepAPort(t *testing.T) {
-	e := newEnv(t, Config{}, fake.RouterConfig{})
-	nodes := []*v1.Node{newNode("node-a", addrA, notReady), newNode("node-b", addrB), newNode("node-c", addrC)}
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	stuck := lbService("default", "stuck", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.CreationTimestamp = metav1.NewTime(t0)
-	})
-	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
-		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
-	})
-	startBackground(t, e, nodes[0], nodes[1], nodes[2], stuck, web, endpointSlice(stuck, "node-a", true))
-
-	if _, err := e.ensure(t, stuck, nodes); !errors.Is(err, ErrNoEligibleNode) {
-		t.Fatalf("stuck: %v, want ErrNoEligibleNode (its endpoint's node is not ready)", err)
-	}
-	if _, err := e.ensure(t, web, nodes); err != nil {
-		t.Errorf("web: %v, want served (stuck can be served nowhere)", err)
-	}
-	// node-b: the rendezvous hash's choice for default/web.
-	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
 }
 
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is
