@@ -291,6 +291,19 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	}
 	maps.Copy(failed, refused)
 	err = errors.Join(err, swept)
+	if errors.Is(err, ErrNoEligibleNode) && extErr == nil {
+		// No node to take the ports: converge kept the mappings the
+		// Service holds at its spec's ports and removed the others. The
+		// status, for a pass to record, says so, so that it stops
+		// claiming a port the router no longer maps for the Service.
+		reasons, holds := portReasons(failed), lb.keysHeldBy(o)
+		for _, p := range plans {
+			if _, ok := reasons[p.key]; !ok && !slices.Contains(holds, p.key) {
+				reasons[p.key] = PortErrorNoEligibleNode
+			}
+		}
+		return status(ext, plans, reasons), errors.Join(err, joinPortErrors(failed))
+	}
 	if err != nil {
 		return nil, errors.Join(err, joinPortErrors(failed))
 	}

@@ -33,6 +33,10 @@ const (
 	// PortErrorRouterRefused: the router refused the mapping with another
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
+	// PortErrorNoEligibleNode: no node can take the Service's traffic now
+	// (ErrNoEligibleNode) and the port is not mapped; the ports it still
+	// has mapped stay so, without an error, until a node is eligible again.
+	PortErrorNoEligibleNode = "ccmkit.io/NoEligibleNode"
 )
 
 // portRetryInterval is the least time between background retries of the
