@@ -973,7 +973,7 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 			deadline = d
 		}
 	}
-	var last []string
+	var last, atBase []string // atBase: what did not hold once the base bound had passed
 	for {
 		s.reap(ctx)
 		var leftToLease int
@@ -983,7 +983,13 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 			s.converge = append(s.converge, d)
 			s.checks++
 			s.logf("quiet point after op %d: converged in %s", s.ops, d.Round(time.Millisecond))
+			for _, v := range atBase {
+				s.logf("  waited past %s for: %s", base, v)
+			}
 			return
+		}
+		if atBase == nil && time.Since(began) > base {
+			atBase = last
 		}
 		if d := time.Now().Add(base); leftToLease > 0 && d.After(deadline) {
 			deadline = d
