@@ -70,6 +70,37 @@ func TestServiceServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T
 	}
 }
 
+// A Local Service whose only ready endpoint is on a node that cannot take
+// traffic (NotReady) can be served nowhere either: though its status
+// records the port and it is older, it must not keep the port from a
+// Service that can be served (found by the soak, fake pcp-only seed 25: an
+// endpoint left ready on a node gone NotReady kept UDP/8080 unmapped).
+func TestHolderWithEndpointsOnlyOnIneligibleNodesDoesNotKeepAPort(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	notReady(nodes[2])
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	stranded := lbService("default", "stranded", withPorts(port("dns", v1.ProtocolUDP, 8080, 30047)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1",
+			Ports: []v1.PortStatus{{Port: 8080, Protocol: v1.ProtocolUDP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("dns", v1.ProtocolUDP, 8080, 30051)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], stranded, web, endpointSlice(stranded, "node-c", true))
+
+	if _, err := e.ensure(t, stranded, nodes); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("stranded: %v, want ErrNoEligibleNode (its endpoint's node is NotReady)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (stranded, though its status records the port, can be served nowhere)", err)
+	}
+	// node-b: the rendezvous hash's choice for default/web.
+	diffRows(t, "table", e.table(), []string{row(igd.UDP, 8080, addrB, 30051, desc("default", "web", "dns"))})
+}
+
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is
 // withdrawn by the process that applies the policy: the one started with
 // it (a configuration change restarts the controller), which did not write

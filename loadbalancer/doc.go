@@ -150,7 +150,9 @@
 //     or one the epoch of an answer shows, makes every mapping due for
 //     renewal at once; an unannounced one is found by the next pass
 //     (Config.RenewInterval) when Config.Announcer is the backend's
-//     pcp.Client.
+//     pcp.Client. A table the router loses without a restart (its epoch
+//     goes on) shows nothing: each mapping comes back when it is next
+//     written, at the latest at its renewal, within a lease.
 //   - An add that got no answer (the router may or may not hold it) is
 //     sent again by the next operation on the Service; a mapping it wrote
 //     whose delete the router refuses (NOT_AUTHORIZED) is no longer renewed

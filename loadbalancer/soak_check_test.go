@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -101,23 +102,29 @@ func (s *soak) eligible(svc *v1.Service, nodes []v1.Node, eps []discoveryv1.Endp
 	return out
 }
 
-// check returns what does not hold now; nil when every invariant does.
-func (s *soak) check(ctx context.Context) []string {
+// check returns what does not hold now, nil when every invariant does, and
+// how many of the mappings it names are left to their lease: in pcp-only
+// mode, where blind mode leaves to its lease what it cannot find (see the
+// package documentation), a wrong mapping of ours that no one renewed since
+// the quiet point began (its lease, on the router's clock, ends within
+// soakLease of began). One whose lease ends later was written after began,
+// and is named so.
+func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLease int) {
 	tab, err := s.world.table(ctx)
 	if err != nil {
-		return []string{"reading the router's table: " + err.Error()}
+		return []string{"reading the router's table: " + err.Error()}, 0
 	}
 	svcList, err := s.client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []string{"listing Services: " + err.Error()}
+		return []string{"listing Services: " + err.Error()}, 0
 	}
 	nodeList, err := s.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []string{"listing nodes: " + err.Error()}
+		return []string{"listing nodes: " + err.Error()}, 0
 	}
 	epList, err := s.client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []string{"listing EndpointSlices: " + err.Error()}
+		return []string{"listing EndpointSlices: " + err.Error()}, 0
 	}
 	ext := s.world.externalIP()
 	ours := map[netip.Addr]bool{}
@@ -126,6 +133,20 @@ func (s *soak) check(ctx context.Context) []string {
 	}
 	var bad []string
 	fail := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	// failMapping is fail for a mapping of ours that should not be there
+	// as it is.
+	failMapping := func(m igd.Mapping, format string, args ...any) {
+		if s.mode == "pcp-only" {
+			// The router's lease left is rounded up to a whole second.
+			if m.Lease > 0 && !time.Now().Add(m.Lease).After(began.Add(soakLease+time.Second)) {
+				leftToLease++
+				format += fmt.Sprintf(" (left to its lease: %s left)", m.Lease)
+			} else {
+				format += fmt.Sprintf(" (lease %s: renewed after the quiet point began)", m.Lease)
+			}
+		}
+		fail(format, args...)
+	}
 
 	byKey := map[igd.Key]igd.Mapping{}
 	for _, m := range tab {
@@ -173,7 +194,7 @@ func (s *soak) check(ctx context.Context) []string {
 		}
 		w, ok := owners[m.Description]
 		if !ok || w.key != m.Key() {
-			fail("mapping %s -> %s:%d %q belongs to no live Service that wants it", m.Key(), m.InternalClient, m.InternalPort, m.Description)
+			failMapping(m, "mapping %s -> %s:%d %q belongs to no live Service that wants it", m.Key(), m.InternalClient, m.InternalPort, m.Description)
 			continue
 		}
 		k := svcKey(w.svc)
@@ -183,11 +204,11 @@ func (s *soak) check(ctx context.Context) []string {
 		served[k][m.Key()] = true
 		targets[k][m.InternalClient] = true
 		if m.InternalPort != uint16(w.port.NodePort) {
-			fail("mapping %s of %s forwards to nodePort %d, want %d", m.Key(), k, m.InternalPort, w.port.NodePort)
+			failMapping(m, "mapping %s of %s forwards to nodePort %d, want %d", m.Key(), k, m.InternalPort, w.port.NodePort)
 		}
 		if el, ok := servable[k]; ok {
 			if _, ok := el[m.InternalClient]; !ok {
-				fail("mapping %s of %s points at %s, not an eligible node (%v)", m.Key(), k, m.InternalClient, el)
+				failMapping(m, "mapping %s of %s points at %s, not an eligible node (%v)", m.Key(), k, m.InternalClient, el)
 			}
 		}
 	}
@@ -274,7 +295,7 @@ func (s *soak) check(ctx context.Context) []string {
 		}
 	}
 	slices.Sort(bad)
-	return bad
+	return bad, leftToLease
 }
 
 func names(ws []soakWant) []string {

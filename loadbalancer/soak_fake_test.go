@@ -42,7 +42,10 @@ func newFakeWorld(t *testing.T, s *soak) (*fakeWorld, error) {
 	w.router = fake.NewRouter(fake.RouterConfig{SecureMode: s.mode == "secure", NoList: s.mode == "igd1"})
 	if s.mode == "pcp" || s.mode == "pcp-only" {
 		var err error
-		w.pcp, err = fake.NewPCPServer(fake.PCPConfig{Router: w.router, AllowThirdParty: true, OnAnswer: w.onPCPAnswer})
+		// MinLifetime: the lease asked for is granted, as by the lab's
+		// miniupnpd (min_lifetime = soakLease), so that what blind mode
+		// leaves to its lease ends within the quiet point's wait.
+		w.pcp, err = fake.NewPCPServer(fake.PCPConfig{Router: w.router, AllowThirdParty: true, MinLifetime: soakLease, OnAnswer: w.onPCPAnswer})
 		if err != nil {
 			return nil, err
 		}

@@ -332,10 +332,14 @@ type soak struct {
 	procID int
 
 	ops, faults, checks int
-	current             atomic.Int64 // ops, for the hooks and the watch
-	converge            []time.Duration
-	fingerprint         hash.Hash64 // of the operations asked for
-	prefix              uint64      // the fingerprint of the first soakFingerprintOps
+	// wiped is when the router's table was last wiped (no restart, no
+	// announcement): blind mode finds it only as each lease comes up for
+	// renewal.
+	wiped       time.Time
+	current     atomic.Int64 // ops, for the hooks and the watch
+	converge    []time.Duration
+	fingerprint hash.Hash64 // of the operations asked for
+	prefix      uint64      // the fingerprint of the first soakFingerprintOps
 
 	// mu guards the fields below it: the log and the violations, written
 	// by the schedule and by the router's hooks.
@@ -468,7 +472,6 @@ func (s *soak) run(seed uint64, baseline int) {
 	s.procs = []*soakProcess{p}
 	stopWatch := s.watchForeign()
 
-	bound := s.bound()
 	for n := 0; time.Since(start) < *soakDuration; n++ {
 		burst := 8 + s.model.rng.IntN(12)
 		for range burst {
@@ -476,7 +479,7 @@ func (s *soak) run(seed uint64, baseline int) {
 			time.Sleep(time.Duration(20+s.model.rng.IntN(300)) * time.Millisecond)
 			s.reap(ctx)
 		}
-		s.quiet(ctx, seed, bound)
+		s.quiet(ctx, seed)
 	}
 	stopWatch()
 	for _, p := range s.procs {
@@ -505,14 +508,19 @@ func (s *soak) run(seed uint64, baseline int) {
 
 // bound is how long a quiet point waits for the invariants: a pass
 // (renewal interval) and a probe, twice, plus the time the service
-// controller's first retry waits; blind, a lease (what it cannot find is
-// left to its lease).
-func (s *soak) bound() time.Duration {
-	b := 2*(soakRenew+soakProbe) + 10*time.Second
+// controller's first retry waits. Blind, what it cannot find (see the
+// package documentation) waits for a lease: while a mapping that is left
+// to its lease (see check) is in the table the wait goes on till that long
+// after it is gone, and a table wiped (without a restart) less than a lease
+// ago is repaired as the leases it lost come up for renewal, so the wait
+// goes on till that long after a lease from the wipe; at most a lease (and
+// the second the router rounds it up by) more.
+func (s *soak) bound() (base, most time.Duration) {
+	base = 2*(soakRenew+soakProbe) + 10*time.Second
 	if s.mode == "pcp-only" {
-		b += soakLease
+		return base, base + soakLease + time.Second
 	}
-	return b
+	return base, base
 }
 
 func percentiles(ds []time.Duration) (p50, pmax time.Duration) {
@@ -605,7 +613,11 @@ func (s *soak) step(ctx context.Context) {
 		{4, false, func() string { return s.moveEndpoints(ctx) }},
 		{5, false, func() string { return s.changeNode(ctx) }},
 		{2, true, func() string { s.world.reboot(ctx); return "fault: the router reboots" }},
-		{1, true, func() string { s.world.wipe(ctx); return "fault: the router's table is wiped" }},
+		{1, true, func() string {
+			s.world.wipe(ctx)
+			s.wiped = time.Now()
+			return "fault: the router's table is wiped"
+		}},
 		{2, true, func() string {
 			n := 1 + m.rng.IntN(3)
 			s.world.loseReplies(n)
@@ -945,7 +957,7 @@ func (s *soak) handOver(ctx context.Context) string {
 
 // quiet pauses the schedule: the armed faults end, the WAN is up, and the
 // invariants must hold within bound.
-func (s *soak) quiet(ctx context.Context, seed uint64, bound time.Duration) {
+func (s *soak) quiet(ctx context.Context, seed uint64) {
 	s.world.calm()
 	if !s.world.externalIP().IsValid() {
 		s.model.wanSeq++
@@ -954,26 +966,44 @@ func (s *soak) quiet(ctx context.Context, seed uint64, bound time.Duration) {
 		s.logf("quiet: the WAN address comes back as %s", a)
 	}
 	began := time.Now()
-	var last []string
+	base, most := s.bound()
+	deadline := began.Add(base)
+	if s.mode == "pcp-only" && !s.wiped.IsZero() {
+		if d := s.wiped.Add(soakLease + base); d.After(deadline) {
+			deadline = d
+		}
+	}
+	var last, atBase []string // atBase: what did not hold once the base bound had passed
 	for {
 		s.reap(ctx)
-		last = s.check(ctx)
+		var leftToLease int
+		last, leftToLease = s.check(ctx, began)
 		if len(last) == 0 {
 			d := time.Since(began)
 			s.converge = append(s.converge, d)
 			s.checks++
 			s.logf("quiet point after op %d: converged in %s", s.ops, d.Round(time.Millisecond))
+			for _, v := range atBase {
+				s.logf("  waited past %s for: %s", base, v)
+			}
 			return
 		}
-		if time.Since(began) > bound {
+		if atBase == nil && time.Since(began) > base {
+			atBase = last
+		}
+		if d := time.Now().Add(base); leftToLease > 0 && d.After(deadline) {
+			deadline = d
+		}
+		if now := time.Now(); now.After(deadline) || now.Sub(began) > most {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	s.checks++
-	s.logf("quiet point after op %d: not converged in %s", s.ops, bound)
+	waited := time.Since(began).Round(time.Second)
+	s.logf("quiet point after op %d: not converged in %s", s.ops, waited)
 	for _, v := range last {
-		s.violate("after op %d, %s after the quiet point: %s", s.ops, bound, v)
+		s.violate("after op %d, %s after the quiet point: %s", s.ops, waited, v)
 	}
 	s.report(seed)
 }
