@@ -76,6 +76,36 @@ func TestHolderServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T)
 	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
 }
 
+// A Service that can be served nowhere (Local with no ready endpoint), whose
+// status records a port another Service then took, is not told any longer
+// that it holds the port: the next pass records it in its status as held
+// by another. Before, its status, which only a successful operation
+// rewrote, went on recording the port beside the holder's.
+func TestStatusOfServiceServedNowhereDropsAPortAnotherTook(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: e.router.ExternalIP().String(),
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Fatalf("web: %v, want served", err)
+	}
+	r.tick(t)
+
+	st := r.service(t, "default", "idle").Status.LoadBalancer
+	if len(st.Ingress) != 1 || len(st.Ingress[0].Ports) != 1 || st.Ingress[0].Ports[0].Error == nil || *st.Ingress[0].Ports[0].Error != PortErrorInUse {
+		t.Errorf("status of idle after web took TCP/80: %s, want TCP/80 with error %s", describeStatus(st), PortErrorInUse)
+	}
+}
+
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is
 // withdrawn by the process that applies the policy: the one started with
 // it (a configuration change restarts the controller), which did not write
