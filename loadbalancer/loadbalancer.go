@@ -237,8 +237,8 @@ type operation struct {
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
-// one, in turn t. With every port refused it returns the status saying so
-// beside the error.
+// one, in turn t. With every port refused, or with no node to map to and a
+// port another holds, it returns the status saying so beside the error.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
@@ -292,7 +292,14 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	maps.Copy(failed, refused)
 	err = errors.Join(err, swept)
 	if err != nil {
-		return nil, errors.Join(err, joinPortErrors(failed))
+		var st *v1.LoadBalancerStatus
+		if len(failed) > 0 && extErr == nil && errors.Is(err, ErrNoEligibleNode) {
+			// Served nowhere, and another holds some of its ports: its
+			// status, for a pass to record, must not go on telling it
+			// holds them (the service controller records none on error).
+			st = status(ext, plans, portReasons(failed))
+		}
+		return st, errors.Join(err, joinPortErrors(failed))
 	}
 	if len(failed) > 0 && len(failed) == len(plans) {
 		// No port forwarded: fail as a whole, so that the service
