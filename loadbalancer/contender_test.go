@@ -76,6 +76,35 @@ func TestHolderServedNowhereDoesNotKeepAPortFromOneThatCanBeServed(t *testing.T)
 	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
 }
 
+// A Local Service whose only ready endpoints are on nodes that cannot
+// receive its ports (a node removed, or not Ready, while its endpoint
+// lingers) is served nowhere as one scaled to zero is: it does not keep a
+// port its status records from a Service that can be served.
+func TestHolderWithEndpointsOnlyOnIneligibleNodesDoesNotKeepAPort(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	gone := newNode("node-gone", netip.MustParseAddr("192.168.1.99"), notReady)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1",
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], gone, idle, web, endpointSlice(idle, gone.Name, true))
+
+	if _, err := e.ensure(t, idle, append(nodes, gone)); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("idle: %v, want ErrNoEligibleNode (its only ready endpoint is on a node not Ready)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (idle, though its status records the port, can be served nowhere)", err)
+	}
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
+}
+
 // A Service that can be served nowhere (Local with no ready endpoint), whose
 // status records a port another Service then took, is not told any longer
 // that it holds the port: the next pass records it in its status as held
