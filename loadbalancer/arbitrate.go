@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -99,18 +100,36 @@ func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key) bool {
 	if ext := lb.cachedExternalIP(); ext.IsValid() && checkLoadBalancerIP(so, s, ext) != nil {
 		return false // nor is one asking for another address than the router's
 	}
-	if s.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		// Nor one that can be served nowhere (Local with no ready endpoint:
-		// scaled to zero), even if its status records k: it would keep k
-		// from one that can be served while nothing maps it (its own
-		// mapping is withdrawn, and its status, which only a successful
-		// Ensure rewrites, goes on recording k). Unknown (no current
-		// cache): it contends.
-		if nodes, err := lb.endpointNodes(s); err == nil && len(nodes) == 0 {
-			return false
-		}
+	// Nor one that can be served nowhere (Local with no ready endpoint on
+	// a node that can receive its ports: scaled to zero, or its endpoints
+	// linger on a node removed or not Ready), even if its status records
+	// k: it would keep k from one that can be served while nothing maps it
+	// (its own mapping is withdrawn, and its status, which only a
+	// successful Ensure rewrites, goes on recording k).
+	return s.Spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal || !lb.servedNowhere(s)
+}
+
+// servedNowhere reports whether the Local Service s has no ready endpoint
+// on a node eligible for its ports, as the background work's caches have
+// them. Unknown (no current cache): false, it may be served.
+func (lb *LoadBalancer) servedNowhere(s *v1.Service) bool {
+	withEndpoints, err := lb.endpointNodes(s)
+	if err != nil {
+		return false
 	}
-	return true
+	if len(withEndpoints) == 0 {
+		return true
+	}
+	ph, w := lb.bg.now()
+	if ph != phaseRunning {
+		return false
+	}
+	nodes, err := w.nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	targets, _ := eligibleTargets(nodes)
+	return !slices.ContainsFunc(targets, func(t target) bool { return withEndpoints[t.name] })
 }
 
 // winner returns, of req's Service and the Services in svcs that want k,

@@ -27,7 +27,9 @@
 //     status records the port (written only by the controller), else the
 //     older by creationTimestamp, else the first by namespace/name, then
 //     UID. A Service that can be served nowhere (Local with no ready
-//     endpoint) does not contend, even if its status records the port. The
+//     endpoint on a node that can receive its ports) does not contend, even
+//     if its status records the port, and a pass has its status say the
+//     port is held by another once one is served it. The
 //     others get ErrPortInUse (a *PortError naming the winner in
 //     Claimant) and are served when it gives the port up. Before taking a
 //     key it does not hold, a Service lists the cluster's Services live and
