@@ -3,16 +3,19 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/ccmkit/ccmkit/fake"
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
@@ -132,6 +135,42 @@ func TestStatusOfServiceServedNowhereDropsAPortAnotherTook(t *testing.T) {
 	st := r.service(t, "default", "idle").Status.LoadBalancer
 	if len(st.Ingress) != 1 || len(st.Ingress[0].Ports) != 1 || st.Ingress[0].Ports[0].Error == nil || *st.Ingress[0].Ports[0].Error != PortErrorInUse {
 		t.Errorf("status of idle after web took TCP/80: %s, want TCP/80 with error %s", describeStatus(st), PortErrorInUse)
+	}
+}
+
+// The status a Service served nowhere gets when another took one of its
+// ports tells it holds none of the others it does not hold either: each
+// says there is no node to map it to. Before, they read as served, and
+// two such Services were told they held the same port.
+func TestStatusOfServiceServedNowhereClaimsNoPortItDoesNotHold(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("alt", v1.ProtocolTCP, 81, 30082)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: e.router.ExternalIP().String(),
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Fatalf("web: %v, want served", err)
+	}
+	r.tick(t)
+
+	st := r.service(t, "default", "idle").Status.LoadBalancer
+	var got []string
+	for _, ing := range st.Ingress {
+		for _, p := range ing.Ports {
+			got = append(got, fmt.Sprintf("%s/%d %s", p.Protocol, p.Port, ptr.Deref(p.Error, "served")))
+		}
+	}
+	want := []string{"TCP/80 " + PortErrorInUse, "TCP/81 " + PortErrorNoEligibleNode}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ports of idle's status (-want +got):\n%s", diff)
 	}
 }
 

@@ -33,6 +33,12 @@ const (
 	// PortErrorRouterRefused: the router refused the mapping with another
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
+	// PortErrorNoEligibleNode: the Service, which can be served nowhere
+	// (externalTrafficPolicy Local with no ready endpoint on a node that
+	// can receive its ports), holds no mapping of the port
+	// (ErrNoEligibleNode); set with PortErrorInUse on the ports another
+	// took, since such a Service does not contend for them.
+	PortErrorNoEligibleNode = "ccmkit.io/NoEligibleNode"
 )
 
 // portRetryInterval is the least time between background retries of the
