@@ -293,12 +293,13 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	err = errors.Join(err, swept)
 	if err != nil {
 		var st *v1.LoadBalancerStatus
-		if len(failed) > 0 && extErr == nil && errors.Is(err, ErrNoEligibleNode) {
+		if extErr == nil && errors.Is(err, ErrNoEligibleNode) && slices.ContainsFunc(slices.Collect(maps.Values(failed)), heldByAnother) {
 			// Served nowhere, and another holds some of its ports: its
 			// status, for a pass to record, must not go on telling it
 			// holds them (the service controller records none on error).
 			st = status(ext, plans, portReasons(failed))
 		}
+		maps.DeleteFunc(failed, func(_ igd.Key, pe *PortError) bool { return errors.Is(pe.Err, ErrNoEligibleNode) }) // err says so
 		return st, errors.Join(err, joinPortErrors(failed))
 	}
 	if len(failed) > 0 && len(failed) == len(plans) {

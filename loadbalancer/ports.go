@@ -74,9 +74,14 @@ func (e *PortError) reason() string {
 		return PortErrorSecureMode
 	case igd.Code(e.Err) != 0, pcpRefused(e.Err):
 		return PortErrorRouterRefused
+	case errors.Is(e.Err, ErrNoEligibleNode):
+		return PortErrorNoEligibleNode
 	}
 	return ""
 }
+
+// heldByAnother reports whether pe says another holds the port.
+func heldByAnother(pe *PortError) bool { return errors.Is(pe.Err, ErrPortInUse) }
 
 // advice says what to do about port k, refused for reason.
 func advice(reason string, k igd.Key) string {
