@@ -32,8 +32,8 @@ import (
 )
 
 // The soak (make soak): the real upstream service controller (through
-// fake/cluster) and a class controller (provider/lbclass) over the real
-// LoadBalancer, against a fake router or miniupnpd, under a random schedule
+// fake/cluster) or a class controller (provider/lbclass) over the real
+// LoadBalancer, one per process as a deployment of edge-ccm has, against a fake router or miniupnpd, under a random schedule
 // of cluster changes and router faults drawn from a seed. The schedule
 // pauses at quiet points; the harness then waits for the invariants
 // (soak_check_test.go) to hold, up to the mode's bound. Foreign mappings
@@ -306,9 +306,8 @@ func soakNodeObject(n *soakNode, addr netip.Addr) *v1.Node {
 	return o
 }
 
-// soakProcess is one CCM process: the service controller's LoadBalancer
-// under upstream's service controller, and the class LoadBalancer under a
-// class controller.
+// soakProcess is one process: its LoadBalancer under upstream's service
+// controller or under a class controller (see soak.deploy).
 type soakProcess struct {
 	id     int
 	h      *cluster.Harness
