@@ -103,10 +103,14 @@ fuzz-smoke:
 ## on the fake a seed replays its schedule) for DURATION, its invariants checked all along and at
 ## each quiet point. A violation prints the seed, the schedule so far and the router's table; the
 ## last line is the summary (soak: N operations, M faults, K checks, V violations, converged ...).
+## Each CCM process runs one load balancer as a deployment of edge-ccm does: DEPLOY=ccm (upstream's
+## service controller, classless Services) or standalone (the class controller, Services of its
+## class and classless ones); unset: by the seed, ccm when odd.
 BACKEND ?= fake
 MODE ?= upnp
 DURATION ?= 90s
 SEED ?= 0
+DEPLOY ?=
 ## RACE=-race runs it under the race detector: upstream's service controller (v0.37) then reports
 ## its own race between a node sync and a Service sync (serviceCache.allServices), which node changes
 ## during Service syncs hit.
@@ -114,7 +118,7 @@ RACE ?=
 soak:
 	@mkdir -p bin
 	@{ $(GO) test $(RACE) -v -count=1 -timeout 0 -run '^TestSoak$$' ./loadbalancer/ -args -soak \
-		-soak.backend=$(BACKEND) -soak.mode=$(MODE) -soak.duration=$(DURATION) -soak.seed=$(SEED) 2>&1; \
+		-soak.backend=$(BACKEND) -soak.mode=$(MODE) -soak.duration=$(DURATION) -soak.seed=$(SEED) -soak.deploy=$(DEPLOY) 2>&1; \
 		echo $$? >bin/soak.rc; } | tee bin/soak.log | grep -v '^soak: [0-9]* operations'; \
 		grep '^soak: [0-9]* operations' bin/soak.log | tail -1; exit $$(cat bin/soak.rc)
 

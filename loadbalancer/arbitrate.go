@@ -102,12 +102,12 @@ func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key, eligible
 	if s.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
 		// Nor one that can be served nowhere (Local with no ready endpoint
 		// on a node eligible, nil: on any node; scaled to zero, or its
-		// pods on nodes not ready or gone), even if its status records k:
-		// once the router has lost its mapping (a reboot), it would keep k
-		// from one that can be served while nothing maps it, as it makes
-		// no mapping without a node. (A mapping of it the router still has
-		// stays, and keeps k by the router's table.) Unknown (no current
-		// cache): it contends.
+		// endpoints linger on nodes removed or not ready), even if its
+		// status records k: once the router has lost its mapping (a
+		// reboot), it would keep k from one that can be served while
+		// nothing maps it, as it makes no mapping without a node. (A
+		// mapping of it the router still has stays, and keeps k by the
+		// router's table.) Unknown (no current cache): it contends.
 		nodes, err := lb.endpointNodes(s)
 		if err != nil {
 			return true

@@ -3,16 +3,19 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/ccmkit/ccmkit/fake"
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
@@ -99,6 +102,101 @@ func TestHolderWithEndpointsOnlyOnIneligibleNodesDoesNotKeepAPort(t *testing.T) 
 	}
 	// node-b: the rendezvous hash's choice for default/web.
 	diffRows(t, "table", e.table(), []string{row(igd.UDP, 8080, addrB, 30051, desc("default", "web", "dns"))})
+}
+
+// A Local Service whose only ready endpoints are on nodes that cannot
+// receive its ports (a node removed, or not Ready, while its endpoint
+// lingers) is served nowhere as one scaled to zero is: it does not keep a
+// port its status records from a Service that can be served.
+func TestHolderWithEndpointsOnlyOnANodeGoneDoesNotKeepAPort(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	gone := newNode("node-gone", netip.MustParseAddr("192.168.1.99"), notReady)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1",
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], gone, idle, web, endpointSlice(idle, gone.Name, true))
+
+	if _, err := e.ensure(t, idle, append(nodes, gone)); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("idle: %v, want ErrNoEligibleNode (its only ready endpoint is on a node not Ready)", err)
+	}
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Errorf("web: %v, want served (idle, though its status records the port, can be served nowhere)", err)
+	}
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, desc("default", "web", "http"))})
+}
+
+// A Service that can be served nowhere (Local with no ready endpoint), whose
+// status records a port another Service then took, is not told any longer
+// that it holds the port: the next pass records it in its status as held
+// by another. Before, its status, which only a successful operation
+// rewrote, went on recording the port beside the holder's.
+func TestStatusOfServiceServedNowhereDropsAPortAnotherTook(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: e.router.ExternalIP().String(),
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Fatalf("web: %v, want served", err)
+	}
+	r.tick(t)
+
+	st := r.service(t, "default", "idle").Status.LoadBalancer
+	if len(st.Ingress) != 1 || len(st.Ingress[0].Ports) != 1 || st.Ingress[0].Ports[0].Error == nil || *st.Ingress[0].Ports[0].Error != PortErrorInUse {
+		t.Errorf("status of idle after web took TCP/80: %s, want TCP/80 with error %s", describeStatus(st), PortErrorInUse)
+	}
+}
+
+// The status a Service served nowhere gets when another took one of its
+// ports tells it holds none of the others it does not hold either: each
+// says there is no node to map it to. Before, they read as served, and
+// two such Services were told they held the same port.
+func TestStatusOfServiceServedNowhereClaimsNoPortItDoesNotHold(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080), port("alt", v1.ProtocolTCP, 81, 30082)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.CreationTimestamp = metav1.NewTime(t0)
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: e.router.ExternalIP().String(),
+			Ports: []v1.PortStatus{{Port: 80, Protocol: v1.ProtocolTCP}}}}
+	})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	})
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web)
+	if _, err := e.ensure(t, web, nodes); err != nil {
+		t.Fatalf("web: %v, want served", err)
+	}
+	r.tick(t)
+
+	st := r.service(t, "default", "idle").Status.LoadBalancer
+	var got []string
+	for _, ing := range st.Ingress {
+		for _, p := range ing.Ports {
+			got = append(got, fmt.Sprintf("%s/%d %s", p.Protocol, p.Port, ptr.Deref(p.Error, "served")))
+		}
+	}
+	want := []string{"TCP/80 " + PortErrorInUse, "TCP/81 " + PortErrorNoEligibleNode}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ports of idle's status (-want +got):\n%s", diff)
+	}
 }
 
 // Blind (PCP without UPnP), a port the operator's policy comes to refuse is

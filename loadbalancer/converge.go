@@ -21,7 +21,8 @@ import (
 // converge brings the Service's own mappings from r, a read of its keys made
 // in turn t, to req; a failing port does not stop the others. It returns the
 // ports that cannot be forwarded now (held by another, or refused by the
-// router), and the other errors joined, with an api.RetryError for a fixed delay.
+// router; with no node to map to, every port not mapped for it, those not
+// held by another with ErrNoEligibleNode), and the other errors joined, with an api.RetryError for a fixed delay.
 func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r reading) (failed map[igd.Key]*PortError, _ error) {
 	o, got := t.owner, r.mappings
 	ours := make(map[igd.Key]igd.Mapping)
@@ -82,8 +83,22 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		}
 	}
 	if len(req.ports) > 0 && !haveTarget {
+		// Served nowhere, the Service holds only the ports still mapped
+		// for it: one another holds is not its (it does not contend
+		// while it has no target: see wants), nor one nothing maps.
+		failed = make(map[igd.Key]*PortError)
+		for _, p := range req.ports {
+			cur, exists := got[p.key]
+			_, mine := ours[p.key]
+			switch {
+			case exists && !mine:
+				failed[p.key] = &PortError{Service: o.key(), Key: p.key, Holder: &cur, Claimant: lb.serviceOf(cur), Err: ErrPortInUse}
+			case !mine:
+				failed[p.key] = &PortError{Service: o.key(), Key: p.key, Err: ErrNoEligibleNode}
+			}
+		}
 		errs = append(errs, req.noTarget)
-		return nil, errors.Join(errs...)
+		return failed, errors.Join(errs...)
 	}
 	failed = make(map[igd.Key]*PortError)
 	contenders := lb.contendersOnce(ctx, req)

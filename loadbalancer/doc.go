@@ -28,7 +28,8 @@
 //     older by creationTimestamp, else the first by namespace/name, then
 //     UID. A Service that can be served nowhere (Local with no ready
 //     endpoint on an eligible node) does not contend, even if its status
-//     records the port. The
+//     records the port, and a pass has its status say which ports it does
+//     not hold (another's, or none). The
 //     others get ErrPortInUse (a *PortError naming the winner in
 //     Claimant) and are served when it gives the port up. Before taking a
 //     key it does not hold, a Service lists the cluster's Services live and

@@ -237,8 +237,8 @@ type operation struct {
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
-// one, in turn t. With every port refused it returns the status saying so
-// beside the error.
+// one, in turn t. With every port refused, or with no node to map to and a
+// port another holds, it returns the status saying so beside the error.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
@@ -291,21 +291,18 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	}
 	maps.Copy(failed, refused)
 	err = errors.Join(err, swept)
-	if errors.Is(err, ErrNoEligibleNode) && extErr == nil {
-		// No node to take the ports: converge kept the mappings the
-		// Service holds at its spec's ports and removed the others. The
-		// status, for a pass to record, says so, so that it stops
-		// claiming a port the router no longer maps for the Service.
-		reasons, holds := portReasons(failed), lb.keysHeldBy(o)
-		for _, p := range plans {
-			if _, ok := reasons[p.key]; !ok && !slices.Contains(holds, p.key) {
-				reasons[p.key] = PortErrorNoEligibleNode
-			}
-		}
-		return status(ext, plans, reasons), errors.Join(err, joinPortErrors(failed))
-	}
 	if err != nil {
-		return nil, errors.Join(err, joinPortErrors(failed))
+		var st *v1.LoadBalancerStatus
+		if extErr == nil && errors.Is(err, ErrNoEligibleNode) {
+			// Served nowhere: converge kept the mappings it holds at its
+			// spec's ports and removed the others. Its status, for a pass
+			// to record, must not go on telling it holds a port another
+			// took, or one no longer mapped for it (the service
+			// controller records none on error).
+			st = status(ext, plans, portReasons(failed))
+		}
+		maps.DeleteFunc(failed, func(_ igd.Key, pe *PortError) bool { return errors.Is(pe.Err, ErrNoEligibleNode) }) // err says so
+		return st, errors.Join(err, joinPortErrors(failed))
 	}
 	if len(failed) > 0 && len(failed) == len(plans) {
 		// No port forwarded: fail as a whole, so that the service

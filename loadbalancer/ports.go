@@ -33,9 +33,12 @@ const (
 	// PortErrorRouterRefused: the router refused the mapping with another
 	// UPnP error (a full table, a port rule of its own).
 	PortErrorRouterRefused = "ccmkit.io/RouterRefused"
-	// PortErrorNoEligibleNode: no node can take the Service's traffic now
-	// (ErrNoEligibleNode) and the port is not mapped; the ports it still
-	// has mapped stay so, without an error, until a node is eligible again.
+	// PortErrorNoEligibleNode: the Service can be served nowhere now (no
+	// node can take its traffic: ErrNoEligibleNode; for Local, no ready
+	// endpoint on a node that can receive its ports) and holds no mapping
+	// of the port; set with PortErrorInUse on the ports another took, since
+	// such a Service does not contend for them. The ports it still has
+	// mapped stay so, without an error, until a node is eligible again.
 	PortErrorNoEligibleNode = "ccmkit.io/NoEligibleNode"
 )
 
@@ -72,6 +75,8 @@ func (e *PortError) reason() string {
 		return PortErrorSecureMode
 	case igd.Code(e.Err) != 0, pcpRefused(e.Err):
 		return PortErrorRouterRefused
+	case errors.Is(e.Err, ErrNoEligibleNode):
+		return PortErrorNoEligibleNode
 	}
 	return ""
 }

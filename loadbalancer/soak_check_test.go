@@ -31,17 +31,17 @@ type soakWant struct {
 
 func svcKey(s *v1.Service) string { return s.Namespace + "/" + s.Name }
 
-// handled reports whether a LoadBalancer of the soak serves s: the service
-// controller's its opted-in classless Services, the class controller's
-// those of soakClass.
-func handled(s *v1.Service) bool {
-	if s.DeletionTimestamp != nil || s.Spec.Type != v1.ServiceTypeLoadBalancer {
+// handled reports whether the soak's load balancer serves svc: its
+// opted-in classless Services, and in the standalone deployment those of
+// soakClass (in the ccm one, nothing serves those).
+func (s *soak) handled(svc *v1.Service) bool {
+	if svc.DeletionTimestamp != nil || svc.Spec.Type != v1.ServiceTypeLoadBalancer {
 		return false
 	}
-	if s.Spec.LoadBalancerClass != nil {
-		return *s.Spec.LoadBalancerClass == soakClass
+	if svc.Spec.LoadBalancerClass != nil {
+		return s.deploy == "standalone" && *svc.Spec.LoadBalancerClass == soakClass
 	}
-	return s.Annotations[AnnotationLoadBalancerType] == AnnotationValue
+	return svc.Annotations[AnnotationLoadBalancerType] == AnnotationValue
 }
 
 // wants returns the ports s wants mapped.
@@ -162,7 +162,7 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 			fail("Service %s is still being deleted (finalizers %v)", svcKey(svc), svc.Finalizers)
 			continue
 		}
-		if !handled(svc) {
+		if !s.handled(svc) {
 			continue
 		}
 		svcs = append(svcs, svc)

@@ -32,8 +32,8 @@ import (
 )
 
 // The soak (make soak): the real upstream service controller (through
-// fake/cluster) and a class controller (provider/lbclass) over the real
-// LoadBalancer, against a fake router or miniupnpd, under a random schedule
+// fake/cluster) or a class controller (provider/lbclass) over the real
+// LoadBalancer, one per process as a deployment of edge-ccm has, against a fake router or miniupnpd, under a random schedule
 // of cluster changes and router faults drawn from a seed. The schedule
 // pauses at quiet points; the harness then waits for the invariants
 // (soak_check_test.go) to hold, up to the mode's bound. Foreign mappings
@@ -46,6 +46,7 @@ var (
 	soakDuration = flag.Duration("soak.duration", 90*time.Second, "how long the schedule runs")
 	soakSeed     = flag.Uint64("soak.seed", 0, "the schedule's seed; 0 picks one and prints it")
 	soakVerbose  = flag.Bool("soak.log", false, "print each operation as it runs")
+	soakDeploy   = flag.String("soak.deploy", "", "the deployment each process is: ccm (upstream's service controller, classless Services) or standalone (the class controller, soakClass and classless Services); \"\" = by the seed, ccm when odd")
 )
 
 // soakClass is the spec.loadBalancerClass served by the class controller.
@@ -305,9 +306,8 @@ func soakNodeObject(n *soakNode, addr netip.Addr) *v1.Node {
 	return o
 }
 
-// soakProcess is one CCM process: the service controller's LoadBalancer
-// under upstream's service controller, and the class LoadBalancer under a
-// class controller.
+// soakProcess is one process: its LoadBalancer under upstream's service
+// controller or under a class controller (see soak.deploy).
 type soakProcess struct {
 	id     int
 	h      *cluster.Harness
@@ -323,8 +323,13 @@ func (p *soakProcess) stop() {
 
 // soak is one run.
 type soak struct {
-	t      *testing.T
-	mode   string
+	t    *testing.T
+	mode string
+	// deploy is what each process runs, as a deployment does: one
+	// LoadBalancer, handed Services by upstream's service controller
+	// ("ccm": classless ones) or by the class controller ("standalone":
+	// those of soakClass and, with Classless, classless ones).
+	deploy string
 	world  soakWorld
 	model  *soakModel
 	client *k8sfake.Clientset
@@ -376,8 +381,10 @@ func (s *soak) violate(format string, args ...any) {
 // soakSecureNode is the node the CCM runs on (slot 0).
 const soakSecureNode = "node-0"
 
-// newProcess starts a CCM process on the soak's cluster (a new cluster
-// holding objs for the first).
+// newProcess starts a process on the soak's cluster (a new cluster holding
+// objs for the first): one LoadBalancer, as a deployment of edge-ccm runs,
+// handed Services by upstream's service controller (s.deploy "ccm") or by
+// the class controller, classless ones too (s.deploy "standalone").
 func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakProcess, error) {
 	client, ann := s.world.ccmClient(s.t)
 	cfg := Config{Client: client, Lease: soakLease, RenewInterval: soakRenew, ProbeInterval: soakProbe, Announcer: ann,
@@ -385,34 +392,45 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	if cfg.SecureMode {
 		cfg.NodeName = soakSecureNode
 	}
+	standalone := s.deploy == "standalone"
+	if standalone {
+		cfg.Class, cfg.Classless = soakClass, true
+	}
 	lb, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Class = soakClass
-	clb, err := New(cfg)
-	if err != nil {
-		return nil, err
+	pcfg := provider.Config{ClusterID: true}
+	var classes []cluster.Class
+	if standalone { // the cloud has no load balancer: the service controller leaves Services alone
+		classes = []cluster.Class{{Name: soakClass, LoadBalancer: lb, Classless: true}}
+	} else { // the provider initializes and runs it
+		pcfg.LoadBalancer = lb
 	}
-	cloud, err := provider.New("edge", provider.Config{LoadBalancer: lb, ClusterID: true})
+	cloud, err := provider.New("edge", pcfg)
 	if err != nil {
 		return nil, err
 	}
 	h, err := cluster.Start(ctx, cluster.Config{Cloud: cloud, ClusterName: testCluster, Objects: objs, Client: s.client,
-		Classes: []cluster.Class{{Name: soakClass, LoadBalancer: clb}}})
+		Classes: classes})
 	if err != nil {
-		return nil, err
-	}
-	if err := clb.Initialize(ctx, cluster.ClientBuilder(h.Client)); err != nil {
-		h.Stop()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &soakProcess{h: h, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		clb.Run(runCtx)
-	}()
+	if standalone {
+		if err := lb.Initialize(ctx, cluster.ClientBuilder(h.Client)); err != nil {
+			cancel()
+			h.Stop()
+			return nil, err
+		}
+		go func() {
+			defer close(p.done)
+			lb.Run(runCtx)
+		}()
+	} else {
+		close(p.done)
+	}
 	s.procID++
 	p.id = s.procID
 	s.client = h.Client
@@ -432,7 +450,15 @@ func TestSoak(t *testing.T) {
 	if !slices.Contains([]string{"upnp", "igd1", "secure", "pcp", "pcp-only"}, *soakMode) {
 		t.Fatalf("-soak.mode %q: must be upnp, igd1, secure, pcp or pcp-only", *soakMode)
 	}
-	s := &soak{t: t, mode: *soakMode, fingerprint: fnv.New64a()}
+	deploy := *soakDeploy
+	if deploy == "" {
+		deploy = []string{"standalone", "ccm"}[seed%2]
+	}
+	if deploy != "ccm" && deploy != "standalone" {
+		t.Fatalf("-soak.deploy %q: must be ccm or standalone", deploy)
+	}
+	fmt.Printf("soak: each process runs one load balancer as the %s deployment does\n", deploy)
+	s := &soak{t: t, mode: *soakMode, deploy: deploy, fingerprint: fnv.New64a()}
 	var err error
 	switch *soakBackend {
 	case "fake":
