@@ -161,6 +161,10 @@ func (lb *LoadBalancer) getStatus(ctx context.Context, o owner, service *v1.Serv
 // and returns the status. A Service not selected by Config.Services loses the
 // mappings its status or this process records (no router call when none),
 // then gets cloudprovider.ImplementedElsewhere and, once, an opt-in event.
+// A call after EnsureLoadBalancerDeleted of the same Service (same UID) is
+// served only if the API server (once Initialize gave a client) still has it
+// wanting a load balancer from this LoadBalancer; otherwise it writes nothing
+// and returns the status service records.
 func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	lb.seeNodes(nodes)
 	o, err := lb.owner(clusterName, service)
@@ -181,6 +185,11 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 		return nil, err
 	}
 	defer t.release()
+	if gone, err := lb.goneSinceDelete(ctx, o, service); err != nil || gone {
+		// service predates the delete (the service controller's node
+		// sync lists before it): its recorded status, nothing written.
+		return service.Status.LoadBalancer.DeepCopy(), err
+	}
 	st, err := lb.serve(ctx, t, service, nodes, operation{})
 	if err != nil {
 		return nil, err

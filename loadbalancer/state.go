@@ -226,6 +226,33 @@ func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
 	}
 }
 
+// goneSinceDelete reports whether an Ensure of svc, in o's turn, comes after
+// EnsureLoadBalancerDeleted removed svc's mappings (the deleted mark, same
+// UID) with svc as it was before: the API server no longer has it, has
+// another under its name, is deleting it, or has it wanting no load balancer
+// from this LoadBalancer. The service controller's node sync calls
+// UpdateLoadBalancer for each Service of a list taken before the delete;
+// served, it would put back mappings that nothing removes before their lease
+// ends. Without an API client (no Initialize) it reports false.
+func (lb *LoadBalancer) goneSinceDelete(ctx context.Context, o owner, svc *v1.Service) (bool, error) {
+	lb.mu.Lock()
+	s := lb.services[o.token]
+	marked := s != nil && s.deleted && s.deletedUID == svc.UID
+	lb.mu.Unlock()
+	client := lb.bg.apiClient()
+	if !marked || client == nil {
+		return false, nil
+	}
+	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("loadbalancer: ensure service %s: re-read it after its delete: %w", o.key(), err)
+	}
+	return live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.Serves(live), nil
+}
+
 // knownKeys returns every key where o may hold a mapping (unsorted, maybe
 // repeated: read sorts and compacts them): the ports of svc's spec (or
 // plans) and status, the keys o holds here, and extra.
