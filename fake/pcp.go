@@ -547,6 +547,11 @@ func (s *PCPServer) validate(src netip.AddrPort, req *pcpRequest) bool {
 			req.result = pcp.MalformedRequest
 			return false
 		}
+		if tp := netip.AddrFrom16(*req.thirdParty).Unmap(); tp.IsUnspecified() || tp.IsMulticast() {
+			// Not a host's address: no mapping can point at it.
+			req.result = pcp.MalformedOption
+			return false
+		}
 	}
 	if req.protocol == 0 && req.intPort != 0 {
 		req.result = pcp.MalformedRequest
