@@ -343,6 +343,7 @@ type soak struct {
 	wiped       time.Time
 	current     atomic.Int64 // ops, for the hooks and the watch
 	converge    []time.Duration
+	retries     soakRetries // the controllers' backoff, per Service
 	fingerprint hash.Hash64 // of the operations asked for
 	prefix      uint64      // the fingerprint of the first soakFingerprintOps
 
@@ -402,10 +403,11 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	}
 	pcfg := provider.Config{ClusterID: true}
 	var classes []cluster.Class
+	recorded := soakLB{LoadBalancer: lb, retries: &s.retries}
 	if standalone { // the cloud has no load balancer: the service controller leaves Services alone
-		classes = []cluster.Class{{Name: soakClass, LoadBalancer: lb, Classless: true}}
+		classes = []cluster.Class{{Name: soakClass, LoadBalancer: recorded, Classless: true}}
 	} else { // the provider initializes and runs it
-		pcfg.LoadBalancer = lb
+		pcfg.LoadBalancer = recorded
 	}
 	cloud, err := provider.New("edge", pcfg)
 	if err != nil {
@@ -540,7 +542,9 @@ func (s *soak) run(seed uint64, baseline int) {
 // after it is gone, and a table wiped (without a restart) less than a lease
 // ago is repaired as the leases it lost come up for renewal, so the wait
 // goes on till that long after a lease from the wipe; at most a lease (and
-// the second the router rounds it up by) more.
+// the second the router rounds it up by) more. A Service whose last sync
+// failed is waited for until its controller retries it (see soakRetryMin),
+// then base again.
 func (s *soak) bound() (base, most time.Duration) {
 	base = 2*(soakRenew+soakProbe) + 10*time.Second
 	if s.mode == "pcp-only" {
@@ -1020,7 +1024,13 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 		if d := time.Now().Add(base); leftToLease > 0 && d.After(deadline) {
 			deadline = d
 		}
-		if now := time.Now(); now.After(deadline) || now.Sub(began) > most {
+		// A Service whose last sync failed waits for its controller's
+		// retry (soakRetryMin to soakRetryMax later), then a bound.
+		retryBy := s.retries.latestDue(last).Add(base)
+		if retryBy.After(deadline) {
+			deadline = retryBy
+		}
+		if now := time.Now(); now.After(deadline) || (now.Sub(began) > most && now.After(retryBy)) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -1,0 +1,148 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cloudprovider "k8s.io/cloud-provider"
+)
+
+// Both controllers of the soak (upstream's service controller and
+// provider/lbclass) retry a Service whose sync failed k times in a row after
+// soakRetryMin·2^(k−1), at most soakRetryMax, and forget the count when a
+// sync succeeds. A Service whose last sync failed is served again only then:
+// a quiet point waits for that retry before it counts against the Service.
+const (
+	soakRetryMin = 5 * time.Second
+	soakRetryMax = 300 * time.Second
+)
+
+// soakRetries records, per Service, the load balancer calls of the
+// controllers' syncs (Ensure, EnsureDeleted) that failed in a row.
+type soakRetries struct {
+	mu sync.Mutex
+	m  map[string]soakRetry // by namespace/name
+}
+
+type soakRetry struct {
+	failed int       // calls failed in a row
+	last   time.Time // when the last one failed
+}
+
+func (r *soakRetries) record(svc *v1.Service, err error) {
+	key := svc.Namespace + "/" + svc.Name
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]soakRetry{}
+	}
+	if err == nil || errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		delete(r.m, key)
+		return
+	}
+	e := r.m[key]
+	r.m[key] = soakRetry{failed: e.failed + 1, last: time.Now()}
+}
+
+// due returns when the controller retries the Service named key, if its
+// last sync failed: at most that late.
+func (r *soakRetries) due(key string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	d := soakRetryMax
+	if e.failed < 8 {
+		d = min(soakRetryMax, soakRetryMin<<(e.failed-1))
+	}
+	return e.last.Add(d), true
+}
+
+// latestDue returns the latest retry due of the Services the problems
+// name (found as "namespace/name" followed by no further name character).
+func (r *soakRetries) latestDue(problems []string) time.Time {
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.m))
+	for k := range r.m {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	var latest time.Time
+	for _, k := range keys {
+		if !mentions(problems, k) {
+			continue
+		}
+		if d, ok := r.due(k); ok && d.After(latest) {
+			latest = d
+		}
+	}
+	return latest
+}
+
+// mentions reports whether any of texts names key as a whole word.
+func mentions(texts []string, key string) bool {
+	for _, t := range texts {
+		for rest := t; ; {
+			i := strings.Index(rest, key)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(key):]
+			if rest == "" || !strings.ContainsAny(rest[:1], "abcdefghijklmnopqrstuvwxyz0123456789-.") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// soakLB is a process's LoadBalancer with its syncs' failures recorded.
+type soakLB struct {
+	*LoadBalancer
+	retries *soakRetries
+}
+
+func (l soakLB) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	st, err := l.LoadBalancer.EnsureLoadBalancer(ctx, cluster, svc, nodes)
+	l.retries.record(svc, err)
+	return st, err
+}
+
+func (l soakLB) EnsureLoadBalancerDeleted(ctx context.Context, cluster string, svc *v1.Service) error {
+	err := l.LoadBalancer.EnsureLoadBalancerDeleted(ctx, cluster, svc)
+	l.retries.record(svc, err)
+	return err
+}
+
+func TestSoakRetriesAreDueAsTheControllersBackOff(t *testing.T) {
+	var r soakRetries
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-a", Name: "svc-9"}}
+	fail := errors.New("reply lost")
+	for range 3 {
+		r.record(svc, fail)
+	}
+	due, ok := r.due("ns-a/svc-9")
+	require.True(t, ok)
+	assert.WithinDuration(t, time.Now().Add(20*time.Second), due, time.Second, "the third failure in a row waits 5 s·2²")
+
+	assert.Equal(t, due, r.latestDue([]string{"Service ns-a/svc-9 is still being deleted"}))
+	assert.True(t, r.latestDue([]string{"Service ns-a/svc-90 is still being deleted"}).IsZero(), "svc-90 is another Service")
+
+	r.record(svc, nil)
+	_, ok = r.due("ns-a/svc-9")
+	assert.False(t, ok, "a sync that succeeds forgets the failures")
+	r.record(svc, fail)
+	r.record(svc, cloudprovider.ImplementedElsewhere)
+	_, ok = r.due("ns-a/svc-9")
+	assert.False(t, ok, "ImplementedElsewhere ends a sync as a success")
+}
