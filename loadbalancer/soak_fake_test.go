@@ -253,6 +253,9 @@ func (w *fakeWorld) slowReplies(n int, d time.Duration) {
 	w.slow.Store(int64(n))
 }
 
+// rogue: the fake world's CCM is handed its router, never discovers one.
+func (w *fakeWorld) rogue(bool) string { return "" }
+
 func (w *fakeWorld) calm() {
 	w.lost.Store(0)
 	w.slow.Store(0)

@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
@@ -40,6 +42,14 @@ type labWorld struct {
 	mu      sync.Mutex
 	foreign map[igd.Key]igd.Mapping
 	clients map[string]igd.Client
+
+	// rogue is a device on the LAN host that, while rogueOn, answers
+	// every SSDP search as an IGD:2 claiming a public address; the CCM
+	// discovers its router by SSDP and must never ask the rogue anything
+	// (rogueHits: its HTTP requests).
+	rogueOn   atomic.Bool
+	rogueHits atomic.Int64
+	rogueStop func()
 }
 
 const (
@@ -70,7 +80,85 @@ func startLabWorld(t *testing.T, s *soak) (*labWorld, error) {
 	if w.clients[soakOther], err = w.upnp(labOtherSlot, false); err != nil {
 		return nil, err
 	}
+	if err := w.startRogue(); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// rogueExternalIP is the public address the rogue device claims.
+var rogueExternalIP = netip.MustParseAddr("198.51.101.66")
+
+// startRogue starts the rogue device on the LAN host: a fake IGD:2 (its
+// root description and SOAP control) on port 5000, and an SSDP responder.
+func (w *labWorld) startRogue() error {
+	host := w.lab.Nodes[labLANSlot]
+	ln, err := host.Listen("tcp4", netip.AddrPortFrom(host.Addr, 5000).String())
+	if err != nil {
+		return err
+	}
+	igdSrv := fake.NewServer(fake.NewRouter(fake.RouterConfig{ExternalIP: rogueExternalIP}), fake.ServerOptions{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		w.rogueHits.Add(1)
+		w.s.violateNow("the CCM asked the rogue LAN device %s (not the default gateway) for %s %s", host.Addr, req.Method, req.URL.Path)
+		igdSrv.ServeHTTP(rw, req)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	var pc *net.UDPConn
+	err = host.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		pc, err = net.ListenMulticastUDP("udp4", ifi, &net.UDPAddr{IP: net.IPv4(239, 255, 255, 250), Port: 1900})
+		return err
+	})
+	if err != nil {
+		srv.Close()
+		igdSrv.Close()
+		return fmt.Errorf("rogue SSDP responder: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			req := string(buf[:n])
+			if !w.rogueOn.Load() || !strings.HasPrefix(req, "M-SEARCH") {
+				continue
+			}
+			st := "urn:schemas-upnp-org:device:InternetGatewayDevice:2"
+			for _, line := range strings.Split(req, "\r\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(strings.TrimSpace(k), "ST") {
+					st = strings.TrimSpace(v)
+				}
+			}
+			answer := "HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nEXT:\r\n" +
+				"LOCATION: http://" + netip.AddrPortFrom(host.Addr, 5000).String() + "/rootDesc.xml\r\n" +
+				"SERVER: Linux UPnP/1.1 MiniUPnPd/2.3.1\r\nST: " + st + "\r\nUSN: uuid:0badc0de-0000-4000-8000-000000000066::" + st + "\r\n\r\n"
+			_, _ = pc.WriteToUDP([]byte(answer), from)
+		}
+	}()
+	w.rogueStop = func() {
+		pc.Close()
+		<-done
+		srv.Close()
+		igdSrv.Close()
+	}
+	return nil
+}
+
+// rogue has the rogue device answer SSDP searches, or stop.
+func (w *labWorld) rogue(on bool) string {
+	w.rogueOn.Store(on)
+	if on {
+		return fmt.Sprintf("fault: a rogue LAN device (%s) answers SSDP as an IGD:2 with public address %s", w.lab.Nodes[labLANSlot].Addr, rogueExternalIP)
+	}
+	return "fault: the rogue LAN device stops answering SSDP"
 }
 
 // upnp is a UPnP client acting from lab node i, one connection per call;
@@ -82,6 +170,14 @@ func (w *labWorld) upnp(i int, faulty bool) (igd.Client, error) {
 		dial = w.faultyDial(dial)
 	}
 	cfg.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	return igd.NewClient(cfg)
+}
+
+// upnpDiscovering is upnp(i, true) discovering its router by SSDP.
+func (w *labWorld) upnpDiscovering(i int) (igd.Client, error) {
+	cfg := w.lab.ClientConfig(i)
+	cfg.RootDescURL = ""
+	cfg.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: w.faultyDial(cfg.DialContext), DisableKeepAlives: true}}
 	return igd.NewClient(cfg)
 }
 
@@ -133,8 +229,10 @@ func (w *labWorld) nodeAddr(i int) netip.Addr {
 
 func (w *labWorld) maxNodes() int { return labNodeSlots }
 
+// ccmClient discovers the router by SSDP, as edge-ccm does with no
+// gateway.url: the rogue may answer too.
 func (w *labWorld) ccmClient(t *testing.T) (igd.Client, Announcer) {
-	upnp, err := w.upnp(0, true)
+	upnp, err := w.upnpDiscovering(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,4 +391,8 @@ func (w *labWorld) checkForeign() {
 	}
 }
 
-func (w *labWorld) close() {}
+func (w *labWorld) close() {
+	if w.rogueStop != nil {
+		w.rogueStop()
+	}
+}

@@ -98,6 +98,10 @@ type soakWorld interface {
 	slowReplies(n int, d time.Duration)
 	// calm ends every fault still armed (lost or slow replies).
 	calm()
+	// rogue has a LAN host answer SSDP searches as a router claiming a
+	// public address (on true), or stop; it returns the schedule's line,
+	// "" where the CCM does not discover its router by SSDP.
+	rogue(on bool) string
 	// crashed reports whether the router process died.
 	crashed() bool
 	// writesChecked counts the CCM writes checked against the foreign
@@ -673,6 +677,7 @@ func (s *soak) step(ctx context.Context) {
 			return s.foreignTake(ctx, soakOther, newOwner("other", "default", "web").description("http"))
 		}},
 		{4, true, func() string { return s.foreignRelease(ctx) }},
+		{1, true, func() string { return s.world.rogue(m.rng.IntN(2) == 0) }},
 		{1, true, func() string { return s.restart(ctx) }},
 		{1, true, func() string { return s.handOver(ctx) }},
 	}
