@@ -201,15 +201,16 @@ func (w *fakeWorld) wipe(context.Context) {
 	w.replaceForeignLocked()
 }
 
-func (w *fakeWorld) setWAN(_ context.Context, a netip.Addr) {
+func (w *fakeWorld) setWAN(_ context.Context, a netip.Addr) bool {
 	if !a.IsValid() {
 		a = netip.IPv4Unspecified()
 	}
 	if w.pcp != nil {
 		w.pcp.ExternalAddressChanged(a)
-		return
+		return true
 	}
 	w.router.SetExternalIP(a)
+	return true
 }
 
 // fakeForeignHosts are the addresses of the hosts that are not nodes.

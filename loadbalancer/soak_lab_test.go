@@ -313,7 +313,7 @@ func (w *labWorld) wipe(ctx context.Context) {
 	w.reboot(ctx)
 }
 
-func (w *labWorld) setWAN(context.Context, netip.Addr) {} // the lab's WAN address is fixed
+func (w *labWorld) setWAN(context.Context, netip.Addr) bool { return false } // the lab's WAN address is fixed
 
 func (w *labWorld) foreignAdd(ctx context.Context, who string, k igd.Key, desc string) error {
 	slot := labLANSlot

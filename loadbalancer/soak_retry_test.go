@@ -26,7 +26,9 @@ const (
 )
 
 // soakRetries records, per Service, the load balancer calls of the
-// controllers' syncs (Ensure, EnsureDeleted) that failed in a row.
+// controllers' syncs that failed in a row: Ensure and EnsureDeleted, and
+// GetLoadBalancer, which upstream's controller asks before a clean-up (its
+// failure fails the sync; its success is followed by the call that decides).
 type soakRetries struct {
 	mu sync.Mutex
 	m  map[string]soakRetry // by namespace/name
@@ -37,19 +39,27 @@ type soakRetry struct {
 	last   time.Time // when the last one failed
 }
 
-func (r *soakRetries) record(svc *v1.Service, err error) {
+// failed records a call that failed the sync, whatever its error.
+func (r *soakRetries) failed(svc *v1.Service) {
 	key := svc.Namespace + "/" + svc.Name
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = map[string]soakRetry{}
 	}
-	if err == nil || errors.Is(err, cloudprovider.ImplementedElsewhere) {
-		delete(r.m, key)
+	r.m[key] = soakRetry{failed: r.m[key].failed + 1, last: time.Now()}
+}
+
+// record records the call that ended a sync: err nil (or ImplementedElsewhere)
+// forgets the failures.
+func (r *soakRetries) record(svc *v1.Service, err error) {
+	if err != nil && !errors.Is(err, cloudprovider.ImplementedElsewhere) {
+		r.failed(svc)
 		return
 	}
-	e := r.m[key]
-	r.m[key] = soakRetry{failed: e.failed + 1, last: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, svc.Namespace+"/"+svc.Name)
 }
 
 // due returns when the controller retries the Service named key, if its
@@ -112,6 +122,14 @@ type soakLB struct {
 	retries *soakRetries
 }
 
+func (l soakLB) GetLoadBalancer(ctx context.Context, cluster string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
+	st, exists, err := l.LoadBalancer.GetLoadBalancer(ctx, cluster, svc)
+	if err != nil {
+		l.retries.failed(svc)
+	}
+	return st, exists, err
+}
+
 func (l soakLB) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	st, err := l.LoadBalancer.EnsureLoadBalancer(ctx, cluster, svc, nodes)
 	l.retries.record(svc, err)
@@ -141,7 +159,9 @@ func TestSoakRetriesAreDueAsTheControllersBackOff(t *testing.T) {
 	r.record(svc, nil)
 	_, ok = r.due("ns-a/svc-9")
 	assert.False(t, ok, "a sync that succeeds forgets the failures")
-	r.record(svc, fail)
+	r.failed(svc) // a GetLoadBalancer before a clean-up
+	_, ok = r.due("ns-a/svc-9")
+	assert.True(t, ok, "a failed GetLoadBalancer fails the sync")
 	r.record(svc, cloudprovider.ImplementedElsewhere)
 	_, ok = r.due("ns-a/svc-9")
 	assert.False(t, ok, "ImplementedElsewhere ends a sync as a success")

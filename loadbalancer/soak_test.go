@@ -86,8 +86,9 @@ type soakWorld interface {
 	// without a restart. Foreign mappings are placed again afterwards.
 	reboot(ctx context.Context)
 	wipe(ctx context.Context)
-	// setWAN sets the WAN address (the zero Addr: down).
-	setWAN(ctx context.Context, a netip.Addr)
+	// setWAN sets the WAN address (the zero Addr: down); false where the
+	// world cannot (the lab's is fixed): the schedule draws again.
+	setWAN(ctx context.Context, a netip.Addr) bool
 	// foreignAdd has who (soakLAN or soakOther) map k to itself with
 	// description desc; foreignDelete has it delete k, if it holds it.
 	foreignAdd(ctx context.Context, who string, k igd.Key, desc string) error
@@ -663,13 +664,17 @@ func (s *soak) step(ctx context.Context) {
 			return fmt.Sprintf("fault: the next %d replies to the CCM take %s", n, d)
 		}},
 		{1, true, func() string {
-			s.world.setWAN(ctx, netip.Addr{})
+			if !s.world.setWAN(ctx, netip.Addr{}) {
+				return ""
+			}
 			return "fault: the WAN address goes away"
 		}},
 		{2, true, func() string {
 			m.wanSeq++
 			a := netip.AddrFrom4([4]byte{198, 51, 101, byte(10 + m.wanSeq%200)})
-			s.world.setWAN(ctx, a)
+			if !s.world.setWAN(ctx, a) {
+				return ""
+			}
 			return "fault: the WAN address changes to " + a.String()
 		}},
 		{3, true, func() string { return s.foreignTake(ctx, soakLAN, "lan-host app") }},
