@@ -377,3 +377,123 @@ func TestKeyTakenByAProcessThatStoppedBeforeConfirmingIsConfirmedByTheNext(t *te
 		t.Errorf("table %q, want a's mapping alone", e.table())
 	}
 }
+
+// b held TCP/80 and moves to 8080, which a LAN host holds. b's Ensure
+// withdraws 80 and fails on 8080, so b's status keeps listing 80
+// (recordStatus: the service controller records a status only after a
+// successful Ensure). a, created wanting 80, is served: the stale status of
+// a Service whose spec no longer wants a key does not hold the key, when
+// nothing on the router and no other spec holds or wants it.
+func TestStaleStatusOfAServiceThatGaveUpTheKeyDoesNotBlockOthers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	cluster := k8sfake.NewClientset(b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, e.mustEnsure(t, b, nodes))
+	e.router.Put(igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: addrStranger, InternalPort: 8080, Description: "nas", Enabled: true})
+	b.Spec.Ports[0].Port = 8080
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b moving to 8080 (a LAN host's): %v, want ErrPortInUse", err)
+	}
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 8080, addrStranger, 8080, "nas")}) // 80 withdrawn
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	createService(t, cluster, a)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a wanting TCP/80, which no spec but a's wants and the router has free: %v", err)
+	}
+}
+
+// b held TCP/80 and opts out (its status stays: the service controller
+// leaves it on ImplementedElsewhere); a takes 80 and records it; b opts back
+// in and is refused (a holds it). The router reboots: a key the router lost
+// is arbitrated again, never taken back from memory
+// (TestOldAndNewLeaderNeverBothTakeBackAKeyTheRouterLost), so at most one of
+// them is served; once b gives 80 up, a gets it back. The stale status never
+// deadlocks them.
+func TestStaleStatusOfAnOptedOutServiceDoesNotDeadlockAfterAReboot(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, e.mustEnsure(t, b, nodes))
+	createService(t, cluster, a)
+	if _, err := e.ensure(t, a, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("a while b holds 80: %v, want ErrPortInUse", err)
+	}
+	unannotated(b)
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); err == nil {
+		t.Fatal("opted-out b: want ImplementedElsewhere")
+	}
+	recordStatus(t, cluster, a, e.mustEnsure(t, a, nodes))
+	b.Annotations[AnnotationLoadBalancerType] = AnnotationValue
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b opted in again while a holds 80: %v, want ErrPortInUse", err)
+	}
+	e.router.Reboot()
+	_, errA := e.ensure(t, a, nodes)
+	_, errB := e.ensure(t, b, nodes)
+	if errA == nil && errB == nil {
+		t.Fatalf("after a reboot both a and b were served TCP/80")
+	}
+	b.Spec.Ports[0].Port = 8080 // b gives 80 up
+	updateSpec(t, cluster, b)
+	e.mustEnsure(t, b, nodes)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a, once b gave TCP/80 up: %v", err)
+	}
+}
+
+// Two processes. b's status lists TCP/80 (stale: b opted out after being
+// served it). p1 lists the Services to serve a (wants 80): b is not
+// selected, so a may take 80. Just before p1's add, b opts back in and p2
+// serves it: p2's list shows b's own status listing 80 and a's not, so b may
+// take it. At most one of the two Ensures succeeds, though both map to the
+// one node (where the router lets the second add replace the first).
+func TestServiceOptedBackInAndAnotherNeverBothTakeAKey(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(node, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	st, err := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, st)
+	createService(t, cluster, a)
+	unannotated(b)
+	updateSpec(t, cluster, b)
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node}); err == nil {
+		t.Fatal("opted-out b: want ImplementedElsewhere")
+	}
+	var errB error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && !fired {
+			fired = true
+			b2 := b.DeepCopy()
+			b2.Annotations[AnnotationLoadBalancerType] = AnnotationValue
+			updateSpec(t, cluster, b2)
+			_, errB = p2.EnsureLoadBalancer(ctx, testCluster, b2, []*v1.Node{node})
+		}
+		return next(ctx, m)
+	}})
+	_, errA := p1.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
+	if errA == nil && errB == nil {
+		t.Fatalf("both Services were served TCP/80 by two processes of one cluster; table %q", e2eTable(r))
+	}
+}

@@ -457,3 +457,49 @@ func TestPassLeavesDeletedServicesAlone(t *testing.T) {
 		})
 	}
 }
+
+// Another process of the cluster (a fail-over overlap) moves the Service's
+// mapping to another node. This process's probe sees the change; its repair
+// reads the Service's mapping on an eligible node, up to date, and writes
+// nothing. What that read found is what the next probe expects: it finds
+// nothing changed, rather than misfiring (and serving every Service again)
+// on every probe for as long as the process runs.
+func TestProbeDoesNotMisfireOnAMappingAReadFoundUpToDate(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	process := func(host netip.Addr) *LoadBalancer {
+		lb, err := New(Config{Client: r.Client(host)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	p1, p2 := process(addrB), process(addrC)
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	if _, err := p1.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err)
+	}
+	first := r.Mappings()[0].InternalClient
+	var others []*v1.Node
+	for _, n := range nodes {
+		if n.Status.Addresses[1].Address != first.String() {
+			others = append(others, n)
+		}
+	}
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err) // p2 sees every node (and writes nothing)
+	}
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, svc, others); err != nil {
+		t.Fatal(err)
+	}
+	if !p1.probe(ctx) {
+		t.Fatal("p1's probe did not see the mapping moved")
+	}
+	if _, err := p1.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err) // the repair: the mapping is on an eligible node, up to date
+	}
+	if p1.probe(ctx) {
+		t.Errorf("probe misfires again after a read found the mapping (%v) up to date; table %q", r.Mappings()[0].InternalClient, e2eTable(r))
+	}
+}
