@@ -497,3 +497,56 @@ func TestServiceOptedBackInAndAnotherNeverBothTakeAKey(t *testing.T) {
 		t.Fatalf("both Services were served TCP/80 by two processes of one cluster; table %q", e2eTable(r))
 	}
 }
+
+// A fail-over overlap: p1 served a on TCP/80, then p2 took over. Under p2, a
+// gives up 80, b takes it, a wants 80 again and is refused. The router
+// reboots. p1 (the old leader, still running during the overlap) remembers a
+// holding 80, p2 remembers b holding it. A key the router lost is arbitrated
+// again, not taken back from memory: when p1 serves a while p2 serves b, at
+// most one of the two Ensures succeeds.
+func TestOldAndNewLeaderNeverBothTakeBackAKeyTheRouterLost(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	nodes := []*v1.Node{node}
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(node, a)
+	p1, p2 := twoProcesses(t, r, cluster)
+	st, err := p1.EnsureLoadBalancer(ctx, testCluster, a, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, a, st)
+	// p2 leads now: a moves to 8080, b takes 80, a wants 80 again (refused).
+	a.Spec.Ports[0].Port = 8080
+	updateSpec(t, cluster, a)
+	if st, err = p2.EnsureLoadBalancer(ctx, testCluster, a, nodes); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, a, st)
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	createService(t, cluster, b)
+	if st, err = p2.EnsureLoadBalancer(ctx, testCluster, b, nodes); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, st)
+	a.Spec.Ports[0].Port = 80
+	updateSpec(t, cluster, a)
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, a, nodes); err == nil {
+		t.Fatal("a wanting 80 while b holds it: want an error")
+	}
+	r.Reboot()
+	var errB error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && !fired { // p1 read TCP/80 free and is about to add
+			fired = true
+			_, errB = p2.EnsureLoadBalancer(ctx, testCluster, b, nodes)
+		}
+		return next(ctx, m)
+	}})
+	_, errA := p1.EnsureLoadBalancer(ctx, testCluster, a, nodes)
+	if errA == nil && errB == nil {
+		t.Errorf("after a reboot both a (old leader) and b (new leader) were served TCP/80; table %q", e2eTable(r))
+	}
+}
