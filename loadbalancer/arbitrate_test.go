@@ -550,3 +550,80 @@ func TestOldAndNewLeaderNeverBothTakeBackAKeyTheRouterLost(t *testing.T) {
 		t.Errorf("after a reboot both a (old leader) and b (new leader) were served TCP/80; table %q", e2eTable(r))
 	}
 }
+
+// a is older than b and wants TCP/81 when p1 lists the Services to serve b
+// (TCP/80). Just before p1's add, a's port changes to 80 (an update, not a
+// creation) and p2 serves a: p2's list shows b younger, so a would win
+// there. At most one of the two Ensures succeeds, though both processes map
+// to the one node (where the router lets the second add replace the first).
+func TestUpdatedOlderServiceAndYoungerNeverBothTakeAKey(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 81, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	cluster := k8sfake.NewClientset(node, a, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	var errA error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && m.InternalPort == 30081 && !fired {
+			fired = true
+			a2 := a.DeepCopy()
+			a2.Spec.Ports = []v1.ServicePort{port("http", v1.ProtocolTCP, 80, 30080)}
+			if _, err := cluster.CoreV1().Services("default").Update(ctx, a2, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+			_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a2, []*v1.Node{node})
+		}
+		return next(ctx, m)
+	}})
+	_, errB := p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	if errA == nil && errB == nil {
+		t.Fatalf("both Services were served TCP/80 by two processes of one cluster; table %q", e2eTable(r))
+	}
+}
+
+// A holds TCP/80; b, created in the same second, asks for 80 later and is
+// refused by the read (a holds it). The router reboots: a, whose status
+// records the port, gets it back at once, and b keeps waiting, named; once
+// b gives 80 up, a keeps it.
+func TestRebootGivesAKeyBackToTheServiceWhoseStatusRecordsItOnATie(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	created := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 8080, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = created, created
+	cluster := k8sfake.NewClientset(a, b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	a.Status.LoadBalancer = *e.mustEnsure(t, a, nodes)
+	if _, err := cluster.CoreV1().Services("default").UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err) // as the service controller records it
+	}
+	e.mustEnsure(t, b, nodes)
+	b.Spec.Ports[0].Port = 80
+	if _, err := cluster.CoreV1().Services("default").Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b asking for a's port: %v, want ErrPortInUse", err)
+	}
+	e.router.Reboot()
+	_, errB := e.ensure(t, b, nodes)
+	_, errA := e.ensure(t, a, nodes)
+	wantServed(t, "default/a", map[string]error{"default/a": errA, "default/b": errB})
+	b.Spec.Ports[0].Port = 8080 // b gives 80 up
+	if _, err := cluster.CoreV1().Services("default").Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustEnsure(t, b, nodes)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a, once b gave TCP/80 up: %v", err)
+	}
+}

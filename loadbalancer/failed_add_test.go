@@ -118,3 +118,79 @@ func TestConflictWithAFailedReadBackDoesNotClaimThePortFree(t *testing.T) {
 		t.Errorf("Ensure after a 718 and a read-back that timed out: %v", err)
 	}
 }
+
+// The reply to the add of TCP/81 is lost (the router stored it), and the
+// node the Service's mappings point at is deleted before the next read. The
+// mapping is still recognised as the Service's, by what this process sent,
+// as a successful add to that node would be: once the user removes port 81
+// and deletes the Service, nothing is left on the router.
+func TestLostAddReplyFoundAfterItsNodeIsGoneLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	lost := fake.Nth(1)
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		stored, err := next(ctx, m)
+		if err == nil && m.ExternalPort == 81 && lost() {
+			return igd.Mapping{}, context.DeadlineExceeded
+		}
+		return stored, err
+	}})
+	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	if _, err := e.ensure(t, svc, nodes); err == nil {
+		t.Fatal("Ensure succeeded although the reply to one add was lost")
+	}
+	// The node the mappings point at is deleted (the informer's delete).
+	var gone string
+	for _, m := range e.router.Mappings() {
+		for _, n := range nodes {
+			if n.Status.Addresses[1].Address == m.InternalClient.String() {
+				gone = n.Name
+			}
+		}
+	}
+	e.lb.forgetNode(gone)
+	var rest []*v1.Node
+	for _, n := range nodes {
+		if n.Name != gone {
+			rest = append(rest, n)
+		}
+	}
+	svc.Spec.Ports = svc.Spec.Ports[:1] // the user removes port 81
+	if _, err := e.ensure(t, svc, rest); err != nil {
+		t.Fatalf("Ensure without port 81: %v", err)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Fatalf("EnsureLoadBalancerDeleted: %v", err)
+	}
+	diffRows(t, "table after the delete", e.table(), nil)
+}
+
+// A router that lies stores the add of TCP/81 and answers it with a fault
+// (501). A UPnP fault is no proof that nothing was stored: the key stays
+// held until a read proves what is there (one more key read by the Service's
+// next operation), so once the user removes the port and deletes the
+// Service, nothing is left on the router.
+func TestFaultAnsweredAddThatWasStoredLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	lied := fake.Nth(1)
+	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		stored, err := next(ctx, m)
+		if err == nil && m.ExternalPort == 81 && lied() {
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+		}
+		return stored, err
+	}})
+	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080), port("b", v1.ProtocolTCP, 81, 30081)))
+	_, _ = e.ensure(t, svc, nodes) // whatever it reports of port 81, the mapping is there
+	svc.Spec.Ports = svc.Spec.Ports[:1]
+	if _, err := e.ensure(t, svc, nodes); err != nil {
+		t.Fatalf("Ensure without port 81: %v", err)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Fatalf("EnsureLoadBalancerDeleted: %v", err)
+	}
+	diffRows(t, "table after the delete", e.table(), nil)
+}

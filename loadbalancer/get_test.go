@@ -39,10 +39,10 @@ func TestGetAndDeleteReachTheStatusKeysOfAPartlyRememberedService(t *testing.T) 
 
 // This process holds the Service's key, the router lost it (a reboot), and
 // GetExternalIPAddress fails (a fault, as some routers answer while the WAN
-// is down). Get decides existence from memory, without any router call, and
-// returns no error: the service controller's or lbclass's clean-up ("check
-// if load balancer exists") goes on, and the delete needs no external IP
-// either.
+// is down). Get decides existence from memory, without a read, and an
+// external IP it cannot get is no error: the service controller's or
+// lbclass's clean-up ("check if load balancer exists") goes on, and the
+// delete needs no external IP either.
 func TestGetFromMemoryNeedsNoExternalIP(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	ctx := context.Background()
