@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -99,15 +100,24 @@ func TestFaultAnsweredAddIsReadBackByTheSameReadAsTheOtherKeys(t *testing.T) {
 }
 
 // A LAN host takes TCP/80 between the Service's read and its add (718), and
-// the read-back of the key times out. The error does not say "the port is
-// free" (nor blame secure mode): nothing proved it.
+// the read-back of the key times out (a listing, as the Service's reads are
+// on a router that lists, or a GetSpecificPortMappingEntry). The error does
+// not say "the port is free" (nor blame secure mode): nothing proved it.
 func TestConflictWithAFailedReadBackDoesNotClaimThePortFree(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	host := igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: addrStranger, InternalPort: 80, Description: "nas", Enabled: true}
+	var added atomic.Bool
 	e.router.Intercept(fake.RouterHooks{
 		AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			e.router.Put(host) // the LAN host wins the race
+			added.Store(true)
 			return next(ctx, m)
+		},
+		ListPortMappings: func(ctx context.Context, _ netip.Addr, p igd.Protocol, r igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+			if added.Load() { // the read before the add succeeds; the read-back times out
+				return nil, context.DeadlineExceeded
+			}
+			return next(ctx, p, r)
 		},
 		GetPortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.GetFunc) (igd.Mapping, error) {
 			return igd.Mapping{}, context.DeadlineExceeded
