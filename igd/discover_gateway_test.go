@@ -2,8 +2,11 @@ package igd
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -167,4 +170,101 @@ func TestConfigRouterMustBeAnIPv4HostAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// SSDP answers are UDP: any LAN host can send them with the default
+// gateway's source address. Answers spoofed so, with as many LOCATIONs as
+// the gateway's locations probed at once (maxLocationsPerHost), all on the
+// gateway's address at a closed port, arrive before the gateway's own
+// answer: that answer is still probed and the gateway chosen (the spoofed
+// locations delay it by one failed fetch each; maxGatewayLocations bounds
+// how many are tried). A rogue IGD elsewhere on the LAN (127.0.0.2,
+// "connected, public") answers too and is never chosen. Sockets bound to
+// 127.0.0.3 stand in for the spoofed source address.
+func TestSSDPDiscoveryAnswersSpoofedFromTheGatewayDoNotShutOutItsOwn(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	n := &ssdpNet{t: t}
+	gw := newSSDPDevice(t, igd2Device, gwIP, 200*time.Millisecond) // the real router, a little slower
+	rogue := newSSDPDevice(t, igd2Device, "127.0.0.2", 0)
+	spoof := newSSDPDevice(t, igd2Device, gwIP, 0) // "from" the gateway's address
+	var locs []string
+	for i := range maxLocationsPerHost {
+		locs = append(locs, fmt.Sprintf("http://%s:1/rootDesc%d.xml", gwIP, i))
+	}
+	spoof.SetAnswers(locs, 0)
+	wantGatewayChosen(t, n, gwIP, gw, rogue, spoof, time.Second)
+}
+
+// wantGatewayChosen makes gw and rogue connected routers with a public
+// address, lets spoof answer beside them, and fails t unless discovery,
+// with settle as its settle window, chooses the default gateway gwIP.
+func wantGatewayChosen(t *testing.T, n *ssdpNet, gwIP string, gw, rogue, spoof *ssdpDevice, settle time.Duration) {
+	t.Helper()
+	for _, d := range []*ssdpDevice{gw, rogue} {
+		d.handle("GetStatusInfo", reply("NewConnectionStatus", "Connected", "NewLastConnectionError", "", "NewUptime", "1"))
+		d.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "198.51.101.7"))
+	}
+	n.devices = []*ssdpDevice{gw, rogue, spoof}
+	c, err := NewClient(Config{
+		ListenPacket:     n.ListenPacket,
+		DiscoveryTimeout: 5 * time.Second,
+		SettleTime:       settle,
+		Host:             fakeHost{gw: netip.MustParseAddr(gwIP)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Discover(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Addr != netip.MustParseAddr(gwIP) {
+		t.Errorf("chose %s (%s), want the default gateway %s", got.Addr, got.Reason, gwIP)
+	}
+}
+
+// Answers spoofed from the default gateway's address whose LOCATIONs are
+// on the gateway but hang (a TCP port that accepts and never answers an
+// HTTP request: dnsmasq's DNS-over-TCP on port 53 reads "GE" as a
+// 18245-byte length and waits) hold every probe slot (maxLocationsPerHost)
+// for CallTimeout. The gateway's own answer, arriving while they hang, is
+// queued rather than dropped, probed once a slot frees, and chosen; a
+// rogue IGD elsewhere on the LAN answers at once and is never chosen.
+func TestSSDPDiscoveryQueuesTheGatewaysAnswerBehindHangingSpoofedLocations(t *testing.T) {
+	const gwIP = "127.0.0.3"
+	ln, err := net.Listen("tcp", gwIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accept, never answer
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	n := &ssdpNet{t: t}
+	gw := newSSDPDevice(t, igd2Device, gwIP, 50*time.Millisecond) // the real router answers a little after the spoofs
+	rogue := newSSDPDevice(t, igd2Device, "127.0.0.2", 0)
+	spoof := newSSDPDevice(t, igd2Device, gwIP, 0) // "from" the gateway's address
+	var locs []string
+	for i := range maxLocationsPerHost {
+		locs = append(locs, fmt.Sprintf("http://%s/rootDesc%d.xml", ln.Addr(), i))
+	}
+	spoof.SetAnswers(locs, 0)
+	wantGatewayChosen(t, n, gwIP, gw, rogue, spoof, 300*time.Millisecond)
 }

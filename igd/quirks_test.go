@@ -443,3 +443,74 @@ var slowWalk = fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Con
 	}
 	return next(ctx, i)
 }}
+
+// A router whose walk lists one entry twice at the same indexes while
+// nothing changes its table (the quirk "router repeating one entry", known
+// from GetListOfPortMappings, on GetGenericPortMappingEntry) is read:
+// ReadTable returns the table with the duplicate dropped, not an error on
+// every walk.
+func TestWalkReturnsTheTableOfARouterThatListsOneEntryTwice(t *testing.T) {
+	r, _, c := newIGD1(t, 10)
+	r.Intercept(fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+		// Index 6 repeats index 5; later ones shift by one.
+		switch {
+		case i <= 5:
+			return next(ctx, i)
+		default:
+			return next(ctx, i-1)
+		}
+	}})
+	got, err := igd.ReadTable(testContext(t), c)
+	if err != nil {
+		t.Fatalf("ReadTable on a router that lists one entry twice, table unchanged: %v", err)
+	}
+	if len(got) != 10 {
+		t.Errorf("ReadTable = %d mappings, want 10", len(got))
+	}
+}
+
+// A walk that reads one entry twice is taken for the router's own
+// repetition only when the router lists it at both indexes again now.
+// Another LAN host can make two walks of one size read an entry twice at
+// the same indexes: during each walk it adds a mapping (at the front,
+// newest first: the walk reads the entry at index 9 again at index 10) and
+// deletes it further on (the front row goes, rows move up: the walk skips
+// one). Size, first and last entry are as before the walk, yet the table
+// ReadTable returns is whole, or ReadTable fails; never a partial table.
+func TestWalkNeverTakesChurnThatMimicsARepeatedEntryForTheRoutersOwn(t *testing.T) {
+	r, _, c := newIGD1(t, 30)
+	other := r.Client(netip.MustParseAddr("192.0.2.99"))
+	x := quirkMapping(igd.TCP, 20500)
+	x.InternalClient = netip.MustParseAddr("192.0.2.99")
+	var mu sync.Mutex
+	prev, churned := -1, 0
+	r.Intercept(fake.RouterHooks{GetGenericPortMappingEntry: func(ctx context.Context, _ netip.Addr, i int, next fake.EntryFunc) (igd.Mapping, error) {
+		mu.Lock()
+		walking := i == prev+1 // a walk reads 0, 1, 2, ...; the size search does not
+		prev = i
+		mu.Unlock()
+		if walking && churned < 4 {
+			switch i {
+			case 10:
+				if _, err := other.AddPortMapping(ctx, x); err != nil {
+					return igd.Mapping{}, err
+				}
+				churned++
+			case 20:
+				if err := other.DeletePortMapping(ctx, x.Protocol, x.ExternalPort); err != nil {
+					return igd.Mapping{}, err
+				}
+				churned++
+			}
+		}
+		return next(ctx, i)
+	}})
+	got, err := igd.ReadTable(testContext(t), c)
+	if err != nil {
+		return // walked again and gave up: no partial table, fine
+	}
+	assertTable(t, r, got)
+	if len(got) != 30 {
+		t.Errorf("ReadTable returned %d mappings of a table that held 30 before and after each walk (%d adds/deletes by another host): a partial table", len(got), churned)
+	}
+}

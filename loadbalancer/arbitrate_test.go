@@ -377,3 +377,253 @@ func TestKeyTakenByAProcessThatStoppedBeforeConfirmingIsConfirmedByTheNext(t *te
 		t.Errorf("table %q, want a's mapping alone", e.table())
 	}
 }
+
+// b held TCP/80 and moves to 8080, which a LAN host holds. b's Ensure
+// withdraws 80 and fails on 8080, so b's status keeps listing 80
+// (recordStatus: the service controller records a status only after a
+// successful Ensure). a, created wanting 80, is served: the stale status of
+// a Service whose spec no longer wants a key does not hold the key, when
+// nothing on the router and no other spec holds or wants it.
+func TestStaleStatusOfAServiceThatGaveUpTheKeyDoesNotBlockOthers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	cluster := k8sfake.NewClientset(b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, e.mustEnsure(t, b, nodes))
+	e.router.Put(igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: addrStranger, InternalPort: 8080, Description: "nas", Enabled: true})
+	b.Spec.Ports[0].Port = 8080
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b moving to 8080 (a LAN host's): %v, want ErrPortInUse", err)
+	}
+	diffRows(t, "table", e.table(), []string{row(igd.TCP, 8080, addrStranger, 8080, "nas")}) // 80 withdrawn
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	createService(t, cluster, a)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a wanting TCP/80, which no spec but a's wants and the router has free: %v", err)
+	}
+}
+
+// b held TCP/80 and opts out (its status stays: the service controller
+// leaves it on ImplementedElsewhere); a takes 80 and records it; b opts back
+// in and is refused (a holds it). The router reboots: a key the router lost
+// is arbitrated again, never taken back from memory
+// (TestOldAndNewLeaderNeverBothTakeBackAKeyTheRouterLost), so at most one of
+// them is served; once b gives 80 up, a gets it back. The stale status never
+// deadlocks them.
+func TestStaleStatusOfAnOptedOutServiceDoesNotDeadlockAfterAReboot(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, e.mustEnsure(t, b, nodes))
+	createService(t, cluster, a)
+	if _, err := e.ensure(t, a, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("a while b holds 80: %v, want ErrPortInUse", err)
+	}
+	unannotated(b)
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); err == nil {
+		t.Fatal("opted-out b: want ImplementedElsewhere")
+	}
+	recordStatus(t, cluster, a, e.mustEnsure(t, a, nodes))
+	b.Annotations[AnnotationLoadBalancerType] = AnnotationValue
+	updateSpec(t, cluster, b)
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b opted in again while a holds 80: %v, want ErrPortInUse", err)
+	}
+	e.router.Reboot()
+	_, errA := e.ensure(t, a, nodes)
+	_, errB := e.ensure(t, b, nodes)
+	if errA == nil && errB == nil {
+		t.Fatalf("after a reboot both a and b were served TCP/80")
+	}
+	b.Spec.Ports[0].Port = 8080 // b gives 80 up
+	updateSpec(t, cluster, b)
+	e.mustEnsure(t, b, nodes)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a, once b gave TCP/80 up: %v", err)
+	}
+}
+
+// Two processes. b's status lists TCP/80 (stale: b opted out after being
+// served it). p1 lists the Services to serve a (wants 80): b is not
+// selected, so a may take 80. Just before p1's add, b opts back in and p2
+// serves it: p2's list shows b's own status listing 80 and a's not, so b may
+// take it. At most one of the two Ensures succeeds, though both map to the
+// one node (where the router lets the second add replace the first).
+func TestServiceOptedBackInAndAnotherNeverBothTakeAKey(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(node, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	st, err := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, st)
+	createService(t, cluster, a)
+	unannotated(b)
+	updateSpec(t, cluster, b)
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node}); err == nil {
+		t.Fatal("opted-out b: want ImplementedElsewhere")
+	}
+	var errB error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && !fired {
+			fired = true
+			b2 := b.DeepCopy()
+			b2.Annotations[AnnotationLoadBalancerType] = AnnotationValue
+			updateSpec(t, cluster, b2)
+			_, errB = p2.EnsureLoadBalancer(ctx, testCluster, b2, []*v1.Node{node})
+		}
+		return next(ctx, m)
+	}})
+	_, errA := p1.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
+	if errA == nil && errB == nil {
+		t.Fatalf("both Services were served TCP/80 by two processes of one cluster; table %q", e2eTable(r))
+	}
+}
+
+// A fail-over overlap: p1 served a on TCP/80, then p2 took over. Under p2, a
+// gives up 80, b takes it, a wants 80 again and is refused. The router
+// reboots. p1 (the old leader, still running during the overlap) remembers a
+// holding 80, p2 remembers b holding it. A key the router lost is arbitrated
+// again, not taken back from memory: when p1 serves a while p2 serves b, at
+// most one of the two Ensures succeeds.
+func TestOldAndNewLeaderNeverBothTakeBackAKeyTheRouterLost(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	nodes := []*v1.Node{node}
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	cluster := k8sfake.NewClientset(node, a)
+	p1, p2 := twoProcesses(t, r, cluster)
+	st, err := p1.EnsureLoadBalancer(ctx, testCluster, a, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, a, st)
+	// p2 leads now: a moves to 8080, b takes 80, a wants 80 again (refused).
+	a.Spec.Ports[0].Port = 8080
+	updateSpec(t, cluster, a)
+	if st, err = p2.EnsureLoadBalancer(ctx, testCluster, a, nodes); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, a, st)
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	createService(t, cluster, b)
+	if st, err = p2.EnsureLoadBalancer(ctx, testCluster, b, nodes); err != nil {
+		t.Fatal(err)
+	}
+	recordStatus(t, cluster, b, st)
+	a.Spec.Ports[0].Port = 80
+	updateSpec(t, cluster, a)
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, a, nodes); err == nil {
+		t.Fatal("a wanting 80 while b holds it: want an error")
+	}
+	r.Reboot()
+	var errB error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && !fired { // p1 read TCP/80 free and is about to add
+			fired = true
+			_, errB = p2.EnsureLoadBalancer(ctx, testCluster, b, nodes)
+		}
+		return next(ctx, m)
+	}})
+	_, errA := p1.EnsureLoadBalancer(ctx, testCluster, a, nodes)
+	if errA == nil && errB == nil {
+		t.Errorf("after a reboot both a (old leader) and b (new leader) were served TCP/80; table %q", e2eTable(r))
+	}
+}
+
+// a is older than b and wants TCP/81 when p1 lists the Services to serve b
+// (TCP/80). Just before p1's add, a's port changes to 80 (an update, not a
+// creation) and p2 serves a: p2's list shows b younger, so a would win
+// there. At most one of the two Ensures succeeds, though both processes map
+// to the one node (where the router lets the second add replace the first).
+func TestUpdatedOlderServiceAndYoungerNeverBothTakeAKey(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	node := newNode("node-a", addrA)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 81, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 80, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = metav1.NewTime(t0), metav1.NewTime(t0.Add(10*time.Second))
+	cluster := k8sfake.NewClientset(node, a, b)
+	p1, p2 := twoProcesses(t, r, cluster)
+	var errA error
+	fired := false
+	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if from == addrB && m.InternalPort == 30081 && !fired {
+			fired = true
+			a2 := a.DeepCopy()
+			a2.Spec.Ports = []v1.ServicePort{port("http", v1.ProtocolTCP, 80, 30080)}
+			if _, err := cluster.CoreV1().Services("default").Update(ctx, a2, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+			_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a2, []*v1.Node{node})
+		}
+		return next(ctx, m)
+	}})
+	_, errB := p1.EnsureLoadBalancer(ctx, testCluster, b, []*v1.Node{node})
+	if errA == nil && errB == nil {
+		t.Fatalf("both Services were served TCP/80 by two processes of one cluster; table %q", e2eTable(r))
+	}
+}
+
+// A holds TCP/80; b, created in the same second, asks for 80 later and is
+// refused by the read (a holds it). The router reboots: a, whose status
+// records the port, gets it back at once, and b keeps waiting, named; once
+// b gives 80 up, a keeps it.
+func TestRebootGivesAKeyBackToTheServiceWhoseStatusRecordsItOnATie(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	created := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 8080, 30081)))
+	a.CreationTimestamp, b.CreationTimestamp = created, created
+	cluster := k8sfake.NewClientset(a, b)
+	if err := e.lb.Initialize(ctx, fakecluster.ClientBuilder(cluster)); err != nil {
+		t.Fatal(err)
+	}
+	a.Status.LoadBalancer = *e.mustEnsure(t, a, nodes)
+	if _, err := cluster.CoreV1().Services("default").UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err) // as the service controller records it
+	}
+	e.mustEnsure(t, b, nodes)
+	b.Spec.Ports[0].Port = 80
+	if _, err := cluster.CoreV1().Services("default").Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ensure(t, b, nodes); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("b asking for a's port: %v, want ErrPortInUse", err)
+	}
+	e.router.Reboot()
+	_, errB := e.ensure(t, b, nodes)
+	_, errA := e.ensure(t, a, nodes)
+	wantServed(t, "default/a", map[string]error{"default/a": errA, "default/b": errB})
+	b.Spec.Ports[0].Port = 8080 // b gives 80 up
+	if _, err := cluster.CoreV1().Services("default").Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustEnsure(t, b, nodes)
+	if _, err := e.ensure(t, a, nodes); err != nil {
+		t.Errorf("a, once b gave TCP/80 up: %v", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/provider"
 )
 
@@ -455,5 +456,101 @@ func TestPassLeavesDeletedServicesAlone(t *testing.T) {
 				t.Errorf("pass made %d adds, table %q; want none for a deleted Service", adds, e.table())
 			}
 		})
+	}
+}
+
+// Another process of the cluster (a fail-over overlap) moves the Service's
+// mapping to another node. This process's probe sees the change; its repair
+// reads the Service's mapping on an eligible node, up to date, and writes
+// nothing. What that read found is what the next probe expects: it finds
+// nothing changed, rather than misfiring (and serving every Service again)
+// on every probe for as long as the process runs.
+func TestProbeDoesNotMisfireOnAMappingAReadFoundUpToDate(t *testing.T) {
+	ctx := context.Background()
+	r := fake.NewRouter(fake.RouterConfig{})
+	process := func(host netip.Addr) *LoadBalancer {
+		lb, err := New(Config{Client: r.Client(host)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	p1, p2 := process(addrB), process(addrC)
+	nodes := threeNodes()
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	if _, err := p1.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err)
+	}
+	first := r.Mappings()[0].InternalClient
+	var others []*v1.Node
+	for _, n := range nodes {
+		if n.Status.Addresses[1].Address != first.String() {
+			others = append(others, n)
+		}
+	}
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err) // p2 sees every node (and writes nothing)
+	}
+	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, svc, others); err != nil {
+		t.Fatal(err)
+	}
+	if !p1.probe(ctx) {
+		t.Fatal("p1's probe did not see the mapping moved")
+	}
+	if _, err := p1.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err) // the repair: the mapping is on an eligible node, up to date
+	}
+	if p1.probe(ctx) {
+		t.Errorf("probe misfires again after a read found the mapping (%v) up to date; table %q", r.Mappings()[0].InternalClient, e2eTable(r))
+	}
+}
+
+// The WAN goes down (the router answers 0.0.0.0) while a pass serves
+// default/a; the pass then serves default/b from scratch. b's status is not
+// patched with the address the pass read before: a pass reports only the
+// address the router still reports, as an Ensure of b at that moment would
+// (ErrExternalIPNotUsable).
+func TestPassNeverPatchesAnAddressTheRouterNoLongerReports(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	nodes := threeNodes()
+	if _, err := e.lb.EnsureLoadBalancer(ctx, testCluster, newService("default", "warmup", withPorts(port("x", v1.ProtocolTCP, 9, 30009))), nodes); err != nil {
+		t.Fatal(err) // learn the cluster name, as the service controller's first call does
+	}
+	a := lbService("default", "a", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	b := lbService("default", "b", withPorts(port("http", v1.ProtocolTCP, 81, 30081)))
+	e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, p igd.Protocol, r igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
+		if r.First == 80 && r != igd.AllPorts {
+			e.router.SetExternalIP(netip.IPv4Unspecified()) // the WAN goes down while a is served
+		}
+		return next(ctx, p, r)
+	}})
+	w := staticWatch(t, nodes, []*v1.Service{a, b})
+	e.lb.pass(ctx, w)
+	got, err := w.client.CoreV1().Services("default").Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.LoadBalancer.Ingress) > 0 {
+		t.Errorf("b's status patched with %v after the router reported 0.0.0.0 (before b was served at all)", got.Status.LoadBalancer.Ingress)
+	}
+}
+
+// Run called before Initialize returns at once. An Initialize after it
+// leaves no background work that will ever run, and
+// EnsureLoadBalancerDeleted does not wait for any: it deletes, rather than
+// returning an api.RetryError for ever (the Service's finalizer never
+// removed).
+func TestInitializeAfterRunDoesNotBlockDeletesForever(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	e.lb.Run(ctx) // before Initialize: logs and returns
+	if err := e.lb.Initialize(ctx, cluster.ClientBuilder(k8sfake.NewClientset())); err != nil {
+		t.Fatal(err)
+	}
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, threeNodes())
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+		t.Errorf("EnsureLoadBalancerDeleted with no background work that will ever run: %v", err)
 	}
 }

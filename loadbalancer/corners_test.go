@@ -19,10 +19,11 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// These tests reproduce the corners that round three of the adversarial
-// review found (issue 18, findings 2 to 8). Each failed on 46c50e7.
+// Corners where the router or the cluster misbehaves: a refused listing, a
+// lost reply, a slow delete near a lease's end, Services created in one
+// second, a failed hint, a WAN link down, a shutdown with Local Services.
 
-// Finding 2: a router that refuses GetListOfPortMappings with 402 or 501
+// A router that refuses GetListOfPortMappings with 402 or 501
 // (some reject its arguments) is read one key at a time, as one that lacks
 // the action is: a refused listing is a fallback, never a failure.
 func TestRefusedListingFallsBackToGets(t *testing.T) {
@@ -50,7 +51,7 @@ func TestRefusedListingFallsBackToGets(t *testing.T) {
 	}
 }
 
-// Finding 3: the router stores an add but its reply is lost. The key stays
+// The router stores an add but its reply is lost. The key stays
 // the Service's until a read proves otherwise, so removing the port and
 // then deleting the Service leaves nothing behind.
 func TestLostAddReplyLeavesNothingBehind(t *testing.T) {
@@ -81,10 +82,10 @@ func TestLostAddReplyLeavesNothingBehind(t *testing.T) {
 	diffRows(t, "table after the delete", e.table(), nil)
 }
 
-// Finding 4: a delete's "leave it to expire" margin is judged when the delete
-// is sent, not when the lease was read: on a slow router a mapping read with
-// 6 s left expires while earlier deletes run, a LAN host maps the port, and
-// a delete sent then removes the host's mapping.
+// A delete's "leave it to expire" margin is judged when the delete is sent,
+// not when the lease was read: on a slow router a mapping read with 6 s left
+// expires while earlier deletes run and a LAN host maps the port; no delete
+// sent then removes the host's mapping.
 func TestSlowDeleteNeverRemovesAMappingThatExpiredMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, Config{Lease: time.Hour}, fake.RouterConfig{})
@@ -116,7 +117,7 @@ func TestSlowDeleteNeverRemovesAMappingThatExpiredMeanwhile(t *testing.T) {
 	}
 }
 
-// Finding 5: creationTimestamp has 1-second precision. Two Services created
+// creationTimestamp has 1-second precision. Two Services created
 // in the same second want TCP/80; one process listed the Services before
 // the second existed. The two processes must not both take the key, and
 // the one served (the first by name) ends up holding it.
@@ -158,7 +159,7 @@ func TestSameSecondServicesNeverBothTakeAKey(t *testing.T) {
 	diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30080, desc("default", "a", "http"))})
 }
 
-// Finding 6: a pass's listing of the whole table is only a hint; when it
+// A pass's listing of the whole table is only a hint; when it
 // fails (501 on wide ranges, a walk that churns, a timeout) the pass still
 // serves every Service: repairs and renewals go on.
 func TestFailedHintDoesNotStopThePass(t *testing.T) {
@@ -179,7 +180,7 @@ func TestFailedHintDoesNotStopThePass(t *testing.T) {
 	diffRows(t, "table after the pass", e.table(), want)
 }
 
-// Finding 7: once the router answers 0.0.0.0 (its WAN link is down), no
+// Once the router answers 0.0.0.0 (its WAN link is down), no
 // Service is given the address it had before.
 func TestStaleExternalIPNeverReported(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
@@ -195,7 +196,7 @@ func TestStaleExternalIPNeverReported(t *testing.T) {
 	}
 }
 
-// Finding 8: a Service with externalTrafficPolicy Local keeps its mappings
+// A Service with externalTrafficPolicy Local keeps its mappings
 // once Run has returned (the CCM shutting down, a lost lease): only a spec
 // that cannot be served loses them.
 func TestLocalServiceKeepsMappingsAfterRunReturns(t *testing.T) {

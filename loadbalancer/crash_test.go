@@ -13,12 +13,13 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// TestBackgroundPassAfterOwnAddsDoesNotCrashRouter is issue 18's finding 1
-// through the load balancer, on a fake miniupnpd 2.3.1 served over SOAP
-// (fake.RouterConfig.CrashOnLongList): background work starts and its first
-// pass lists the table (one mapping), 140 one-port Services are ensured, and the
-// next pass lists the whole table again. That listing must not kill the
-// router: the igd client counts the mappings it added itself.
+// TestBackgroundPassAfterOwnAddsDoesNotCrashRouter runs the load balancer
+// on a fake miniupnpd 2.3.1 served over SOAP (fake.RouterConfig.
+// CrashOnLongList), whose listing of a long table kills it: background work
+// starts and its first pass lists the table (one mapping), 140 one-port
+// Services are ensured, and the next pass lists the whole table again. That
+// listing must not kill the router: the igd client counts the mappings it
+// added itself.
 func TestBackgroundPassAfterOwnAddsDoesNotCrashRouter(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	router := fake.NewRouter(fake.RouterConfig{CrashOnLongList: true, Clock: clk})

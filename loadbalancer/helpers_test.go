@@ -237,3 +237,31 @@ func twoProcesses(t *testing.T, r *fake.Router, cluster *k8sfake.Clientset) (p1,
 	}
 	return process(addrB), process(addrC)
 }
+
+// recordStatus stores st as svc's status in the cluster, as the service
+// controller does after a successful Ensure. It records a status only then:
+// on an error, and on cloudprovider.ImplementedElsewhere, it leaves the
+// status as it was.
+func recordStatus(t *testing.T, c *k8sfake.Clientset, svc *v1.Service, st *v1.LoadBalancerStatus) {
+	t.Helper()
+	svc.Status.LoadBalancer = *st
+	if _, err := c.CoreV1().Services(svc.Namespace).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createService creates svc in the cluster c.
+func createService(t *testing.T, c *k8sfake.Clientset, svc *v1.Service) {
+	t.Helper()
+	if _, err := c.CoreV1().Services(svc.Namespace).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// updateSpec stores svc, changed, in the cluster c, as a user's edit does.
+func updateSpec(t *testing.T, c *k8sfake.Clientset, svc *v1.Service) {
+	t.Helper()
+	if _, err := c.CoreV1().Services(svc.Namespace).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -287,3 +287,96 @@ func TestLabServedBlind(t *testing.T) {
 		t.Errorf("after the delete: %v, want no mapping", err)
 	}
 }
+
+// TestLabBlindFollowsANodePortChangeAndDeletesFromAFreshProcess: blind,
+// on miniupnpd 2.3.1, a changed nodePort is re-pointed at once (the router
+// refuses a MAP toward the key's node on another port), and, THIRD_PARTY
+// allowed or refused, a fresh process deletes a Service (on a router that
+// refuses THIRD_PARTY the sweep's deletes naming other nodes are refused
+// with UNSUPP_OPTION, which does not fail the delete).
+func TestLabBlindFollowsANodePortChangeAndDeletesFromAFreshProcess(t *testing.T) {
+	for _, thirdParty := range []bool{true, false} {
+		name := "thirdparty"
+		if !thirdParty {
+			name = "selfonly"
+		}
+		t.Run(name, func(t *testing.T) {
+			lab := igdtest.Start(t, igdtest.Options{Nodes: 3, PCPAllowThirdParty: thirdParty})
+			ctx := labContext(t)
+			blind := func() *LoadBalancer {
+				b, err := pcp.NewBackend(pcp.BackendConfig{PCP: labPCP(t, lab, 0, nil), Secret: pcpSecret})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lb, err := New(Config{Client: b})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return lb
+			}
+			all := labNodes(lab)
+			peer := labClient(t, lab, 2)
+			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
+			first := blind()
+			st, err := first.EnsureLoadBalancer(ctx, testCluster, svc, all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Status.LoadBalancer = *st
+			svc.Spec.Ports[0].NodePort = 30099
+			if _, err := first.EnsureLoadBalancer(ctx, testCluster, svc, all); err != nil {
+				t.Errorf("Ensure after the nodePort changed: %v", err)
+			}
+			if m, err := peer.GetPortMapping(ctx, igd.TCP, 8080); err != nil || m.InternalPort != 30099 || !strings.HasPrefix(m.Description, "PCP MAP ") {
+				t.Errorf("mapping = %v, %v; want a PCP mapping to nodePort 30099", m, err)
+			}
+			fresh := blind()
+			fresh.seeNodes(all)
+			if err := fresh.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+				t.Errorf("EnsureLoadBalancerDeleted from a fresh process: %v", err)
+			}
+			if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+				t.Errorf("after the delete: %v, want no mapping", err)
+			}
+		})
+	}
+}
+
+// TestLabPCPNodePortChanges: on miniupnpd 2.3.1 (nftables) a Service
+// served through PCP follows a change of its nodePorts: one changed, two
+// swapped. The router refuses a MAP at a key its mapping holds for another
+// internal port, and refuses the PCP delete of a mapping whose node and
+// nodePort another, newer mapping also targets (NOT_AUTHORIZED).
+func TestLabPCPNodePortChanges(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
+	ctx := labContext(t)
+	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := labNodes(lab)[1:]
+	peer := labClient(t, lab, 1)
+	check := func(what string, want map[uint16]uint16) {
+		t.Helper()
+		for ext, np := range want {
+			m, err := peer.GetPortMapping(ctx, igd.TCP, ext)
+			if err != nil || m.InternalClient != lab.Nodes[1].Addr || m.InternalPort != np {
+				t.Errorf("%s: TCP/%d = %v, %v; want to %s:%d", what, ext, m, err, lab.Nodes[1].Addr, np)
+			}
+		}
+	}
+	svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080), port("alt", v1.ProtocolTCP, 8081, 30081)))
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports[0].NodePort = 30082
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Errorf("Ensure after a nodePort changed: %v", err)
+	}
+	check("after a nodePort changed", map[uint16]uint16{8080: 30082, 8081: 30081})
+	svc.Spec.Ports[0].NodePort, svc.Spec.Ports[1].NodePort = 30081, 30082
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
+		t.Errorf("Ensure after two nodePorts swapped: %v", err)
+	}
+	check("after two nodePorts swapped", map[uint16]uint16{8080: 30081, 8081: 30082})
+}

@@ -246,6 +246,47 @@ func TestBackendFallBack(t *testing.T) {
 	}
 }
 
+// With FallBack, a mapping PCP made is still deleted when the router no
+// longer takes a PCP request (nothing listens on its PCP port, or it now
+// refuses THIRD_PARTY): through UPnP, on the caller's read, as AddFor then
+// writes. Without it the delete fails until the mapping's lease ends: a
+// Service is not deleted, nor moved off a node that went down, for up to a
+// lease (a day with permanent leases). Without FallBack the error is
+// returned.
+func TestBackendDeleteFallBack(t *testing.T) {
+	ctx := context.Background()
+	m := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: nodeA, InternalPort: 30080,
+		Lease: time.Hour, Enabled: true}
+	for _, tc := range []struct {
+		name     string
+		fallBack bool
+		wantErr  error
+	}{
+		{name: "no PCP server, fall back", fallBack: true},
+		{name: "no PCP server", wantErr: syscall.ECONNREFUSED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newBackendEnv(t, true)
+			b := e.backendWith(t, pcp.BackendConfig{Secret: backendSecret, FallBack: tc.fallBack})
+			if _, err := b.AddFor(ctx, "c/default/web", m); err != nil {
+				t.Fatal(err)
+			}
+			read, err := b.GetPortMapping(ctx, igd.TCP, 8080)
+			if err != nil || !b.OwnedBy("c/default/web", read) {
+				t.Fatalf("read %+v, %v: want the mapping AddFor made", read, err)
+			}
+			e.server.Close()
+			err = b.DeleteFor(ctx, "c/default/web", read)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("DeleteFor = %v, want %v", err, tc.wantErr)
+			}
+			if gone := len(e.router.Mappings()) == 0; gone != (tc.wantErr == nil) {
+				t.Errorf("table after DeleteFor: %v", e.router.Mappings())
+			}
+		})
+	}
+}
+
 // PCP requests are counted in igd's request metrics under request "MAP",
 // a refusal under its result code's name.
 func TestRequestMetrics(t *testing.T) {
@@ -380,5 +421,39 @@ func TestClientEpochLostAsksTheServer(t *testing.T) {
 		if got, err := c.EpochLost(ctx); err != nil || got != step.want {
 			t.Errorf("EpochLost %s = %t, %v; want %t", step.what, got, err, step.want)
 		}
+	}
+}
+
+// A client that never maps between renewals (a blind load balancer asks
+// only the external address, by NAT-PMP, on every pass) still learns of
+// an unannounced restart: the NAT-PMP answer carries the server's epoch
+// (miniupnpd 2.3.1: the same epoch_origin as PCP's), and one that went
+// back signals Restarts.
+func TestExternalAddrSeesAnUnannouncedRestart(t *testing.T) {
+	e := newBackendEnv(t, true)
+	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func() {
+		t.Helper()
+		if _, err := c.ExternalAddr(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Step(10 * time.Minute)
+	ask()
+	ask()
+	select {
+	case <-c.Restarts():
+		t.Fatal("Restarts fired for a steady epoch")
+	default:
+	}
+	e.server.Restart() // its ANNOUNCE reaches no listener: lost
+	ask()
+	select {
+	case <-c.Restarts():
+	default:
+		t.Fatal("Restarts did not fire when the NAT-PMP epoch went back")
 	}
 }

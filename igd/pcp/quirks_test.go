@@ -1,7 +1,7 @@
 package pcp_test
 
-// A quirk of miniupnpd 2.3.1 the client cannot prevent, pinned (the PCP
-// review's finding O2; see the package documentation).
+// A quirk of miniupnpd 2.3.1 the client cannot prevent, pinned (see the
+// package documentation).
 
 import (
 	"context"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,4 +277,104 @@ func TestRunProbesTheServicePorts(t *testing.T) {
 	if d := cmp.Diff([]igd.Mapping{held}, r.Mappings(), cmpopts.EquateComparable(netip.Addr{})); d != "" {
 		t.Errorf("router table after the check (-want +got):\n%s", d)
 	}
+}
+
+// newCheck is a UPnP client of a fake router configured by cfg, whose
+// calls h intercepts.
+func newCheck(t *testing.T, cfg fake.RouterConfig, h fake.RouterHooks) (*fake.Router, *igd.UPnPClient) {
+	t.Helper()
+	r := fake.NewRouter(cfg)
+	r.Intercept(h)
+	srv := fake.NewServer(r, fake.ServerOptions{})
+	t.Cleanup(srv.Close)
+	c, err := igd.NewClient(igd.Config{RootDescURL: srv.RootDescURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, c
+}
+
+// A router that stores a shorter description than it was given
+// (truncation) still has the probe removed, even with PermanentLease, and
+// the check reports no problem: a truncated description is still the
+// probe's, not a mapping "taken" by someone else.
+func TestRunRemovesItsProbeWhenTheRouterTruncatesItsDescription(t *testing.T) {
+	r, c := newCheck(t, fake.RouterConfig{}, fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if len(m.Description) > 16 {
+			m.Description = m.Description[:16]
+		}
+		return next(ctx, m)
+	}})
+	rep, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, PermanentLease: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := r.Mappings(); len(ms) != 0 {
+		t.Errorf("router holds %v after the check, want no probe left", ms)
+	}
+	if p := rep.Problem(); p != nil {
+		t.Errorf("Problem() = %+v on a router that maps fine", p)
+	}
+}
+
+// A router that stores the probe's add and answers a UPnP error (501) has
+// the probe removed too: the check cleans up after an error answer, not
+// only when no answer came.
+func TestRunRemovesItsProbeWhenTheRouterStoresItButAnswersAnError(t *testing.T) {
+	r, c := newCheck(t, fake.RouterConfig{}, fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		if _, err := next(ctx, m); err != nil {
+			return igd.Mapping{}, err
+		}
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "Action Failed"}
+	}})
+	if _, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, PermanentLease: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ms := r.Mappings(); len(ms) != 0 {
+		t.Errorf("router holds %v after the check, want no probe left", ms)
+	}
+}
+
+// Another program on this host takes the probe's key between the check's
+// read and its add (the residual window) with a mapping to the same host
+// and internal port, described "ccmkit", a prefix of the probe's tag
+// ("ccmkit-check <hex>"); the router refuses the probe's add (718
+// ConflictInMappingEntry: the probe was not stored). The check leaves
+// that mapping alone: a 718 says nothing of the probe's is there, and a
+// description that is only a short prefix of the tag would be no proof
+// that the mapping is the probe anyway.
+func TestRunSparesAMappingAtARefusedProbesKeyWhoseDescriptionIsAPrefixOfTheTag(t *testing.T) {
+	var once sync.Once
+	var theirs igd.Mapping
+	var r *fake.Router
+	r, c := newCheck(t, fake.RouterConfig{}, fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
+		refuse := false
+		once.Do(func() {
+			if !strings.HasPrefix(m.Description, "ccmkit-check") {
+				return
+			}
+			theirs = m
+			theirs.Description = "ccmkit"
+			theirs.Lease = 0
+			r.Put(theirs)
+			refuse = true
+		})
+		if refuse {
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeConflict, Description: "ConflictInMappingEntry"}
+		}
+		return next(ctx, m)
+	}})
+	if _, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost}); err != nil {
+		t.Logf("Run: %v", err)
+	}
+	if !theirs.InternalClient.IsValid() {
+		t.Fatal("no probe add was seen")
+	}
+	for _, m := range r.Mappings() {
+		if m.Key() == theirs.Key() && m.Description == "ccmkit" {
+			return
+		}
+	}
+	t.Errorf("the check deleted %s -> %s:%d (%q), a mapping it did not add (its add was refused with 718); router now holds %v",
+		theirs.Key(), theirs.InternalClient, theirs.InternalPort, theirs.Description, r.Mappings())
 }

@@ -13,10 +13,11 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// The process holds SOME keys of a Service (80), the router holds another
-// mapping of it at a key its status names (82, an old spec's): Get says
-// exists from memory, and the Delete that follows reads the status key too.
-func TestReview6GetPartialMemoryDeleteReachesStatusKeys(t *testing.T) {
+// The process holds some keys of a Service (80), and the router holds
+// another mapping of it at a key its status names (82, an old spec's): Get
+// says it exists from memory, and the Delete that follows reads the status
+// key too, leaving nothing on the router.
+func TestGetAndDeleteReachTheStatusKeysOfAPartlyRememberedService(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	ctx := context.Background()
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
@@ -36,14 +37,13 @@ func TestReview6GetPartialMemoryDeleteReachesStatusKeys(t *testing.T) {
 	}
 }
 
-// NEW (memory path): this process holds the Service's key, the router lost
-// it (a reboot), and GetExternalIPAddress fails (a fault, as some routers
-// answer while the WAN is down). Before d13e5c2 Get read, found nothing and
-// said (false, nil): the clean-up went on. Now it says (nil, true, err):
-// the service controller / lbclass cleanup fails "check if load balancer
-// exists" and keeps the finalizer until the router answers its external IP,
-// although existence was decided without any router call.
-func TestReview6GetFromMemoryBlockedByExternalIPFault(t *testing.T) {
+// This process holds the Service's key, the router lost it (a reboot), and
+// GetExternalIPAddress fails (a fault, as some routers answer while the WAN
+// is down). Get decides existence from memory, without a read, and an
+// external IP it cannot get is no error: the service controller's or
+// lbclass's clean-up ("check if load balancer exists") goes on, and the
+// delete needs no external IP either.
+func TestGetFromMemoryNeedsNoExternalIP(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	ctx := context.Background()
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
@@ -61,11 +61,10 @@ func TestReview6GetFromMemoryBlockedByExternalIPFault(t *testing.T) {
 	}
 }
 
-// PRE-EXISTING (read path, same in both versions): mappings exist and
-// GetExternalIPAddress faults: Get errors, so the clean-up cannot start
-// while the router does not answer its address (only ErrExternalIPNotUsable
-// is let through with an empty status).
-func TestReview6GetReadPathBlockedByExternalIPFault(t *testing.T) {
+// A fresh process (nothing in memory) reads the router: the Service's
+// mappings are there and GetExternalIPAddress fails. Get says the load
+// balancer exists, without an error.
+func TestGetByReadingTheRouterNeedsNoExternalIP(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	ctx := context.Background()
 	svc := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
@@ -83,12 +82,12 @@ func TestReview6GetReadPathBlockedByExternalIPFault(t *testing.T) {
 	}
 }
 
-// Deleted with its finalizer removed by hand (no Delete), re-created under
-// the same name with a new UID and other ports: memory of the old one makes
-// Get report the new one existing with the OLD one's port; the Delete that
-// follows removes the old mapping (same owner token): no leak, only a wrong
-// status nobody reads.
-func TestReview6GetRecreatedSameNameOldMemory(t *testing.T) {
+// A Service deleted with its finalizer removed by hand (no Delete) is
+// re-created under the same name with a new UID and other ports. Memory of
+// the old one makes Get report the new one existing (with the old one's
+// port, a status nobody reads); the Delete that follows removes the old
+// mapping (same owner token): nothing leaks.
+func TestDeleteOfAServiceRecreatedUnderItsNameRemovesTheOldMapping(t *testing.T) {
 	e := newEnv(t, Config{}, fake.RouterConfig{})
 	ctx := context.Background()
 	old := newService("default", "web", withPorts(port("a", v1.ProtocolTCP, 80, 30080)))
