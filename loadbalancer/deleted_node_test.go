@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -45,5 +46,31 @@ func TestFreshProcessMovesMappingsOffADeletedNode(t *testing.T) {
 	}
 	if ms := r.Mappings(); len(ms) != 1 || ms[0].InternalClient == from {
 		t.Errorf("table = %v, want web's mapping moved off %s", ms, from)
+	}
+}
+
+// A Service left with no eligible node keeps its mappings to nodes that are
+// still there (one may be ready again soon), but not one to a node that was
+// deleted: it forwards nowhere, and once the node's address is forgotten no
+// process can prove the mapping the Service's, so it would hold the port
+// until its lease ends.
+func TestServiceWithNoEligibleNodeGivesUpItsMappingToADeletedNode(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	ctx := context.Background()
+	node := newNode("node-a", addrA)
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	lb, err := New(Config{Client: r.Client(addrA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, web, []*v1.Node{node}); err != nil {
+		t.Fatal(err)
+	}
+	lb.forgetNode(node.Name) // as the node informer does on delete
+	if _, err := lb.EnsureLoadBalancer(ctx, testCluster, web, nil); !errors.Is(err, ErrNoEligibleNode) {
+		t.Errorf("Ensure with no node = %v, want ErrNoEligibleNode", err)
+	}
+	if ms := r.Mappings(); len(ms) != 0 {
+		t.Errorf("table = %v, want web's mapping to the deleted node %s removed", ms, addrA)
 	}
 }
