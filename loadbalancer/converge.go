@@ -75,10 +75,12 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		}
 	})
 	// Withdraw first, even with no node to take the wanted ports: a port
-	// given up, or a mapping to a stale nodePort, must not stay forwarded.
+	// given up, or a mapping to a stale nodePort or to a deleted node (it
+	// forwards nowhere, and once the node is forgotten no process can
+	// prove it ours), must not stay forwarded.
 	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		i := slices.IndexFunc(req.ports, func(p portPlan) bool { return p.key == k })
-		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort) {
+		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort && lb.isNodeAddr(ours[k].InternalClient)) {
 			wait(lb.remove(ctx, o, ours[k], r.at))
 		}
 	}
