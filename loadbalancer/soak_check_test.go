@@ -135,7 +135,19 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 	fail := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 	// failMapping is fail for a mapping of ours that should not be there
 	// as it is.
+	base, _ := s.bound()
 	failMapping := func(m igd.Mapping, format string, args ...any) {
+		if gone, ok := s.nodeGone[m.InternalClient]; ok && !s.liveAddr(m.InternalClient) && !s.procStart.Before(gone) && s.procStart.Sub(gone) < base {
+			// The documented limit: a process started within a bound
+			// of its node's deletion never saw that node, so it cannot
+			// prove a mapping to it ours; it ends with its lease.
+			if m.Lease > 0 && !time.Now().Add(m.Lease).After(s.procStart.Add(soakLease+time.Second)) {
+				leftToLease++
+				fail(format+fmt.Sprintf(" (to node %s, deleted %s before process %d started: left to its lease, %s left)",
+					m.InternalClient, s.procStart.Sub(gone).Round(time.Millisecond), s.procID, m.Lease), args...)
+				return
+			}
+		}
 		if s.mode == "pcp-only" {
 			// The router's lease left is rounded up to a whole second.
 			if m.Lease > 0 && !time.Now().Add(m.Lease).After(began.Add(soakLease+time.Second)) {

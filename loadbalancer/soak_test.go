@@ -348,9 +348,11 @@ type soak struct {
 	wiped       time.Time
 	current     atomic.Int64 // ops, for the hooks and the watch
 	converge    []time.Duration
-	retries     soakRetries // the controllers' backoff, per Service
-	fingerprint hash.Hash64 // of the operations asked for
-	prefix      uint64      // the fingerprint of the first soakFingerprintOps
+	retries     soakRetries              // the controllers' backoff, per Service
+	nodeGone    map[netip.Addr]time.Time // when the node at an address was last deleted
+	procStart   time.Time                // when the latest process started
+	fingerprint hash.Hash64              // of the operations asked for
+	prefix      uint64                   // the fingerprint of the first soakFingerprintOps
 
 	// mu guards the fields below it: the log and the violations, written
 	// by the schedule and by the router's hooks.
@@ -358,6 +360,16 @@ type soak struct {
 	log        []string
 	violations []string
 	reported   int
+}
+
+// liveAddr reports whether a node of the schedule has address a now.
+func (s *soak) liveAddr(a netip.Addr) bool {
+	for _, n := range s.model.nodes {
+		if s.world.nodeAddr(n.slot) == a {
+			return true
+		}
+	}
+	return false
 }
 
 // logf records one line of the schedule.
@@ -439,6 +451,7 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 		close(p.done)
 	}
 	s.procID++
+	s.procStart = time.Now()
 	p.id = s.procID
 	s.client = h.Client
 	return p, nil
@@ -547,15 +560,15 @@ func (s *soak) run(seed uint64, baseline int) {
 // after it is gone, and a table wiped (without a restart) less than a lease
 // ago is repaired as the leases it lost come up for renewal, so the wait
 // goes on till that long after a lease from the wipe; at most a lease (and
-// the second the router rounds it up by) more. A Service whose last sync
+// the second the router rounds it up by) more. So, in every mode, is a
+// mapping to a node deleted less than base before the latest process
+// started: that process never saw the node, and cannot prove the mapping
+// ours. A Service whose last sync
 // failed is waited for until its controller retries it (see soakRetryMin),
 // then base again.
 func (s *soak) bound() (base, most time.Duration) {
 	base = 2*(soakRenew+soakProbe) + 10*time.Second
-	if s.mode == "pcp-only" {
-		return base, base + soakLease + time.Second
-	}
-	return base, base
+	return base, base + soakLease + time.Second
 }
 
 func percentiles(ds []time.Duration) (p50, pmax time.Duration) {
@@ -907,6 +920,10 @@ func (s *soak) changeNode(ctx context.Context) string {
 		n := m.nodes[i]
 		m.nodes = slices.Delete(m.nodes, i, i+1)
 		err := nodes.Delete(ctx, n.name, metav1.DeleteOptions{})
+		if s.nodeGone == nil {
+			s.nodeGone = map[netip.Addr]time.Time{}
+		}
+		s.nodeGone[s.world.nodeAddr(n.slot)] = time.Now()
 		return "remove node " + n.name + errSuffix(err)
 	default: // readiness or the exclusion label (never the CCM's host)
 		if len(m.nodes) < 2 {
