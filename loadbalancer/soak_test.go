@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -18,12 +19,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 
 	"github.com/ccmkit/ccmkit/fake/cluster"
@@ -46,6 +50,7 @@ var (
 	soakDuration = flag.Duration("soak.duration", 90*time.Second, "how long the schedule runs")
 	soakSeed     = flag.Uint64("soak.seed", 0, "the schedule's seed; 0 picks one and prints it")
 	soakVerbose  = flag.Bool("soak.log", false, "print each operation as it runs")
+	soakKlog     = flag.String("soak.klog", "", "a file to write the processes' logs to (verbosity 4), for a violation's cause")
 	soakDeploy   = flag.String("soak.deploy", "", "the deployment each process is: ccm (upstream's service controller, classless Services) or standalone (the class controller, soakClass and classless Services); \"\" = by the seed, ccm when odd")
 )
 
@@ -351,6 +356,7 @@ type soak struct {
 	retries     soakRetries              // the controllers' backoff, per Service
 	nodeGone    map[netip.Addr]time.Time // when the node at an address was last deleted
 	procStart   time.Time                // when the latest process started
+	klogFile    *os.File                 // -soak.klog
 	fingerprint hash.Hash64              // of the operations asked for
 	prefix      uint64                   // the fingerprint of the first soakFingerprintOps
 
@@ -360,6 +366,23 @@ type soak struct {
 	log        []string
 	violations []string
 	reported   int
+}
+
+// processLogger returns the logger of process id: -soak.klog's file, or
+// none.
+func (s *soak) processLogger(id int) klog.Logger {
+	if *soakKlog == "" {
+		return logr.Discard()
+	}
+	if s.klogFile == nil {
+		f, err := os.Create(*soakKlog)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.t.Cleanup(func() { f.Close() })
+		s.klogFile = f
+	}
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(s.klogFile), textlogger.Verbosity(4))).WithValues("process", id)
 }
 
 // liveAddr reports whether a node of the schedule has address a now.
@@ -430,12 +453,13 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	if err != nil {
 		return nil, err
 	}
+	logger := s.processLogger(s.procID + 1)
 	h, err := cluster.Start(ctx, cluster.Config{Cloud: cloud, ClusterName: testCluster, Objects: objs, Client: s.client,
-		Classes: classes})
+		Classes: classes, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
 	p := &soakProcess{h: h, cancel: cancel, done: make(chan struct{})}
 	if standalone {
 		if err := lb.Initialize(ctx, cluster.ClientBuilder(h.Client)); err != nil {
