@@ -11,7 +11,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // A client that cannot read (igd/pcp.Backend without UPnP) is written
@@ -72,7 +71,7 @@ func (lb *LoadBalancer) sweep(ctx context.Context, o owner, nodePorts map[igd.Ke
 			err := g.DeleteFor(ctx, o.token, igd.Mapping{Protocol: k.Protocol, ExternalPort: k.ExternalPort, InternalClient: a, InternalPort: port})
 			// UNSUPP_OPTION: the router refuses THIRD_PARTY, so it
 			// made no mapping for that node through PCP either.
-			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, pcp.ErrUnsupportedOption) {
+			if err != nil && !errors.Is(err, igd.ErrNotAuthorized) && !errors.Is(err, igd.ErrThirdPartyRefused) {
 				failed = true
 				errs = append(errs, fmt.Errorf("loadbalancer: service %s: delete %s to %s:%d: %w", o.key(), k, a, port, err))
 			}
@@ -118,7 +117,7 @@ func (lb *LoadBalancer) blindAddFailed(o owner, k igd.Key, err error) error {
 		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, k) })
-	if errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, igd.ErrNotAuthorized) {
+	if errors.Is(err, igd.ErrPortUnavailable) && !errors.Is(err, igd.ErrNotAuthorized) {
 		err = fmt.Errorf("%w: %w", ErrPortInUse, err)
 	}
 	return &PortError{Service: o.key(), Key: k, Err: err}
@@ -165,7 +164,7 @@ func (lb *LoadBalancer) sweptLately(o owner, k igd.Key, nodePort uint16) bool {
 // same node and port, NOT_AUTHORIZED, never gets here: delete leaves that
 // mapping to its lease at once.)
 func (lb *LoadBalancer) leaseEnded(o owner, m igd.Mapping, err error) bool {
-	if !lb.blind() || !errors.Is(err, pcp.ErrUnsupportedOption) {
+	if !lb.blind() || !errors.Is(err, igd.ErrThirdPartyRefused) {
 		return false
 	}
 	exp := lb.heldAt(o, m.Key()).expires

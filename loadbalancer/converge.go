@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // converge brings the Service's own mappings from r, a read of its keys made
@@ -252,7 +251,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	var err error
 	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
 		stored, err = g.AddFor(ctx, o.token, want)
-		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
+		if errors.Is(err, igd.ErrPortUnavailable) && lb.blind() {
 			// Ours to another node or this one's former address, written
 			// by a process before this one? Delete those (the router
 			// checks the nonce) and, if the key was swept now, ask once
@@ -344,20 +343,19 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 }
 
 // keptByRefusal reports whether a refused renewal left the mapping it
-// renews in place: a PCP result other than CANNOT_PROVIDE_EXTERNAL (the
-// key is another's) and UNSUPP_OPTION (THIRD_PARTY refused: such a mapping
-// can be neither renewed nor deleted, only left to expire).
+// renews in place: a PCP result (igd.ErrRefused) other than
+// CANNOT_PROVIDE_EXTERNAL (igd.ErrPortUnavailable: the key is another's)
+// and UNSUPP_OPTION (igd.ErrThirdPartyRefused: such a mapping can be
+// neither renewed nor deleted, only left to expire).
 func keptByRefusal(err error) bool {
-	var re *pcp.ResultError
-	return errors.As(err, &re) && !errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, pcp.ErrUnsupportedOption)
+	return errors.Is(err, igd.ErrRefused) && !errors.Is(err, igd.ErrPortUnavailable) && !errors.Is(err, igd.ErrThirdPartyRefused)
 }
 
 // pcpRefused reports whether a guarded add failed because the router answered
-// with a refusal (a PCP result code, or a port it would not give), not
-// because it could not be reached.
+// with a refusal (a PCP result code: igd.ErrRefused, or a port it would not
+// give: igd.ErrPortUnavailable), not because it could not be reached.
 func pcpRefused(err error) bool {
-	var re *pcp.ResultError
-	return errors.As(err, &re) || errors.Is(err, pcp.ErrCannotProvideExternal)
+	return errors.Is(err, igd.ErrRefused) || errors.Is(err, igd.ErrPortUnavailable)
 }
 
 // deleteFailed turns a DeletePortMapping error for our mapping old into a
