@@ -112,12 +112,13 @@
 // fresh read, as without a guard. Reads before writes, and the API
 // server's arbitration, stay as they are.
 //
-// A GuardedClient that cannot read (Reads false: igd/pcp.Backend without
-// UPnP) is written blind: what this process wrote stands in for the read,
-// since every write is conditional or guarded by the router and so needs
-// no proof (an add takes a key only where it is free or forwards to the
-// same node and nodePort; a delete removes only the mapping to that node
-// and nodePort carrying the Service's nonce). What changes:
+// A GuardedClient that cannot read (an igd.Reader whose Reads is false:
+// igd/pcp.Backend without UPnP) is written blind: what this process wrote
+// stands in for the read, since every write is conditional or guarded by
+// the router and so needs no proof (an add takes a key only where it is
+// free or forwards to the same node and nodePort; a delete removes only the
+// mapping to that node and nodePort carrying the Service's nonce). What
+// changes:
 //
 //   - An add refused because the key holds a mapping deletes the
 //     Service's own mappings at that key to the nodePort on every other
@@ -163,13 +164,14 @@
 //
 // All of a Service's mappings target one eligible node (Ready, IPv4
 // InternalIP, not excluded or being deleted; for externalTrafficPolicy
-// Local, with a ready endpoint; on a secure-mode router, or through a client
-// that says it maps only to this host (SelfOnly, as igd/pcp.Backend does
-// once the router refused THIRD_PARTY: the operation is then served again
-// at once), the node this process runs on): the one they point at while it stays eligible, else the
-// highest rendezvous hash of Service and node. Without an eligible node the
-// Service keeps its mappings that still forward to its current nodePorts,
-// loses the others, and gets an api.RetryError.
+// Local, with a ready endpoint; on a secure-mode router, or through a
+// client that says it maps only to this host (igd.SelfOnlyReporter, as
+// igd/pcp.Backend does once the router refused THIRD_PARTY: the operation
+// is then served again at once), the node this process runs on): the one
+// they point at while it stays eligible, else the highest rendezvous hash
+// of Service and node. Without an eligible node the Service keeps its
+// mappings that still forward to its current nodePorts, loses the others,
+// and gets an api.RetryError.
 //
 // # Background work
 //
