@@ -3,7 +3,11 @@
 //
 // Client is the small interface the load balancer and consumers' code depend
 // on; Lister is its optional capability to read a range of the table in one
-// call, and ReadTable reads a whole table. Mapping is one entry of the
+// call, and ReadTable reads a whole table. A GuardedClient (igd/pcp.Backend)
+// adds and deletes an owner's mappings through the router's guard; Reader,
+// SelfOnlyReporter and MappedChecker are the other capabilities a client may
+// declare, and ErrRefused, ErrPortUnavailable and ErrThirdPartyRefused the
+// refusals a guarded client's errors match. Mapping is one entry of the
 // router's table; Validate checks it before it is sent. Errors that come
 // from the router are *UPnPError values that match the sentinels
 // (ErrConflict, ErrNoSuchEntry, …) with errors.Is.

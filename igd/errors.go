@@ -36,6 +36,24 @@ var (
 	// asked, for example list its table in one call; it matches
 	// errors.ErrUnsupported too.
 	ErrNotSupported = fmt.Errorf("igd: not supported by the router: %w", errors.ErrUnsupported)
+	// ErrRefused is matched by an error a GuardedClient returns when its
+	// router answered the request with a refusal of its own protocol
+	// (igd/pcp: a PCP result code other than SUCCESS), as opposed to not
+	// answering it. A UPnP router's refusals are *UPnPError faults, told
+	// apart by Code, and do not match it.
+	ErrRefused = errors.New("igd: refused by the router")
+	// ErrPortUnavailable is matched by an error of a GuardedClient's AddFor
+	// when the router cannot give the external port asked for and mapped
+	// nothing (PCP's CANNOT_PROVIDE_EXTERNAL under PREFER_FAILURE): another
+	// mapping holds the port (the error also matches ErrConflict) or the
+	// router's rules refuse it (it also matches ErrNotAuthorized).
+	ErrPortUnavailable = errors.New("igd: external port not available")
+	// ErrThirdPartyRefused is matched by an error of a GuardedClient when
+	// its router does not take an option of the request, which for a
+	// mapping to another host than this one is THIRD_PARTY (PCP's
+	// UNSUPP_OPTION; miniupnpd with pcp_allow_thirdparty off): such a
+	// router maps, and deletes, only for this host (see SelfOnlyReporter).
+	ErrThirdPartyRefused = errors.New("igd: the router refuses to map for another host")
 	// ErrInvalidMapping is matched by every *FieldError from Mapping.Validate.
 	ErrInvalidMapping = errors.New("igd: invalid mapping")
 	// ErrAnswerTooLarge is matched by every *answerTooLargeError: an answer

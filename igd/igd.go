@@ -202,6 +202,53 @@ type GuardedClient interface {
 	OwnedBy(owner string, m Mapping) bool
 }
 
+// The capabilities below are optional: a Client declares one by
+// implementing it, and a caller asks by type assertion. Only igd/pcp.Backend
+// implements them today.
+
+// A Reader is a Client that says whether it can read its router's table at
+// all. Reads is fixed for the client's life, so a caller may ask it once.
+// When it is false, GetPortMapping, ListPortMappings and the plain
+// AddPortMapping and DeletePortMapping return an error matching
+// ErrNotSupported; a GuardedClient that cannot read still adds and deletes
+// through AddFor and DeleteFor, whose every write the router conditions or
+// guards, so that no write needs a read first (igd/pcp.Backend without
+// UPnP). A Client that does not implement Reader reads.
+type Reader interface {
+	// Reads reports whether the client reads the router's table.
+	Reads() bool
+}
+
+// A SelfOnlyReporter is a Client whose router may come to map only to this
+// host's own address (LocalAddr), as a router in secure mode does: a
+// caller that maps to other hosts then maps to this one. igd/pcp.Backend
+// reports it once the router refused a mapping for another host
+// (THIRD_PARTY).
+type SelfOnlyReporter interface {
+	// SelfOnly reports whether the router maps only to this host now. Once
+	// true it stays true for the client's life.
+	SelfOnly() bool
+}
+
+// A MappedChecker is a Client that, without reading the router's table,
+// can ask it whether it holds a mapping to an internal address and port
+// (igd/pcp.Backend: a PCP delete with a random nonce, which the router
+// refuses while such a mapping exists). A caller that cannot read asks it
+// to find out whether the router lost a mapping it wrote.
+type MappedChecker interface {
+	// Mapped reports whether the router holds a mapping of proto to
+	// internalAddr:internalPort, and changes nothing it holds. An error
+	// means the router did not say.
+	Mapped(ctx context.Context, proto Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error)
+}
+
+// PCPDescriptionPrefix starts the description a router (miniupnpd) stores
+// for a mapping made through PCP, as a GuardedClient's AddFor makes them
+// (igd/pcp.Backend): the mapping's nonce follows, in hex. Whoever reads the
+// nonce can delete or replace the mapping over PCP, so a message that
+// quotes such a description should leave the rest of it out.
+const PCPDescriptionPrefix = "PCP MAP "
+
 // PortRange is an inclusive range of external ports.
 type PortRange struct {
 	// First and Last bound the range; First <= Last.

@@ -216,11 +216,8 @@ func (lb *LoadBalancer) confirm(ctx context.Context, t *turn, req request, taken
 	for _, k := range keys {
 		lb.markContested(t.owner, k, true) // until removed
 	}
-	var r reading
-	var rerr error
-	if lb.blind() {
-		r = lb.recall(t.owner, keys)
-	} else if r, rerr = lb.read(ctx, t.owner, keys); rerr != nil {
+	r, rerr := lb.read(ctx, t.owner, keys) // blind: what this process wrote (recall)
+	if rerr != nil {
 		return lost, fmt.Errorf("loadbalancer: service %s: read the ports it gives up: %w", t.owner.key(), rerr)
 	}
 	var errs []error

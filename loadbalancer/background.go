@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -266,17 +265,13 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 			}
 			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
 			repairsTotal.Inc()
-			if lb.blind() {
-				lb.expireAll()
-			}
+			lb.mode.routerRestarted()
 		case <-deferred:
 			deferred = nil
 			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
 			logger.Info("Router announced a restart during the last repair's quiet time; repairing")
 			repairsTotal.Inc()
-			if lb.blind() {
-				lb.expireAll()
-			}
+			lb.mode.routerRestarted()
 		case <-ticker.C():
 		case <-kick:
 		case <-retry:
@@ -337,7 +332,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 	var hints tableHints
 	var err error
 	if !onlyFailed {
-		hints, err = lb.hints(ctx)
+		hints, err = lb.mode.hints(ctx)
 	}
 	if err != nil {
 		logger.Info("Listing the router's table failed; serving every Service at its known keys", "err", err)
@@ -382,7 +377,7 @@ type tableHints struct {
 func (h tableHints) of(lb *LoadBalancer, o owner) []igd.Key {
 	keys := h.byToken[o.token]
 	for _, m := range h.guarded {
-		if lb.guardedFor(o, m) {
+		if lb.mode.guardedFor(o, m) {
 			keys = append(slices.Clip(keys), m.Key())
 		}
 	}
@@ -395,14 +390,14 @@ func (h tableHints) of(lb *LoadBalancer, o owner) []igd.Key {
 // quiet time, and a blind client renews every mapping in each.
 const maxAnnouncedQuiet = 30 * time.Second
 
-// hints lists the router's table where the client can: where a Service may
-// hold mappings nothing else records.
-func (lb *LoadBalancer) hints(ctx context.Context) (tableHints, error) {
-	l, ok := lb.cfg.Client.(igd.Lister)
-	if !ok {
+// listHints lists the router's table through l (nil: the client cannot
+// list, and there are no hints): where a Service may hold mappings nothing
+// else records. With guarded, the mappings to a node whose description is
+// not ours are kept too: a guarded client's token may be one.
+func (lb *LoadBalancer) listHints(ctx context.Context, l igd.Lister, guarded bool) (tableHints, error) {
+	if l == nil {
 		return tableHints{}, nil
 	}
-	_, guarded := lb.cfg.Client.(igd.GuardedClient)
 	h := tableHints{byToken: make(map[string][]igd.Key)}
 	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
 		ms, err := l.ListPortMappings(ctx, proto, igd.AllPorts)
@@ -470,17 +465,11 @@ const maxRestartCheck = 10 * time.Second
 // waits, as one the router does not confirm.
 const minRestartCheckInterval = time.Second
 
-// mappedChecker is a client that cannot read but can ask whether the router
-// holds a mapping to an internal address and port (igd/pcp.Backend).
-type mappedChecker interface {
-	Mapped(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error)
-}
-
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	want, ok := lb.nextProbe()
-	if ok && lb.lostMapping(ctx, want, false) {
+	if ok && lb.mode.lost(ctx, want, false) {
 		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", want.Key(), "want", want)
 		repairsTotal.Inc()
 		return true
@@ -501,7 +490,7 @@ type epochChecker interface {
 // announcement was real. One router call either way.
 func (lb *LoadBalancer) confirmRestart(ctx context.Context) bool {
 	if want, ok := lb.nextProbe(); ok {
-		return lb.lostMapping(ctx, want, true)
+		return lb.mode.lost(ctx, want, true)
 	}
 	c, ok := lb.cfg.Announcer.(epochChecker)
 	if !ok {
@@ -514,19 +503,12 @@ func (lb *LoadBalancer) confirmRestart(ctx context.Context) bool {
 	return lost
 }
 
-// lostMapping reads want, a mapping this process wrote, and reports whether
-// the router lost or changed it. With ask, a client that cannot read asks
-// the router whether it holds it (one PCP request; periodic probes of such
-// a client send nothing). A failed call reports nothing lost.
-func (lb *LoadBalancer) lostMapping(ctx context.Context, want igd.Mapping, ask bool) bool {
+// lostOnRead reads want, a mapping this process wrote, and reports whether
+// the router lost or changed it (the modes' lost: on a client that cannot
+// read, blindMode asks the router instead when asked to). A failed call
+// reports nothing lost.
+func (lb *LoadBalancer) lostOnRead(ctx context.Context, want igd.Mapping) bool {
 	k := want.Key()
-	if c, ok := lb.cfg.Client.(mappedChecker); ok && ask && lb.blind() {
-		mapped, err := c.Mapped(ctx, want.Protocol, want.InternalClient, want.InternalPort)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Probe of a port mapping failed", "key", k, "err", err)
-		}
-		return err == nil && !mapped
-	}
 	m, err := lb.cfg.Client.GetPortMapping(ctx, k.Protocol, k.ExternalPort)
 	switch {
 	case errors.Is(err, igd.ErrNoSuchEntry):

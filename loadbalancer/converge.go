@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // converge brings the Service's own mappings from r, a read of its keys made
@@ -63,7 +62,7 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 			default:
 				// A blind client's recall is what it wrote, not
 				// what the router holds: it confirms nothing.
-				h.unconfirmed = h.unconfirmed && lb.blind()
+				h.unconfirmed = h.unconfirmed && !lb.mode.canRead()
 				s.held[k] = h
 			}
 		}
@@ -175,8 +174,9 @@ func (lb *LoadBalancer) upToDate(o owner, m igd.Mapping, p portPlan, tgt target)
 		return false
 	}
 	// A router that alters descriptions would be rewritten on every pass.
-	// Blind, every mapping was written through PCP, which stores the nonce.
-	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.guardedFor(o, m) && !lb.blind() {
+	// Blind (no read), every mapping was written through PCP, which stores
+	// the nonce.
+	if m.Description != p.description && !(wrote && h.written.Description == p.description) && !lb.mode.guardedFor(o, m) && lb.mode.canRead() {
 		return false
 	}
 	below := lb.cfg.renewBelow()
@@ -200,13 +200,13 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	o := req.owner
 	if !mine {
 		if err := lb.arbitrate(req, p.key, contenders); err != nil {
-			if errors.Is(err, ErrPortInUse) && lb.blind() && !lb.heldAt(o, p.key).written.InternalClient.IsValid() {
+			if errors.Is(err, ErrPortInUse) && !lb.heldAt(o, p.key).written.InternalClient.IsValid() {
 				// Refused (not a failed list) a key where a process
 				// before this one (stopped before its list after the
-				// add) may have mapped it: swept, so the winner's add
-				// finds it free. A failed sweep is not marked swept:
-				// the refused port's retry sweeps again.
-				_, _ = lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, netip.Addr{})
+				// add) may have mapped it: swept (blind), so the
+				// winner's add finds it free. A failed sweep is not
+				// marked swept: the refused port's retry sweeps again.
+				_, _ = lb.mode.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, netip.Addr{})
 			}
 			return 0, err
 		}
@@ -216,14 +216,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		}
 	}
 	moved := mine && old.InternalClient.Unmap() != tgt.addr
-	_, guarded := lb.cfg.Client.(igd.GuardedClient) // PCP keeps no description of ours
-	relabel := !guarded && mine && !moved && lb.internalPort(o, old) == p.nodePort && old.Description != p.description
-	// Through PCP the router refuses a MAP at a key its mapping holds for
-	// another internal port (CANNOT_PROVIDE_EXTERNAL), where UPnP replaces
-	// it: a mapping to a stale nodePort, or to one not known (a router
-	// that reports 0, after a restart), is deleted first.
-	repoint := guarded && mine && !moved && lb.internalPort(o, old) != p.nodePort
-	if moved || relabel || repoint {
+	// Relabelled (UPnP) or repointed (PCP) where the router would not
+	// rewrite it in place: see the modes' deleteFirst.
+	rewrite := mine && !moved && lb.mode.deleteFirst(o, old, p)
+	if moved || rewrite {
 		if after, ok := lb.expiring(o, old, readAt); ok {
 			return after, nil
 		}
@@ -231,7 +227,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		// and miniupnpd keeps the description of a mapping re-added with the
 		// same client and port: moving or relabelling is a delete and an
 		// add. A LAN host taking the port in between fails the add.
-		if err := lb.delete(ctx, o, old); err != nil && !lb.leaseEnded(o, old, err) {
+		if err := lb.mode.delete(ctx, o, old); err != nil {
 			return lb.deleteFailed(o, old, err)
 		}
 		logger.Info("Deleted port mapping to rewrite it", "service", o.key(), "key", p.key,
@@ -241,7 +237,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		InternalPort: p.nodePort, Description: p.description, Lease: lb.cfg.requestLease(), Enabled: true}
 	sent := lb.cfg.Clock.Now() // a lease granted counts from no later than this
 	prev := lb.heldAt(o, p.key)
-	renewal := mine && !moved && !relabel && !repoint
+	renewal := mine && !moved && !rewrite
 	h := held{written: want, unconfirmed: true}
 	if want.Lease > 0 {
 		h.expires = sent.Add(want.Lease)
@@ -250,29 +246,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	// and lose (or even fault) its reply. The next read of the Service's
 	// keys confirms it or drops it.
 	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
-	var stored igd.Mapping
-	var err error
-	if g, ok := lb.cfg.Client.(igd.GuardedClient); ok {
-		stored, err = g.AddFor(ctx, o.token, want)
-		if errors.Is(err, pcp.ErrCannotProvideExternal) && lb.blind() {
-			// Ours to another node or this one's former address, written
-			// by a process before this one? Delete those (the router
-			// checks the nonce) and, if the key was swept now, ask once
-			// more.
-			swept, serr := lb.sweep(ctx, o, map[igd.Key]uint16{p.key: p.nodePort}, tgt.addr)
-			if serr != nil {
-				return 0, lb.addFailed(ctx, req, p.key, errors.Join(err, serr))
-			}
-			if swept > 0 {
-				stored, err = g.AddFor(ctx, o.token, want)
-			}
-		}
-	} else {
-		stored, err = lb.cfg.Client.AddPortMapping(ctx, want)
-	}
+	stored, err := lb.mode.add(ctx, o, want)
 	if err != nil {
-		err = lb.addFailed(ctx, req, p.key, err)
-		if renewal && lb.blind() && keptByRefusal(err) && prev.written.InternalClient.IsValid() {
+		err = lb.mode.addFailed(ctx, req, p.key, err)
+		if renewal && lb.mode.refusalKeeps(err) && prev.written.InternalClient.IsValid() {
 			// The router refused the renewal and left the mapping it
 			// renews as it was: still the Service's, still to renew
 			// or delete.
@@ -292,7 +269,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		})
 	}
 	msg, v := "Added port mapping", 0
-	if mine && !moved && !relabel && !repoint {
+	if mine && !moved && !rewrite {
 		msg, v = "Renewed port mapping", 2
 	} else {
 		lb.tell(req.svc, v1.EventTypeNormal, EventReasonMappedPort, "Mapped %s to %s:%d (%s)", p.key, tgt.name, p.nodePort, tgt.addr)
@@ -301,13 +278,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	return 0, nil
 }
 
-// addFailed turns an AddPortMapping error into a PortError; on a conflict,
-// one GetPortMapping names the holder.
+// addFailed turns an add's error into a PortError where the client reads
+// (readingMode, guardedMode); on a conflict, one read names the holder.
 func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, err error) error {
 	o := req.owner
-	if lb.blind() {
-		return lb.blindAddFailed(o, k, err)
-	}
 	if igd.Code(err) == 0 && !pcpRefused(err) {
 		return &PortError{Service: o.key(), Key: k, Err: err} // outcome unknown: k stays held
 	}
@@ -346,20 +320,19 @@ func (lb *LoadBalancer) addFailed(ctx context.Context, req request, k igd.Key, e
 }
 
 // keptByRefusal reports whether a refused renewal left the mapping it
-// renews in place: a PCP result other than CANNOT_PROVIDE_EXTERNAL (the
-// key is another's) and UNSUPP_OPTION (THIRD_PARTY refused: such a mapping
-// can be neither renewed nor deleted, only left to expire).
+// renews in place: a PCP result (igd.ErrRefused) other than
+// CANNOT_PROVIDE_EXTERNAL (igd.ErrPortUnavailable: the key is another's)
+// and UNSUPP_OPTION (igd.ErrThirdPartyRefused: such a mapping can be
+// neither renewed nor deleted, only left to expire).
 func keptByRefusal(err error) bool {
-	var re *pcp.ResultError
-	return errors.As(err, &re) && !errors.Is(err, pcp.ErrCannotProvideExternal) && !errors.Is(err, pcp.ErrUnsupportedOption)
+	return errors.Is(err, igd.ErrRefused) && !errors.Is(err, igd.ErrPortUnavailable) && !errors.Is(err, igd.ErrThirdPartyRefused)
 }
 
 // pcpRefused reports whether a guarded add failed because the router answered
-// with a refusal (a PCP result code, or a port it would not give), not
-// because it could not be reached.
+// with a refusal (a PCP result code: igd.ErrRefused, or a port it would not
+// give: igd.ErrPortUnavailable), not because it could not be reached.
 func pcpRefused(err error) bool {
-	var re *pcp.ResultError
-	return errors.As(err, &re) || errors.Is(err, pcp.ErrCannotProvideExternal)
+	return errors.Is(err, igd.ErrRefused) || errors.Is(err, igd.ErrPortUnavailable)
 }
 
 // deleteFailed turns a DeletePortMapping error for our mapping old into a
@@ -386,57 +359,12 @@ func (lb *LoadBalancer) remove(ctx context.Context, o owner, m igd.Mapping, read
 	if after, ok := lb.expiring(o, m, readAt); ok {
 		return after, nil
 	}
-	if err := lb.delete(ctx, o, m); err != nil && !lb.leaseEnded(o, m, err) {
+	if err := lb.mode.delete(ctx, o, m); err != nil {
 		return lb.deleteFailed(o, m, err)
 	}
 	lb.update(o, func(s *serviceState) { delete(s.held, m.Key()) })
 	klog.FromContext(ctx).Info("Deleted port mapping", "service", o.key(), "key", m.Key(), "internalClient", m.InternalClient)
 	return 0, nil
-}
-
-// delete deletes our mapping m, as read: through the router's guard when the
-// client has one (the router then refuses if m is no longer ours).
-//
-// A PCP delete names the mapping by its internal address and port, and the
-// router checks the nonce of the first mapping to them: another one listed
-// before ours (a LAN host's, or the Service's own at another key or moved
-// there since) refuses it (igd.ErrNotAuthorized) for as long as ours lives.
-// The key is then read again, and the mapping deleted through the client's
-// plain delete on that proof, as without a guard: if the read finds it still
-// ours, to the same address and port, and not about to expire; gone or no
-// longer ours, it is deleted already.
-func (lb *LoadBalancer) delete(ctx context.Context, o owner, m igd.Mapping) error {
-	g, ok := lb.cfg.Client.(igd.GuardedClient)
-	if !ok {
-		return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
-	}
-	m.InternalPort = lb.internalPort(o, m)
-	err := g.DeleteFor(ctx, o.token, m)
-	switch {
-	case !errors.Is(err, igd.ErrNotAuthorized):
-		return err
-	case lb.blind():
-		// Nothing to read: the mapping is no longer renewed and ends
-		// with its lease.
-		klog.FromContext(ctx).Info("Router refused a guarded delete (another mapping to the same internal address and port is listed first); the mapping is left to expire", "service", o.key(), "key", m.Key(), "err", err)
-		return nil
-	}
-	r, rerr := lb.read(ctx, o, []igd.Key{m.Key()})
-	if rerr != nil {
-		return err
-	}
-	cur, found := r.mappings[m.Key()]
-	switch {
-	case !found || !lb.owns(o, cur) || cur.InternalClient.Unmap() != m.InternalClient.Unmap():
-		return nil // what was ours at the key is gone
-	case cur.InternalPort != 0 && cur.InternalPort != m.InternalPort:
-		return err // ours, but not the mapping proved: the caller reads again
-	}
-	if _, soon := lb.expiring(o, cur, r.at); soon {
-		return err
-	}
-	klog.FromContext(ctx).V(2).Info("Router refused a guarded delete (another mapping to the same internal address and port is listed first); deleting on a fresh read", "service", o.key(), "key", m.Key(), "err", err)
-	return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 }
 
 // expiringLease is the lease left under which a mapping is not deleted (or
@@ -449,7 +377,7 @@ const expiringLease = 5 * time.Second
 // expiringLease left now, as a delete is about to be sent, and if so when to
 // come back: once it has expired.
 func (lb *LoadBalancer) expiring(o owner, m igd.Mapping, readAt time.Time) (time.Duration, bool) {
-	if lb.blind() {
+	if lb.mode.deletesOnlyOurs() {
 		return 0, false // the router deletes only the mapping with our nonce
 	}
 	left, ok := lb.leaseLeft(o, m, readAt)

@@ -174,11 +174,10 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 }
 
 // selfOnly reports whether the router maps only to this process's node:
-// Config.SecureMode, or a client that says so (igd/pcp.Backend once the
-// router refused THIRD_PARTY).
+// Config.SecureMode, or a client that says so (igd.SelfOnlyReporter:
+// igd/pcp.Backend once the router refused THIRD_PARTY).
 func (lb *LoadBalancer) selfOnly() bool {
-	s, ok := lb.cfg.Client.(interface{ SelfOnly() bool })
-	return lb.cfg.SecureMode || ok && s.SelfOnly()
+	return lb.cfg.SecureMode || lb.mode.selfOnly()
 }
 
 // describeReasons lists why each node is not eligible, sorted by node name.

@@ -1,13 +1,11 @@
 package loadbalancer
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -82,15 +80,11 @@ func (e *PortError) Error() string {
 // Unwrap returns the cause.
 func (e *PortError) Unwrap() error { return e.Err }
 
-// pcpDescriptionPrefix starts the description a router stores for a PCP
-// mapping, the nonce's hex following: pcp.Description's, up to the nonce.
-var pcpDescriptionPrefix, _, _ = strings.Cut(pcp.Description([12]byte{}, binary.BigEndian), "0")
-
 // quoteDescription quotes a mapping's description for a message, the nonce
 // of a PCP mapping's left out.
 func quoteDescription(d string) string {
-	if strings.HasPrefix(d, pcpDescriptionPrefix) {
-		return fmt.Sprintf("%q", pcpDescriptionPrefix+"(nonce redacted)")
+	if strings.HasPrefix(d, igd.PCPDescriptionPrefix) {
+		return fmt.Sprintf("%q", igd.PCPDescriptionPrefix+"(nonce redacted)")
 	}
 	return fmt.Sprintf("%q", d)
 }

@@ -28,6 +28,7 @@ type LoadBalancer struct {
 	permanentOnce  sync.Once
 	passes, probes atomic.Int64 // finished background passes and probes
 	bg             background   // the background work's lifecycle (lifecycle.go)
+	mode           routerMode   // chosen in New from what cfg.Client declares (mode.go)
 
 	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
@@ -46,8 +47,10 @@ func New(cfg Config) (*LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
-		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}, nil
+	lb := &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
+		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}
+	lb.mode = newMode(lb)
+	return lb, nil
 }
 
 // GetLoadBalancerName returns the owner token of the Service's mappings, the
@@ -97,7 +100,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		ip, err := lb.refreshExternalIP(ctx)
 		return lb.getStatus(ctx, o, service, plans, ip, err), true, nil
 	}
-	if lb.blind() {
+	if !lb.mode.canRead() {
 		// Nothing to read: the status the service controller recorded
 		// says whether it exists (toward "exists": the delete sweeps).
 		t.release()
@@ -281,11 +284,11 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		if !op.pass {
 			lb.update(o, func(s *serviceState) { s.deleted = false })
 		}
-		if lb.blind() && len(refused) > 0 {
+		if len(refused) > 0 {
 			// A refused port this process did not write (it restarted
-			// with the policy) is recalled nowhere: swept like a
+			// with the policy) is recalled nowhere: swept (blind) like a
 			// withdrawn Service's, at the spec's nodePorts.
-			_, swept = lb.sweep(ctx, o, lb.specNodePorts(o, svc, slices.Collect(maps.Keys(refused))), netip.Addr{})
+			_, swept = lb.mode.sweep(ctx, o, lb.specNodePorts(o, svc, slices.Collect(maps.Keys(refused))), netip.Addr{})
 		}
 		var got reading
 		if got, err = lb.read(ctx, o, lb.knownKeys(o, svc, plans, op.extra...)); err != nil {
@@ -349,10 +352,8 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 // withdrawIn removes every mapping of svc, in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
 	keys := lb.knownKeys(t.owner, svc, nil)
-	var swept error
-	if lb.blind() { // what this process did not write, at the spec's nodePorts
-		_, swept = lb.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})
-	}
+	// What this process did not write, at the spec's nodePorts (blind).
+	_, swept := lb.mode.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})
 	got, err := lb.read(ctx, t.owner, keys)
 	if err != nil {
 		return fmt.Errorf("loadbalancer: remove mappings of service %s: %w", t.owner.key(), err)

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
 // Values of status.loadBalancer.ingress[].ports[].error for a port of a
@@ -71,7 +70,7 @@ func (e *PortError) reason() string {
 		return PortErrorInUse
 	case errors.Is(e.Err, igd.ErrNotAuthorized):
 		return PortErrorNotAuthorized
-	case errors.Is(e.Err, igd.ErrConflict) && e.Holder == nil, errors.Is(e.Err, pcp.ErrUnsupportedOption):
+	case errors.Is(e.Err, igd.ErrConflict) && e.Holder == nil, errors.Is(e.Err, igd.ErrThirdPartyRefused):
 		return PortErrorSecureMode
 	case igd.Code(e.Err) != 0, pcpRefused(e.Err):
 		return PortErrorRouterRefused

@@ -22,20 +22,22 @@ type reading struct {
 
 // read returns what the router holds at o's keys, the proof every write
 // rests on: a listing per protocol where the client can list, else one get a
-// key; on a blind client, what this process wrote (recall).
-// A listing the router refuses (it lacks the action, or rejects its
-// arguments: 402, 501) falls back to the gets; only a failure to reach the
-// router fails the read.
+// key (readRouter); on a blind client, what this process wrote (recall).
 func (lb *LoadBalancer) read(ctx context.Context, o owner, keys []igd.Key) (reading, error) {
-	if lb.blind() {
-		return lb.recall(o, keys), nil
-	}
+	return lb.mode.read(ctx, o, keys)
+}
+
+// readRouter reads the router at keys: through l where the client lists
+// (nil: it does not), else one get a key. A listing the router refuses (it
+// lacks the action, or rejects its arguments: 402, 501) falls back to the
+// gets; only a failure to reach the router fails the read.
+func (lb *LoadBalancer) readRouter(ctx context.Context, l igd.Lister, keys []igd.Key) (reading, error) {
 	r := reading{at: lb.cfg.Clock.Now(), mappings: make(map[igd.Key]igd.Mapping, len(keys))}
 	if len(keys) == 0 {
 		return r, nil
 	}
 	keys = slices.Compact(slices.SortedFunc(slices.Values(keys), compareKeys)) // list needs them sorted
-	if l, ok := lb.cfg.Client.(igd.Lister); ok {
+	if l != nil {
 		err := lb.list(ctx, l, keys, r.mappings)
 		if err == nil {
 			return r, nil
@@ -118,7 +120,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 // to for o or found o's mapping at while it was a node's (any LAN host can
 // write any description).
 func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
-	if p, ok := parseDescription(m.Description); (!ok || p.token != o.token) && !lb.guardedFor(o, m) {
+	if p, ok := parseDescription(m.Description); (!ok || p.token != o.token) && !lb.mode.guardedFor(o, m) {
 		return false
 	}
 	if lb.isNodeAddr(m.InternalClient) {
@@ -128,13 +130,6 @@ func (lb *LoadBalancer) owns(o owner, m igd.Mapping) bool {
 	// ours, to be moved.
 	h, at := lb.heldAt(o, m.Key()), m.InternalClient.Unmap()
 	return (h.written.InternalClient.IsValid() && h.written.InternalClient == at) || (h.found.IsValid() && h.found == at)
-}
-
-// guardedFor reports whether the client is an igd.GuardedClient and m
-// carries o's token (the router stores that in place of our description).
-func (lb *LoadBalancer) guardedFor(o owner, m igd.Mapping) bool {
-	g, ok := lb.cfg.Client.(igd.GuardedClient)
-	return ok && g.OwnedBy(o.token, m)
 }
 
 // cachedExternalIP returns the last usable external IP (invalid when none),

@@ -50,7 +50,13 @@ type Backend struct {
 	selfOnly  bool      // without FallBack: the router refused THIRD_PARTY
 }
 
-var _ igd.GuardedClient = (*Backend)(nil)
+var (
+	_ igd.GuardedClient    = (*Backend)(nil)
+	_ igd.Lister           = (*Backend)(nil)
+	_ igd.Reader           = (*Backend)(nil)
+	_ igd.SelfOnlyReporter = (*Backend)(nil)
+	_ igd.MappedChecker    = (*Backend)(nil)
+)
 
 // FallBackFor is how long a Backend with BackendConfig.FallBack writes
 // through UPnP, without trying PCP, after the router did not take a PCP
@@ -342,7 +348,7 @@ func (b *Backend) OwnedBy(owner string, m igd.Mapping) bool {
 	return m.Description == Description(n, binary.LittleEndian) || m.Description == Description(n, binary.BigEndian)
 }
 
-const descriptionPrefix = "PCP MAP "
+const descriptionPrefix = igd.PCPDescriptionPrefix
 
 // Description returns the description miniupnpd stores for a PCP mapping
 // with nonce on a router of byte order order.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ccmkit/ccmkit/igd"
 )
 
 // ResultCode is a PCP result code (RFC 6887 §7.4).
@@ -44,7 +46,9 @@ func (c ResultCode) String() string {
 }
 
 // Sentinel errors that callers branch on with errors.Is. A *ResultError with
-// the matching code is each of them.
+// the matching code is each of them. ErrCannotProvideExternal also matches
+// igd.ErrPortUnavailable, and ErrUnsupportedOption igd.ErrThirdPartyRefused:
+// a caller that knows only igd (the load balancer) recognises them.
 var (
 	// ErrNotAuthorized is NOT_AUTHORIZED: the server's policy refuses the
 	// request. miniupnpd answers it to a delete whose nonce is not the one
@@ -56,11 +60,11 @@ var (
 	// PreferFailure, the suggested external port (or address) is not
 	// available; miniupnpd 2.3.1 answers it to a port its permission rules
 	// refuse (see Backend.AddFor).
-	ErrCannotProvideExternal = errors.New("pcp: cannot provide the suggested external port (CANNOT_PROVIDE_EXTERNAL)")
+	ErrCannotProvideExternal error = &igdSentinel{msg: "pcp: cannot provide the suggested external port (CANNOT_PROVIDE_EXTERNAL)", igd: igd.ErrPortUnavailable}
 	// ErrUnsupportedOption is UNSUPP_OPTION: the server does not accept an
 	// option the request carried; on miniupnpd, THIRD_PARTY when
 	// pcp_allow_thirdparty is off.
-	ErrUnsupportedOption = errors.New("pcp: unsupported option (UNSUPP_OPTION)")
+	ErrUnsupportedOption error = &igdSentinel{msg: "pcp: unsupported option (UNSUPP_OPTION)", igd: igd.ErrThirdPartyRefused}
 	// ErrNoResources is NO_RESOURCES: the server cannot create the mapping
 	// now (table full, no free port). miniupnpd also answers it to a delete
 	// that finds no mapping.
@@ -76,6 +80,19 @@ var (
 	// PCP version 2 (a NAT-PMP-only router answers so).
 	ErrUnsupportedVersion = errors.New("pcp: unsupported version (UNSUPP_VERSION)")
 )
+
+// igdSentinel is a sentinel of this package that igd names too: errors.Is
+// matches it, and the igd sentinel of the same condition.
+type igdSentinel struct {
+	msg string
+	igd error
+}
+
+// Error is the sentinel's own message.
+func (e *igdSentinel) Error() string { return e.msg }
+
+// Is matches the igd sentinel of the same condition.
+func (e *igdSentinel) Is(target error) bool { return target == e.igd }
 
 var codeSentinels = map[ResultCode]error{
 	NotAuthorized:         ErrNotAuthorized,
@@ -106,8 +123,12 @@ func (e *ResultError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNotAuthorized) and the other sentinels true for
-// a ResultError with the matching code.
+// a ResultError with the matching code (and the igd sentinels they match),
+// and errors.Is(err, igd.ErrRefused) true for every ResultError.
 func (e *ResultError) Is(target error) bool {
+	if target == igd.ErrRefused {
+		return true
+	}
 	s, ok := codeSentinels[e.Code]
-	return ok && s == target
+	return ok && errors.Is(s, target)
 }
