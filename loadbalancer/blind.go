@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"slices"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -179,19 +178,6 @@ func (b *blindMode) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]ui
 		klog.FromContext(ctx).V(2).Info("Swept the Service's mappings it did not write", "service", o.key(), "keys", len(swept), "nodes", len(addrs))
 	}
 	return len(swept), errors.Join(errs...)
-}
-
-// specNodePorts returns the nodePort of each of svc's ports at keys this
-// process holds nothing for.
-func (lb *LoadBalancer) specNodePorts(o owner, svc *v1.Service, keys []igd.Key) map[igd.Key]uint16 {
-	out := make(map[igd.Key]uint16)
-	for _, p := range svc.Spec.Ports {
-		k, ok := portKey(p.Protocol, p.Port)
-		if ok && p.NodePort > 0 && p.NodePort < 65536 && slices.Contains(keys, k) && !lb.heldAt(o, k).written.InternalClient.IsValid() {
-			out[k] = uint16(p.NodePort)
-		}
-	}
-	return out
 }
 
 // addFailed: the router's refusal is the answer (nothing of ours was stored

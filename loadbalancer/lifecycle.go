@@ -4,19 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/netip"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
-
-	"github.com/ccmkit/ccmkit/igd"
 )
 
 // phase is where the background work is in its life. The foreground asks it
@@ -149,91 +144,6 @@ func (lb *LoadBalancer) waitNodes(o owner) error {
 		return api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: no node seen yet, so the service's mappings cannot be recognised; without background work (Initialize and Run), nodes are learnt from EnsureLoadBalancer and UpdateLoadBalancer", o.key()), lb.cfg.RetryAfter)
 	}
 	return nil
-}
-
-// endpointNodes returns the nodes with a ready endpoint of svc. Only running
-// background work knows them: before, and once Run returned, an
-// api.RetryError (the mappings stay as they are); without Initialize, a
-// *ServiceError (Local cannot be served).
-func (lb *LoadBalancer) endpointNodes(svc *v1.Service) (map[string]bool, error) {
-	ph, w := lb.bg.now()
-	switch ph {
-	case phaseRunning:
-	case phaseNotStarted:
-		return nil, &ServiceError{Service: svc.Namespace + "/" + svc.Name, Field: "spec.externalTrafficPolicy", Value: string(svc.Spec.ExternalTrafficPolicy),
-			Reason: "Local needs the load balancer's background work (Initialize or Run) to watch EndpointSlices"}
-	default:
-		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s/%s: the EndpointSlice cache is not current (background work %s)", svc.Namespace, svc.Name, ph), lb.cfg.RetryAfter)
-	}
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
-	list, err := w.slices.EndpointSlices(svc.Namespace).List(sel)
-	if err != nil {
-		return nil, fmt.Errorf("loadbalancer: list endpoint slices of service %s/%s: %w", svc.Namespace, svc.Name, err)
-	}
-	out := make(map[string]bool)
-	for _, es := range list {
-		for _, ep := range es.Endpoints {
-			if ep.NodeName != nil && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
-				out[*ep.NodeName] = true
-			}
-		}
-	}
-	return out, nil
-}
-
-// warn records on svc, once per address and only while the background work
-// runs, a Warning event that the external IP ext is not usable (err) or,
-// when err is nil, not public.
-func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error) {
-	if err == nil && igd.IsPublic(ext) {
-		return
-	}
-	ph, w := lb.bg.now()
-	if ph != phaseRunning {
-		return
-	}
-	key := ext
-	if !key.IsValid() {
-		key = netip.IPv4Unspecified() // no address: warned as 0.0.0.0
-	}
-	var already bool
-	lb.update(o, func(s *serviceState) { already, s.warned = s.warned == key, key })
-	switch {
-	case already:
-	case err != nil:
-		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
-	default:
-		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
-	}
-}
-
-// tell records an event on svc while the background work runs (its recorder
-// exists only then), and reports whether it did; svc nil records nothing.
-func (lb *LoadBalancer) tell(svc *v1.Service, eventType, reason, format string, args ...any) bool {
-	ph, w := lb.bg.now()
-	if ph != phaseRunning || svc == nil {
-		return false
-	}
-	w.recorder.Eventf(svc, eventType, reason, format, args...)
-	return true
-}
-
-// hintOptIn records on svc, not selected, a Normal event saying how to opt
-// in: once per UID per process, while the background work runs.
-func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
-	b := &lb.bg
-	b.mu.Lock()
-	w, ph, already := b.watch, b.phase, b.hinted[svc.UID]
-	if ph == phaseRunning {
-		b.hinted[svc.UID] = true
-	}
-	b.mu.Unlock()
-	if ph != phaseRunning || already {
-		return
-	}
-	w.recorder.Eventf(svc, v1.EventTypeNormal, EventReasonOptInRequired,
-		"Not exposed on the router: only Services annotated %s=%s (or %s=%s) are; annotate the Service to expose it, or serve every Service (cloud-config services: all)",
-		AnnotationLoadBalancerType, AnnotationValue, LegacyAnnotationLoadBalancerType, AnnotationValue)
 }
 
 // pruneHinted forgets the Services told how to opt in that are gone from svcs.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -226,61 +225,6 @@ func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
 	}
 }
 
-// goneSinceDelete reports whether an Ensure of svc, in o's turn, comes after
-// EnsureLoadBalancerDeleted removed svc's mappings (the deleted mark, same
-// UID) with svc as it was before: the API server no longer has it, has
-// another under its name, is deleting it, or has it wanting no load balancer
-// from this LoadBalancer. The service controller's node sync calls
-// UpdateLoadBalancer for each Service of a list taken before the delete;
-// served, it would put back mappings that nothing removes before their lease
-// ends. Without an API client (no Initialize) it reports false.
-func (lb *LoadBalancer) goneSinceDelete(ctx context.Context, o owner, svc *v1.Service) (bool, error) {
-	lb.mu.Lock()
-	s := lb.services[o.token]
-	marked := s != nil && s.deleted && s.deletedUID == svc.UID
-	lb.mu.Unlock()
-	client := lb.bg.apiClient()
-	if !marked || client == nil {
-		return false, nil
-	}
-	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("loadbalancer: ensure service %s: re-read it after its delete: %w", o.key(), err)
-	}
-	return live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.Serves(live), nil
-}
-
-// knownKeys returns every key where o may hold a mapping (unsorted, maybe
-// repeated: read sorts and compacts them): the ports of svc's spec (or
-// plans) and status, the keys o holds here, and extra.
-func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, extra ...igd.Key) []igd.Key {
-	keys := slices.Clone(extra)
-	if plans == nil {
-		keys = append(keys, specKeys(svc)...)
-	}
-	for _, p := range plans {
-		keys = append(keys, p.key)
-	}
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		for _, p := range ing.Ports {
-			if k, ok := portKey(p.Protocol, p.Port); ok {
-				keys = append(keys, k)
-			}
-		}
-	}
-	lb.mu.Lock()
-	if s := lb.services[o.token]; s != nil {
-		for k := range s.held {
-			keys = append(keys, k)
-		}
-	}
-	lb.mu.Unlock()
-	return keys // read sorts and compacts them
-}
-
 // keysHeldBy returns the keys o holds or is taking in this process, in no
 // particular order.
 func (lb *LoadBalancer) keysHeldBy(o owner) []igd.Key {
@@ -316,22 +260,5 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key, recorded []igd.Key) error {
 	return nil
 }
 
-// specKeys returns the keys of svc's ports that a router can map.
-func specKeys(svc *v1.Service) []igd.Key {
-	var out []igd.Key
-	for _, p := range svc.Spec.Ports {
-		if k, ok := portKey(p.Protocol, p.Port); ok {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // protocols maps the Service port protocols a router can map.
 var protocols = map[v1.Protocol]igd.Protocol{"": igd.TCP, v1.ProtocolTCP: igd.TCP, v1.ProtocolUDP: igd.UDP}
-
-// portKey is the router key of a Service port, if a router can map it.
-func portKey(proto v1.Protocol, port int32) (igd.Key, bool) {
-	p, ok := protocols[proto]
-	return igd.Key{Protocol: p, ExternalPort: uint16(port)}, ok && port >= 1 && port <= 65535
-}
