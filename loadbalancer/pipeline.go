@@ -706,3 +706,63 @@ func (lb *LoadBalancer) tell(svc *v1.Service, eventType, reason, format string, 
 	w.recorder.Eventf(svc, eventType, reason, format, args...)
 	return true
 }
+
+// admit splits plans (sorted) into the ports Config.Admit lets svc map and
+// the refused ones, each with its PortError.
+func (lb *LoadBalancer) admit(o owner, svc *v1.Service, plans []portPlan) ([]portPlan, map[igd.Key]*PortError) {
+	if lb.cfg.Admit == nil || len(plans) == 0 {
+		return plans, nil
+	}
+	keys := make([]igd.Key, len(plans))
+	for i, p := range plans {
+		keys[i] = p.key
+	}
+	why := lb.cfg.Admit(svc, keys)
+	var admitted []portPlan
+	refused := make(map[igd.Key]*PortError)
+	for _, p := range plans {
+		if err := why[p.key]; err != nil {
+			refused[p.key] = &PortError{Service: o.key(), Key: p.key, Err: fmt.Errorf("%w: %w", ErrNotAdmitted, err)}
+		} else {
+			admitted = append(admitted, p)
+		}
+	}
+	return admitted, refused
+}
+
+// notePorts records the ports of svc that could not be forwarded (for
+// GetLoadBalancer and the background retry) and warns once about each
+// failure and reason, as soon as the background work runs (a failure noted
+// before is warned about at its next retry).
+func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*PortError) {
+	reasons := portReasons(failed)
+	var fresh []igd.Key
+	lb.update(o, func(s *serviceState) {
+		for k, why := range reasons {
+			if s.told[k] != why {
+				fresh = append(fresh, k)
+			}
+		}
+		maps.DeleteFunc(s.told, func(k igd.Key, _ string) bool { _, ok := reasons[k]; return !ok })
+		s.failed = failed
+		if len(failed) == 0 {
+			s.failed = nil
+		}
+	})
+	if len(reasons) > 0 {
+		lb.bg.poke() // retried in the background
+	}
+	slices.SortFunc(fresh, compareKeys)
+	for _, k := range fresh {
+		why := reasons[k]
+		if lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
+			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why, k)) {
+			lb.update(o, func(s *serviceState) {
+				if s.told == nil {
+					s.told = make(map[igd.Key]string)
+				}
+				s.told[k] = why
+			})
+		}
+	}
+}

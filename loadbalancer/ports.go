@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-
 	"github.com/ccmkit/ccmkit/igd"
 )
 
@@ -116,43 +114,6 @@ func portReasons(failed map[igd.Key]*PortError) map[igd.Key]string {
 		out[k] = pe.reason()
 	}
 	return out
-}
-
-// notePorts records the ports of svc that could not be forwarded (for
-// GetLoadBalancer and the background retry) and warns once about each
-// failure and reason, as soon as the background work runs (a failure noted
-// before is warned about at its next retry).
-func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*PortError) {
-	reasons := portReasons(failed)
-	var fresh []igd.Key
-	lb.update(o, func(s *serviceState) {
-		for k, why := range reasons {
-			if s.told[k] != why {
-				fresh = append(fresh, k)
-			}
-		}
-		maps.DeleteFunc(s.told, func(k igd.Key, _ string) bool { _, ok := reasons[k]; return !ok })
-		s.failed = failed
-		if len(failed) == 0 {
-			s.failed = nil
-		}
-	})
-	if len(reasons) > 0 {
-		lb.bg.poke() // retried in the background
-	}
-	slices.SortFunc(fresh, compareKeys)
-	for _, k := range fresh {
-		why := reasons[k]
-		if lb.tell(svc, v1.EventTypeWarning, EventReasonPortNotForwarded,
-			"Port %s is not forwarded (%s), the Service's other ports are: %v; %s", k, why, failed[k], advice(why, k)) {
-			lb.update(o, func(s *serviceState) {
-				if s.told == nil {
-					s.told = make(map[igd.Key]string)
-				}
-				s.told[k] = why
-			})
-		}
-	}
 }
 
 // failedPorts returns the ports of o the last Ensure or pass could not
