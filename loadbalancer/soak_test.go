@@ -1077,7 +1077,13 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 		}
 		// A Service whose last sync failed waits for its controller's
 		// retry (soakRetryMin to soakRetryMax later), then a bound.
+		// A Service that fails at every retry would push this on for
+		// ever: a retry due later than soakRetryMax after the quiet point
+		// began is not waited for.
 		retryBy := s.retries.latestDue(last).Add(base)
+		if limit := began.Add(soakRetryMax + base); retryBy.After(limit) {
+			retryBy = limit
+		}
 		if retryBy.After(deadline) {
 			deadline = retryBy
 		}
