@@ -520,10 +520,11 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 // specNodePorts returns the nodePort of each of svc's ports at keys this
 // process holds nothing for.
 func (lb *LoadBalancer) specNodePorts(o owner, svc *v1.Service, keys []igd.Key) map[igd.Key]uint16 {
+	written := lb.writtenKeys(o)
 	out := make(map[igd.Key]uint16)
 	for _, p := range svc.Spec.Ports {
 		k, ok := portKey(p.Protocol, p.Port)
-		if ok && p.NodePort > 0 && p.NodePort < 65536 && slices.Contains(keys, k) && !lb.heldAt(o, k).written.InternalClient.IsValid() {
+		if ok && p.NodePort > 0 && p.NodePort < 65536 && slices.Contains(keys, k) && !written[k] {
 			out[k] = uint16(p.NodePort)
 		}
 	}
@@ -628,9 +629,9 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 		return err
 	}
 	defer t.release()
-	now := lb.cfg.Clock.Now()
+	now, uid := lb.cfg.Clock.Now(), svc.UID
 	lb.update(o, func(s *serviceState) {
-		s.deleted, s.deletedUID, s.deletedAt, s.warned = true, svc.UID, now, netip.Addr{}
+		s.deleted, s.deletedUID, s.deletedAt, s.warned = true, uid, now, netip.Addr{}
 	})
 	return lb.withdrawIn(ctx, t, svc)
 }

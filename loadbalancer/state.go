@@ -173,6 +173,22 @@ func (lb *LoadBalancer) heldAt(o owner, k igd.Key) held {
 	return held{}
 }
 
+// writtenKeys returns the keys at which o holds a mapping this process
+// wrote, without creating o's state.
+func (lb *LoadBalancer) writtenKeys(o owner) map[igd.Key]bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	out := make(map[igd.Key]bool)
+	if s := lb.services[o.token]; s != nil {
+		for k, h := range s.held {
+			if h.written.InternalClient.IsValid() {
+				out[k] = true
+			}
+		}
+	}
+	return out
+}
+
 // deletedTTL bounds how long a deleted Service is remembered: far longer
 // than a pass works from its list of Services.
 const deletedTTL = time.Hour
