@@ -137,14 +137,16 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 	// as it is.
 	base, _ := s.bound()
 	failMapping := func(m igd.Mapping, format string, args ...any) {
-		if gone, ok := s.nodeGone[m.InternalClient]; ok && !s.liveAddr(m.InternalClient) && !s.procStart.Before(gone) && s.procStart.Sub(gone) < base {
+		if gone, ok := s.nodeGone[m.InternalClient]; ok && !s.liveAddr(m.InternalClient) && (s.procStart.Sub(gone)).Abs() < base {
 			// The documented limit: a process started within a bound
-			// of its node's deletion never saw that node, so it cannot
-			// prove a mapping to it ours; it ends with its lease.
+			// of its node's deletion (before or after it) may not have
+			// read the mapping while the node was a node, and once the
+			// node is forgotten it cannot prove the mapping ours; it
+			// ends with its lease.
 			if m.Lease > 0 && !time.Now().Add(m.Lease).After(s.procStart.Add(soakLease+time.Second)) {
 				leftToLease++
-				fail(format+fmt.Sprintf(" (to node %s, deleted %s before process %d started: left to its lease, %s left)",
-					m.InternalClient, s.procStart.Sub(gone).Round(time.Millisecond), s.procID, m.Lease), args...)
+				fail(format+fmt.Sprintf(" (to node %s, deleted %s from process %d's start: left to its lease, %s left)",
+					m.InternalClient, gone.Sub(s.procStart).Round(time.Millisecond), s.procID, m.Lease), args...)
 				return
 			}
 		}

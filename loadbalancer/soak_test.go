@@ -585,9 +585,9 @@ func (s *soak) run(seed uint64, baseline int) {
 // ago is repaired as the leases it lost come up for renewal, so the wait
 // goes on till that long after a lease from the wipe; at most a lease (and
 // the second the router rounds it up by) more. So, in every mode, is a
-// mapping to a node deleted less than base before the latest process
-// started: that process never saw the node, and cannot prove the mapping
-// ours. A Service whose last sync
+// mapping to a node deleted less than base before or after the latest
+// process started: that process may never have read it while the node was
+// a node, and cannot prove it ours. A Service whose last sync
 // failed is waited for until its controller retries it (see soakRetryMin),
 // then base again.
 func (s *soak) bound() (base, most time.Duration) {
