@@ -107,17 +107,11 @@ func (lb *LoadBalancer) wants(cluster string, s *v1.Service, k igd.Key, eligible
 		// reboot), it would keep k from one that can be served while
 		// nothing maps it, as it makes no mapping without a node. (A
 		// mapping of it the router still has stays, and keeps k by the
-		// router's table.) Unknown (no current cache): it contends.
-		nodes, err := lb.endpointNodes(s)
-		if err != nil {
-			return true
-		}
-		for n := range nodes {
-			if eligible == nil || eligible[n] {
-				return true
-			}
-		}
-		return false
+		// router's table; blind, only while its lease lasts: see
+		// pastLease.) Unknown (no current cache): it contends. The
+		// nodes are those its own request maps to (localNodes).
+		nodes, err := lb.localNodes(s, eligible)
+		return err != nil || len(nodes) > 0
 	}
 	return true
 }

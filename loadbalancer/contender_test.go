@@ -404,3 +404,82 @@ func TestAddWhoseReplyWasLostIsConfirmedByTheNextOperation(t *testing.T) {
 	wantServed(t, "default/b", map[string]error{"default/a": errA, "default/b": errB})
 	diffRows(t, "table", e2eTable(r), []string{row(igd.TCP, 80, addrA, 30081, desc("default", "b", "http"))})
 }
+
+// Blind (PCP without UPnP), a Local Service whose mapping this process
+// wrote, and which then can be served nowhere (its one endpoint went not
+// ready), must not keep the port from a Service that can be served once
+// the router no longer has that mapping: its lease ended unrenewed (a
+// Service with no node renews nothing), or the router announced a
+// restart. Recall shows what this process wrote, not what the router
+// holds: before, the Service served nowhere kept "holding" the key in this
+// process for ever, and every other Service was refused it ("external
+// port in use (served to service ...)") while nothing mapped it (found by
+// the soak, fake pcp-only seed 7003: TCP/9000 wanted by three Services,
+// servable for one, mapped for none).
+func TestServiceServedNowhereDoesNotKeepAPortTheRouterNoLongerMapsBlind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(e *env, s *fake.PCPServer)
+	}{
+		{name: "its lease ended", lose: func(e *env, _ *fake.PCPServer) { e.clock.Step(2 * time.Hour) }},
+		{name: "the router rebooted silently, then its lease ended", lose: func(e *env, s *fake.PCPServer) {
+			s.Router().Reboot() // the table only: no announcement
+			e.clock.Step(2 * time.Hour)
+		}},
+		{name: "the router announced a restart", lose: func(e *env, s *fake.PCPServer) {
+			s.Reboot()
+			e.lb.expireAll() // as the router's ANNOUNCE makes it
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, s := blindEnv(t, Config{})
+			nodes := threeNodes()
+			http := igd.Key{Protocol: igd.TCP, ExternalPort: 80}
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.CreationTimestamp = metav1.NewTime(t0)
+			})
+			web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30081)), func(s *v1.Service) {
+				s.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+			})
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, web, endpointSlice(idle, "node-a", true))
+
+			st, err := e.ensure(t, idle, nodes)
+			if err != nil {
+				t.Fatalf("idle: %v, want served on node-a", err)
+			}
+			idle.Status.LoadBalancer = *st
+			if _, err := r.client.CoreV1().Services("default").UpdateStatus(context.Background(), idle, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			diffRows(t, "table with idle served", e.table(), []string{row(igd.TCP, 80, addrA, 30080, pcpDesc("default", "idle", http))})
+			if _, err := e.ensure(t, web, nodes); !errors.Is(err, ErrPortInUse) {
+				t.Fatalf("web while idle is served: %v, want ErrPortInUse", err)
+			}
+
+			// idle's one endpoint goes not ready: it can be served nowhere.
+			if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(idle, "node-a", false), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "idle's endpoint not ready in the cache", func() bool {
+				got, err := e.lb.endpointNodes(idle)
+				return err == nil && len(got) == 0
+			})
+			if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+				t.Fatalf("idle without a ready endpoint: %v, want ErrNoEligibleNode", err)
+			}
+			tc.lose(e, s)
+			diffRows(t, "table once the router lost idle's mapping", e.table(), nil)
+
+			if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+				t.Fatalf("idle, still without a ready endpoint: %v, want ErrNoEligibleNode", err)
+			}
+			if _, err := e.ensure(t, web, nodes); err != nil {
+				t.Errorf("web: %v, want served (idle can be served nowhere, and the router no longer maps it)", err)
+			}
+			// node-b: the rendezvous hash's choice for default/web.
+			diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, pcpDesc("default", "web", http))})
+		})
+	}
+}

@@ -76,11 +76,18 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 	// Withdraw first, even with no node to take the wanted ports: a port
 	// given up, or a mapping to a stale nodePort or to a deleted node (it
 	// forwards nowhere, and once the node is forgotten no process can
-	// prove it ours), must not stay forwarded.
+	// prove it ours), must not stay forwarded. With no node, a mapping
+	// stays only while the router still has it: a blind recall of one
+	// past its lease is not (see pastLease), and removed it no longer
+	// keeps the key from a Service that can be served.
 	for _, k := range slices.SortedFunc(maps.Keys(ours), compareKeys) {
 		i := slices.IndexFunc(req.ports, func(p portPlan) bool { return p.key == k })
-		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort && lb.isNodeAddr(ours[k].InternalClient)) {
-			wait(lb.remove(ctx, o, ours[k], r.at))
+		if i < 0 || !(haveTarget || lb.internalPort(o, ours[k]) == req.ports[i].nodePort && lb.isNodeAddr(ours[k].InternalClient) && !lb.pastLease(o, k)) {
+			d, err := lb.remove(ctx, o, ours[k], r.at)
+			if d == 0 && err == nil {
+				delete(ours, k)
+			}
+			wait(d, err)
 		}
 	}
 	if len(req.ports) > 0 && !haveTarget {
@@ -147,6 +154,21 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 		errs = append(errs, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), retry), retry))
 	}
 	return failed, errors.Join(errs...)
+}
+
+// pastLease reports whether o's mapping at k, as this process wrote it, is
+// one a client that cannot read recalls past the end of the lease the
+// router granted (or past an announced restart: expireAll): the router no
+// longer has it, though recall still shows it. A Service with a node renews
+// its mappings before then; one with none renews nothing, and would
+// otherwise hold the key in this process for ever. A client that reads
+// proves what the router has, so never.
+func (lb *LoadBalancer) pastLease(o owner, k igd.Key) bool {
+	if lb.mode.canRead() {
+		return false
+	}
+	h := lb.heldAt(o, k)
+	return h.written.InternalClient.IsValid() && !h.expires.IsZero() && !h.expires.After(lb.cfg.Clock.Now())
 }
 
 // sameTarget reports whether m, read at a key, points where w, written there,

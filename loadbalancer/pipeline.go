@@ -554,7 +554,7 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 		req.eligible[t.name] = true
 	}
 	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		withEndpoints, err := lb.endpointNodes(svc)
+		withEndpoints, err := lb.localNodes(svc, req.eligible)
 		if err != nil {
 			return request{}, err
 		}
@@ -588,6 +588,22 @@ func (lb *LoadBalancer) request(ctx context.Context, o owner, svc *v1.Service, p
 	}
 	req.candidates = targets
 	return req, nil
+}
+
+// localNodes returns the nodes of eligible (nil: any node) with a ready
+// endpoint of svc, a Service with externalTrafficPolicy Local: the one rule
+// for where such a Service can be served. Its own request maps only to
+// these, and with none it does not contend for a key (wants), so the two
+// never disagree given the same nodes. Errors are endpointNodes'.
+func (lb *LoadBalancer) localNodes(svc *v1.Service, eligible map[string]bool) (map[string]bool, error) {
+	nodes, err := lb.endpointNodes(svc)
+	if err != nil {
+		return nil, err
+	}
+	if eligible != nil {
+		maps.DeleteFunc(nodes, func(n string, _ bool) bool { return !eligible[n] })
+	}
+	return nodes, nil
 }
 
 // endpointNodes returns the nodes with a ready endpoint of svc. Only running
