@@ -3,7 +3,6 @@ package loadbalancer
 import (
 	"context"
 	"errors"
-	"net/netip"
 
 	"k8s.io/klog/v2"
 
@@ -16,7 +15,7 @@ import (
 // through the router's guard (PCP with the Service's nonce), which keeps a
 // token in place of our description.
 type guardedMode struct {
-	modeBase
+	reads
 	guard igd.GuardedClient
 }
 
@@ -86,18 +85,4 @@ func (gm *guardedMode) delete(ctx context.Context, o owner, m igd.Mapping) error
 	}
 	klog.FromContext(ctx).V(2).Info("Router refused a guarded delete (another mapping to the same internal address and port is listed first); deleting on a fresh read", "service", o.key(), "key", m.Key(), "err", err)
 	return lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
-}
-
-func (gm *guardedMode) deletesOnlyOurs() bool { return false }
-
-// sweep: a read finds every mapping of ours at the keys it reads.
-func (gm *guardedMode) sweep(context.Context, owner, map[igd.Key]uint16, netip.Addr) (int, error) {
-	return 0, nil
-}
-
-// routerRestarted: the repair's reads show what the router lost.
-func (gm *guardedMode) routerRestarted() {}
-
-func (gm *guardedMode) lost(ctx context.Context, want igd.Mapping, _ bool) bool {
-	return gm.lb.lostOnRead(ctx, want)
 }

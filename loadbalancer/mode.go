@@ -87,12 +87,12 @@ func newMode(lb *LoadBalancer) routerMode {
 	r, declares := c.(igd.Reader)
 	switch {
 	case !guarded:
-		return &readingMode{base}
+		return &readingMode{reads{base}}
 	case declares && !r.Reads():
 		checker, _ := c.(igd.MappedChecker)
 		return &blindMode{modeBase: base, guard: g, checker: checker}
 	}
-	return &guardedMode{modeBase: base, guard: g}
+	return &guardedMode{reads: reads{base}, guard: g}
 }
 
 // modeBase is what every mode holds: the load balancer, and what its client
@@ -104,3 +104,22 @@ type modeBase struct {
 }
 
 func (b modeBase) selfOnly() bool { return b.reporter != nil && b.reporter.SelfOnly() }
+
+// reads is what the two modes that read the router share: a read finds
+// every mapping of ours at the keys it reads, and what a restart lost.
+type reads struct{ modeBase }
+
+// deletesOnlyOurs: a delete is plain, or falls back to one on a fresh read.
+func (reads) deletesOnlyOurs() bool { return false }
+
+// sweep: a read finds every mapping of ours at the keys it reads.
+func (reads) sweep(context.Context, owner, map[igd.Key]uint16, netip.Addr) (int, error) {
+	return 0, nil
+}
+
+// routerRestarted: the repair's reads show what the router lost.
+func (reads) routerRestarted() {}
+
+func (r reads) lost(ctx context.Context, want igd.Mapping, _ bool) bool {
+	return r.lb.lostOnRead(ctx, want)
+}

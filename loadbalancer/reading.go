@@ -2,7 +2,6 @@ package loadbalancer
 
 import (
 	"context"
-	"net/netip"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -10,7 +9,7 @@ import (
 // readingMode is the router mode of a client without a guard (UPnP): every
 // write rests on a read of the router made in the same operation, and the
 // description a mapping carries is the only record of who owns it.
-type readingMode struct{ modeBase }
+type readingMode struct{ reads }
 
 // read lists the keys where the client lists, else gets them one by one.
 func (rm *readingMode) read(ctx context.Context, _ owner, keys []igd.Key) (reading, error) {
@@ -44,18 +43,4 @@ func (rm *readingMode) refusalKeeps(error) bool { return false }
 
 func (rm *readingMode) delete(ctx context.Context, _ owner, m igd.Mapping) error {
 	return rm.lb.cfg.Client.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
-}
-
-func (rm *readingMode) deletesOnlyOurs() bool { return false }
-
-// sweep: a read finds every mapping of ours at the keys it reads.
-func (rm *readingMode) sweep(context.Context, owner, map[igd.Key]uint16, netip.Addr) (int, error) {
-	return 0, nil
-}
-
-// routerRestarted: the repair's reads show what the router lost.
-func (rm *readingMode) routerRestarted() {}
-
-func (rm *readingMode) lost(ctx context.Context, want igd.Mapping, _ bool) bool {
-	return rm.lb.lostOnRead(ctx, want)
 }
