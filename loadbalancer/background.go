@@ -123,47 +123,8 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		default:
 		}
 	}
-	nodeHandler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*v1.Node); ok {
-				lb.seeNodes([]*v1.Node{n})
-			}
-			trigger()
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*v1.Node)
-			if n, ok2 := newObj.(*v1.Node); ok1 && ok2 {
-				lb.seeNodes([]*v1.Node{n})
-				if nodeChanged(o, n) {
-					trigger()
-				}
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if n, ok := untomb(obj).(*v1.Node); ok {
-				lb.forgetNode(n.Name)
-			}
-			trigger()
-		},
-	}
 	svcLister := svcInf.Lister()
-	onSlice := func(obj any) {
-		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
-			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
-			if err == nil && lb.handed(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-				trigger()
-			}
-		}
-	}
-	sliceHandler := cache.ResourceEventHandlerFuncs{AddFunc: onSlice, UpdateFunc: func(_, n any) { onSlice(n) }, DeleteFunc: onSlice}
-	// A Service not opted in is told how at once, also when its caller
-	// asks Serves and never calls EnsureLoadBalancer for it.
-	onService := func(obj any) {
-		if svc, ok := obj.(*v1.Service); ok && lb.handed(svc) && svc.DeletionTimestamp == nil && !lb.optedIn(svc) {
-			lb.hintOptIn(svc)
-		}
-	}
-	svcHandler := cache.ResourceEventHandlerFuncs{AddFunc: onService, UpdateFunc: func(_, n any) { onService(n) }}
+	nodeHandler, sliceHandler, svcHandler := lb.handlers(svcLister, trigger)
 	synced := []cache.InformerSynced{svcInf.Informer().HasSynced}
 	for _, h := range []struct {
 		what string
@@ -196,6 +157,15 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	defer lb.bg.setPhase(phaseSyncing, nil) // Run ends stopped, or syncs again
 	logger.Info("Load balancer background work started", "renewInterval", lb.cfg.RenewInterval, "probeInterval", lb.cfg.ProbeInterval)
 
+	return lb.loop(ctx, w, kick, trigger)
+}
+
+// loop is the background work once its caches are synced: a pass every
+// Config.RenewInterval, when kicked (a change seen) and when ports not
+// forwarded are due again; a probe every Config.ProbeInterval; a repair
+// on an announced restart (restartRepairs). It returns when ctx ends.
+func (lb *LoadBalancer) loop(ctx context.Context, w *watch, kick <-chan struct{}, trigger func()) error {
+	logger := klog.FromContext(ctx)
 	ticker := lb.cfg.Clock.NewTicker(lb.cfg.RenewInterval)
 	defer ticker.Stop()
 	probe := lb.cfg.Clock.NewTicker(lb.cfg.ProbeInterval)
@@ -203,10 +173,7 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 	trigger()                  // one pass at start: repair what changed while we were away
 	var retry <-chan time.Time // armed while a Service has ports not forwarded
 	var restarts <-chan struct{}
-	var announcedQuiet time.Time  // announced restarts wait until then
-	var deferred <-chan time.Time // armed by an announcement within the quiet time
-	var lastCheck time.Time       // when an announcement was last checked against the router
-	quiet := min(lb.cfg.ProbeInterval, maxAnnouncedQuiet)
+	rr := &restartRepairs{lb: lb, quiet: min(lb.cfg.ProbeInterval, maxAnnouncedQuiet)}
 	if a := lb.cfg.Announcer; a != nil {
 		restarts = a.Restarts()
 		listening := make(chan struct{})
@@ -236,42 +203,12 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 				continue
 			}
 		case <-restarts:
-			// Any LAN host can send an ANNOUNCE from the router's address:
-			// at most one repair per quiet time comes from them alone.
-			// One within it is checked against the router (a mapping
-			// this process wrote, asked after): a restart it confirms is
-			// repaired at once; another is not dropped (with protocol
-			// "pcp" no probe would find that restart before the
-			// renewal), it runs when the quiet time ends.
-			now := lb.cfg.Clock.Now()
-			if now.Before(announcedQuiet) {
-				lost := false
-				if now.Sub(lastCheck) >= minRestartCheckInterval { // a flood costs one call a second
-					lastCheck = now
-					checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
-					lost = lb.confirmRestart(checkCtx)
-					cancel()
-				}
-				if !lost {
-					if deferred == nil {
-						deferred = lb.cfg.Clock.After(announcedQuiet.Sub(now))
-					}
-					continue
-				}
-				deferred = nil // the pass now covers it
-				logger.Info("Router announced a restart and lost a mapping this process wrote; repairing")
-			} else {
-				logger.Info("Router announced a restart; repairing")
+			if !rr.announced(ctx) {
+				continue
 			}
-			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
-			repairsTotal.Inc()
-			lb.mode.routerRestarted()
-		case <-deferred:
-			deferred = nil
-			announcedQuiet = lb.cfg.Clock.Now().Add(quiet)
-			logger.Info("Router announced a restart during the last repair's quiet time; repairing")
-			repairsTotal.Inc()
-			lb.mode.routerRestarted()
+		case <-rr.deferred:
+			rr.deferred = nil
+			rr.repair(logger, "Router announced a restart during the last repair's quiet time; repairing")
 		case <-ticker.C():
 		case <-kick:
 		case <-retry:
@@ -285,6 +222,103 @@ func (lb *LoadBalancer) run(ctx context.Context, client kubernetes.Interface, fa
 		cancel()
 		lb.passes.Add(1)
 	}
+}
+
+// restartRepairs decides when an announced router restart is repaired. Any
+// LAN host can send an ANNOUNCE from the router's address: at most one
+// repair per quiet time comes from them alone. One within it is checked
+// against the router (a mapping this process wrote, asked after; at most one
+// check per minRestartCheckInterval): a restart it confirms is repaired at
+// once; another is not dropped (with protocol "pcp" no probe would find that
+// restart before the renewal), it runs when the quiet time ends (deferred).
+type restartRepairs struct {
+	lb        *LoadBalancer
+	quiet     time.Duration
+	until     time.Time        // announcements wait until then
+	deferred  <-chan time.Time // armed by an announcement within the quiet time
+	lastCheck time.Time        // when an announcement was last checked against the router
+}
+
+// announced handles an announcement; it reports whether a pass repairs now.
+func (r *restartRepairs) announced(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	now := r.lb.cfg.Clock.Now()
+	if !now.Before(r.until) {
+		r.repair(logger, "Router announced a restart; repairing")
+		return true
+	}
+	lost := false
+	if now.Sub(r.lastCheck) >= minRestartCheckInterval { // a flood costs one call a second
+		r.lastCheck = now
+		checkCtx, cancel := context.WithTimeout(ctx, maxRestartCheck)
+		lost = r.lb.confirmRestart(checkCtx)
+		cancel()
+	}
+	if !lost {
+		if r.deferred == nil {
+			r.deferred = r.lb.cfg.Clock.After(r.until.Sub(now))
+		}
+		return false
+	}
+	r.deferred = nil // the pass now covers it
+	r.repair(logger, "Router announced a restart and lost a mapping this process wrote; repairing")
+	return true
+}
+
+// repair starts a quiet time and has the mode forget what the restart lost;
+// the pass that follows repairs it.
+func (r *restartRepairs) repair(logger klog.Logger, msg string) {
+	logger.Info(msg)
+	r.until = r.lb.cfg.Clock.Now().Add(r.quiet)
+	repairsTotal.Inc()
+	r.lb.mode.routerRestarted()
+}
+
+// handlers returns the informers' event handlers: node changes are seen
+// (addresses) and kick a pass; so do EndpointSlice changes of a Local
+// Service handed to this LoadBalancer; a Service not opted in is told how
+// at once, also when its caller asks Serves and never calls
+// EnsureLoadBalancer for it.
+func (lb *LoadBalancer) handlers(svcLister corelisters.ServiceLister, trigger func()) (onNodes, onSlices, onServices cache.ResourceEventHandler) {
+	nodeHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*v1.Node); ok {
+				lb.seeNodes([]*v1.Node{n})
+			}
+			trigger()
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*v1.Node)
+			if n, ok2 := newObj.(*v1.Node); ok1 && ok2 {
+				lb.seeNodes([]*v1.Node{n})
+				if nodeChanged(o, n) {
+					trigger()
+				}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := untomb(obj).(*v1.Node); ok {
+				lb.forgetNode(n.Name)
+			}
+			trigger()
+		},
+	}
+	onSlice := func(obj any) {
+		if es, ok := untomb(obj).(*discoveryv1.EndpointSlice); ok {
+			svc, err := svcLister.Services(es.Namespace).Get(es.Labels[discoveryv1.LabelServiceName])
+			if err == nil && lb.handed(svc) && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+				trigger()
+			}
+		}
+	}
+	sliceHandler := cache.ResourceEventHandlerFuncs{AddFunc: onSlice, UpdateFunc: func(_, n any) { onSlice(n) }, DeleteFunc: onSlice}
+	onService := func(obj any) {
+		if svc, ok := obj.(*v1.Service); ok && lb.handed(svc) && svc.DeletionTimestamp == nil && !lb.optedIn(svc) {
+			lb.hintOptIn(svc)
+		}
+	}
+	svcHandler := cache.ResourceEventHandlerFuncs{AddFunc: onService, UpdateFunc: func(_, n any) { onService(n) }}
+	return nodeHandler, sliceHandler, svcHandler
 }
 
 // untomb returns the object of a delete notification, unwrapping a tombstone.
