@@ -709,11 +709,17 @@ func testLeaseExpiry(t *testing.T, r Router) {
 		mustAdd(t, r.A, m)
 	}
 
-	// Half-way: still there, with half the lease left.
+	// Half-way: still there, with half the lease left. A real router counts
+	// in whole seconds from when it stored the add, a little after the
+	// suite's clock started: it may say a second more.
 	clock.advanceTo(lease / 2)
 	got := mustGet(t, r.A, short.Key()).Lease
-	if r.Step != nil && got != lease/2 || got <= 0 || got > lease/2 {
-		t.Errorf("GetPortMapping half-way through a %s lease: %s left, want %s", lease, got, lease/2)
+	most := lease / 2
+	if r.Step == nil {
+		most += time.Second
+	}
+	if r.Step != nil && got != lease/2 || got <= 0 || got > most {
+		t.Errorf("GetPortMapping half-way through a %s lease: %s left, want %s (at most %s)", lease, got, lease/2, most)
 	}
 	// Renewing (re-adding) restarts the lease: renewed now ends at 1.5 x lease.
 	mustAdd(t, r.A, renewed)
