@@ -409,8 +409,9 @@ func TestAddWhoseReplyWasLostIsConfirmedByTheNextOperation(t *testing.T) {
 // wrote, and which then can be served nowhere (its one endpoint went not
 // ready), must not keep the port from a Service that can be served once
 // the router no longer has that mapping: its lease ended unrenewed (a
-// Service with no node renews nothing), or the router announced a
-// restart. Recall shows what this process wrote, not what the router
+// Service with no node renews nothing; an announced restart alone is no
+// proof, TestForgedAnnounceKeepsTheMappingOfAServiceServedNowhereBlind).
+// Recall shows what this process wrote, not what the router
 // holds: before, the Service served nowhere kept "holding" the key in this
 // process for ever, and every other Service was refused it ("external
 // port in use (served to service ...)") while nothing mapped it (found by
@@ -426,9 +427,10 @@ func TestServiceServedNowhereDoesNotKeepAPortTheRouterNoLongerMapsBlind(t *testi
 			s.Router().Reboot() // the table only: no announcement
 			e.clock.Step(2 * time.Hour)
 		}},
-		{name: "the router announced a restart", lose: func(e *env, s *fake.PCPServer) {
+		{name: "the router announced a restart, then its lease ended", lose: func(e *env, s *fake.PCPServer) {
 			s.Reboot()
-			e.lb.expireAll() // as the router's ANNOUNCE makes it
+			e.lb.expireAll() // as the router's ANNOUNCE makes it: not proof (see below)
+			e.clock.Step(2 * time.Hour)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -482,4 +484,33 @@ func TestServiceServedNowhereDoesNotKeepAPortTheRouterNoLongerMapsBlind(t *testi
 			diffRows(t, "table", e.table(), []string{row(igd.TCP, 80, addrB, 30081, pcpDesc("default", "web", http))})
 		})
 	}
+}
+
+// Blind, an ANNOUNCE (which any LAN host can forge) makes this process's
+// mappings due for renewal, but is no proof that the router lost them: the
+// mapping of a Service served nowhere, which the router still has, stays,
+// and still holds its key, until the lease the router granted ends.
+func TestForgedAnnounceKeepsTheMappingOfAServiceServedNowhereBlind(t *testing.T) {
+	e, _ := blindEnv(t, Config{})
+	nodes := threeNodes()
+	http := igd.Key{Protocol: igd.TCP, ExternalPort: 80}
+	idle := lbService("default", "idle", withPorts(port("http", v1.ProtocolTCP, 80, 30080)), func(s *v1.Service) {
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	})
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], idle, endpointSlice(idle, "node-a", true))
+	if _, err := e.ensure(t, idle, nodes); err != nil {
+		t.Fatalf("idle: %v, want served on node-a", err)
+	}
+	if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(idle, "node-a", false), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "idle's endpoint not ready in the cache", func() bool {
+		got, err := e.lb.endpointNodes(idle)
+		return err == nil && len(got) == 0
+	})
+	e.lb.mode.routerRestarted() // a forged ANNOUNCE: the router did not restart
+	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
+		t.Fatalf("idle without a ready endpoint: %v, want ErrNoEligibleNode", err)
+	}
+	diffRows(t, "table after a forged announcement", e.table(), []string{row(igd.TCP, 80, addrA, 30080, pcpDesc("default", "idle", http))})
 }

@@ -158,17 +158,19 @@ func (lb *LoadBalancer) converge(ctx context.Context, t *turn, req request, r re
 
 // pastLease reports whether o's mapping at k, as this process wrote it, is
 // one a client that cannot read recalls past the end of the lease the
-// router granted (or past an announced restart: expireAll): the router no
-// longer has it, though recall still shows it. A Service with a node renews
-// its mappings before then; one with none renews nothing, and would
-// otherwise hold the key in this process for ever. A client that reads
-// proves what the router has, so never.
+// router granted: the router no longer has it, though recall still shows
+// it. A Service with a node renews its mappings before then; one with none
+// renews nothing, and would otherwise hold the key in this process for
+// ever. An announced restart does not end it (expireAll only makes the
+// mappings due for renewal): any LAN host can send an ANNOUNCE, and the
+// mapping it ended would be deleted while the router still has it. A
+// client that reads proves what the router has, so never.
 func (lb *LoadBalancer) pastLease(o owner, k igd.Key) bool {
 	if lb.mode.canRead() {
 		return false
 	}
 	h := lb.heldAt(o, k)
-	return h.written.InternalClient.IsValid() && !h.expires.IsZero() && !h.expires.After(lb.cfg.Clock.Now())
+	return h.written.InternalClient.IsValid() && !h.granted.IsZero() && !h.granted.After(lb.cfg.Clock.Now())
 }
 
 // sameTarget reports whether m, read at a key, points where w, written there,
@@ -263,6 +265,7 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 	h := held{written: want, unconfirmed: true}
 	if want.Lease > 0 {
 		h.expires = sent.Add(want.Lease)
+		h.granted = h.expires
 	}
 	// Held, with what is sent, before the answer: a router may store an add
 	// and lose (or even fault) its reply. The next read of the Service's
@@ -280,9 +283,10 @@ func (lb *LoadBalancer) apply(ctx context.Context, req request, p portPlan, tgt 
 		return 0, err
 	}
 	h.unconfirmed = false
-	h.expires = time.Time{}
+	h.expires, h.granted = time.Time{}, time.Time{}
 	if stored.Lease > 0 {
 		h.expires = sent.Add(stored.Lease)
+		h.granted = h.expires
 	}
 	lb.update(o, func(s *serviceState) { s.held[p.key] = h })
 	if want.Lease != 0 && stored.Lease == 0 {

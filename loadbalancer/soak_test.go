@@ -347,9 +347,10 @@ type soak struct {
 	procID int
 
 	ops, faults, checks int
-	// wiped is when the router's table was last wiped (no restart, no
-	// announcement): blind mode finds it only as each lease comes up for
-	// renewal.
+	// wiped is when the router's table was last wiped or the router
+	// rebooted: blind mode finds a wipe only as each lease comes up for
+	// renewal, and a Service served nowhere holds its key until its lease
+	// ends (an announcement is no proof).
 	wiped       time.Time
 	current     atomic.Int64 // ops, for the hooks and the watch
 	converge    []time.Duration
@@ -684,7 +685,11 @@ func (s *soak) step(ctx context.Context) {
 		{10, false, func() string { return s.changeService(ctx) }},
 		{4, false, func() string { return s.moveEndpoints(ctx) }},
 		{5, false, func() string { return s.changeNode(ctx) }},
-		{2, true, func() string { s.world.reboot(ctx); return "fault: the router reboots" }},
+		{2, true, func() string {
+			s.world.reboot(ctx)
+			s.wiped = time.Now() // blind, a Service served nowhere holds its key until its lease ends
+			return "fault: the router reboots"
+		}},
 		{1, true, func() string {
 			s.world.wipe(ctx)
 			s.wiped = time.Now()

@@ -54,7 +54,8 @@ type sweep struct {
 // process last found the Service's mapping (zero: none).
 type held struct {
 	written     igd.Mapping
-	expires     time.Time
+	expires     time.Time // when written is due for renewal (expireAll: at once)
+	granted     time.Time // when the lease the router granted written ends (zero: none)
 	unconfirmed bool
 	contested   bool
 	found       netip.Addr
