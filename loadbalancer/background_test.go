@@ -52,6 +52,20 @@ type running struct {
 	done   chan struct{}
 }
 
+// endpointNotReady makes svc's one endpoint, on node, not ready and waits
+// until the running background work's cache shows svc with no ready
+// endpoint.
+func endpointNotReady(t testing.TB, e *env, r *running, svc *v1.Service, node string) {
+	t.Helper()
+	if _, err := r.client.DiscoveryV1().EndpointSlices(svc.Namespace).Update(context.Background(), endpointSlice(svc, node, false), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, svc.Name+"'s endpoint not ready in the cache", func() bool {
+		got, err := e.lb.endpointNodes(svc)
+		return err == nil && len(got) == 0
+	})
+}
+
 // startBackground runs e's background work on a fake clientset holding
 // objs, waits until its caches have synced, its first pass has finished and
 // its ticker waits on the fake clock, and stops it at cleanup.
@@ -288,13 +302,7 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 			return len(ms) == 1 && ms[0].InternalClient == addrC
 		})
 		// No ready endpoint: say so, and ask to come back.
-		if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(svc, "node-c", false), metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "endpoint not ready in the cache", func() bool {
-			got, err := e.lb.endpointNodes(svc)
-			return err == nil && len(got) == 0
-		})
+		endpointNotReady(t, e, r, svc, "node-c")
 		_, err := e.ensure(t, svc, nodes)
 		var re *api.RetryError
 		if !errors.Is(err, ErrNoEligibleNode) || !errors.As(err, &re) {

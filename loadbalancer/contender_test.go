@@ -461,13 +461,7 @@ func TestServiceServedNowhereDoesNotKeepAPortTheRouterNoLongerMapsBlind(t *testi
 			}
 
 			// idle's one endpoint goes not ready: it can be served nowhere.
-			if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(idle, "node-a", false), metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, "idle's endpoint not ready in the cache", func() bool {
-				got, err := e.lb.endpointNodes(idle)
-				return err == nil && len(got) == 0
-			})
+			endpointNotReady(t, e, r, idle, "node-a")
 			if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
 				t.Fatalf("idle without a ready endpoint: %v, want ErrNoEligibleNode", err)
 			}
@@ -501,14 +495,8 @@ func TestForgedAnnounceKeepsTheMappingOfAServiceServedNowhereBlind(t *testing.T)
 	if _, err := e.ensure(t, idle, nodes); err != nil {
 		t.Fatalf("idle: %v, want served on node-a", err)
 	}
-	if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(idle, "node-a", false), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "idle's endpoint not ready in the cache", func() bool {
-		got, err := e.lb.endpointNodes(idle)
-		return err == nil && len(got) == 0
-	})
-	e.lb.mode.routerRestarted() // a forged ANNOUNCE: the router did not restart
+	endpointNotReady(t, e, r, idle, "node-a") // it can be served nowhere
+	e.lb.mode.routerRestarted()               // a forged ANNOUNCE: the router did not restart
 	if _, err := e.ensure(t, idle, nodes); !errors.Is(err, ErrNoEligibleNode) {
 		t.Fatalf("idle without a ready endpoint: %v, want ErrNoEligibleNode", err)
 	}
