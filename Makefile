@@ -92,9 +92,9 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseExternalIP$$' -fuzztime $(FUZZTIME) ./igd/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSSDPAnswer$$' -fuzztime $(FUZZTIME) ./igd/
 	$(GO) test -run '^$$' -fuzz '^FuzzPCPServerRequest$$' -fuzztime $(FUZZTIME) ./fake/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMapAnswer$$' -fuzztime $(FUZZTIME) ./igd/pcp/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNATPMPAddress$$' -fuzztime $(FUZZTIME) ./igd/pcp/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAnnounce$$' -fuzztime $(FUZZTIME) ./igd/pcp/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMapAnswer$$' -fuzztime $(FUZZTIME) ./internal/pcpwire/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNATPMPAddress$$' -fuzztime $(FUZZTIME) ./internal/pcpwire/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAnnounce$$' -fuzztime $(FUZZTIME) ./internal/pcpwire/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./provider/edge/
 
 ## soak: the real controllers over the load balancer, against the fake router (BACKEND=fake) or

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // FuzzParseSOAPRequest checks that no SOAPAction header and body make the
@@ -139,7 +139,7 @@ func FuzzPCPServerRequest(f *testing.F) {
 		if want := max(pcpHeaderLen, (len(b)+3)&^3); len(answer) != want || answer[1]&pcpResponseBit == 0 {
 			t.Fatalf("answered % x (%d bytes) to % x, want a response of %d bytes", answer, len(answer), b, want)
 		}
-		if pcp.ResultCode(answer[3]) != call.Result || call.Result > pcp.ExcessiveRemotePeers {
+		if pcpwire.ResultCode(answer[3]) != call.Result || call.Result > pcpwire.ExcessiveRemotePeers {
 			t.Fatalf("answer's result %d, call's %v: want one code the RFC names", answer[3], call.Result)
 		}
 		for _, m := range r.Mappings() {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // PCP lifetime bounds of miniupnpd 2.3.1 (min_lifetime and max_lifetime):
@@ -76,9 +76,10 @@ type PCPCall struct {
 	ThirdParty netip.Addr
 	// PreferFailure reports the PREFER_FAILURE option.
 	PreferFailure bool
-	// Result is the answer's result code; for a MAP, AssignedPort is the
+	// Result is the answer's result code (RFC 6887 §7.4; it prints as the
+	// RFC's name, such as NOT_AUTHORIZED); for a MAP, AssignedPort is the
 	// answer's external port.
-	Result       pcp.ResultCode
+	Result       pcpwire.ResultCode
 	AssignedPort uint16
 }
 
@@ -281,7 +282,7 @@ func (s *PCPServer) announce() {
 // router and this fake are little-endian, so each group of four bytes
 // reads reversed: nonce 01 02 03 04 ... gives "PCP MAP 04030201...".
 func PCPDescription(nonce [12]byte) string {
-	return pcp.Description(nonce, binary.LittleEndian)
+	return pcpwire.Description(nonce, binary.LittleEndian)
 }
 
 // serve answers requests until the socket is closed or fails.
@@ -338,7 +339,7 @@ const (
 // pcp_info_t holds it.
 type pcpRequest struct {
 	version, opcode uint8
-	result          pcp.ResultCode
+	result          pcpwire.ResultCode
 	lifetime        uint32 // clamped
 	clientIP        [16]byte
 	nonce           [12]byte
@@ -393,16 +394,16 @@ func (s *PCPServer) handle(b []byte, src netip.AddrPort) ([]byte, PCPCall) {
 
 	// createPCPResponse.
 	resp[0] = req.version
-	if req.result == pcp.UnsuppVersion {
+	if req.result == pcpwire.UnsuppVersion {
 		resp[0] = pcpVersion
 	}
 	resp[1] = req.opcode | pcpResponseBit
 	resp[2] = 0
 	resp[3] = byte(req.result)
 	switch req.result {
-	case pcp.Success:
+	case pcpwire.Success:
 		binary.BigEndian.PutUint32(resp[4:], req.lifetime)
-	case pcp.NetworkFailure, pcp.NoResources, pcp.UserExQuota:
+	case pcpwire.NetworkFailure, pcpwire.NoResources, pcpwire.UserExQuota:
 		binary.BigEndian.PutUint32(resp[4:], 30)
 	default:
 		binary.BigEndian.PutUint32(resp[4:], 0)
@@ -436,7 +437,7 @@ func pad(b []byte, n int) []byte {
 func (s *PCPServer) process(b []byte, src netip.AddrPort, req *pcpRequest) {
 	if len(b) < pcpHeaderLen || len(b) > pcpMaxLen || len(b)%4 != 0 {
 		// The header is not read: the answer says version 0, opcode 0.
-		req.result = pcp.MalformedRequest
+		req.result = pcpwire.MalformedRequest
 		return
 	}
 	// parseCommonRequestHeader.
@@ -445,7 +446,7 @@ func (s *PCPServer) process(b []byte, src netip.AddrPort, req *pcpRequest) {
 	req.lifetime = binary.BigEndian.Uint32(b[4:])
 	req.clientIP = [16]byte(b[8:24])
 	if req.version > pcpVersion {
-		req.result = pcp.UnsuppVersion
+		req.result = pcpwire.UnsuppVersion
 		return
 	}
 	lo, hi := uint32(s.cfg.MinLifetime/time.Second), uint32(s.cfg.MaxLifetime/time.Second)
@@ -460,11 +461,11 @@ func (s *PCPServer) process(b []byte, src netip.AddrPort, req *pcpRequest) {
 		return // SUCCESS, with the epoch
 	case pcpOpMap:
 	default:
-		req.result = pcp.UnsuppOpcode
+		req.result = pcpwire.UnsuppOpcode
 		return
 	}
 	if len(b) < pcpHeaderLen+pcpMapLen {
-		req.result = pcp.MalformedRequest
+		req.result = pcpwire.MalformedRequest
 		return
 	}
 	p := b[pcpHeaderLen:]
@@ -486,41 +487,41 @@ func (s *PCPServer) process(b []byte, src netip.AddrPort, req *pcpRequest) {
 func (s *PCPServer) parseOptions(o []byte, req *pcpRequest) {
 	for len(o) > 0 {
 		if len(o) < 4 {
-			req.result = pcp.MalformedOption
+			req.result = pcpwire.MalformedOption
 			return
 		}
 		n := int(binary.BigEndian.Uint16(o[2:])) + 4
 		if len(o) < n {
-			req.result = pcp.MalformedOption
+			req.result = pcpwire.MalformedOption
 			return
 		}
 		switch code := o[0]; code {
 		case pcpOptThirdParty:
 			if n != 20 || req.thirdParty != nil {
-				req.result = pcp.MalformedOption
+				req.result = pcpwire.MalformedOption
 				return
 			}
 			a := [16]byte(o[4:20])
 			req.thirdParty = &a
 		case pcpOptPreferFailure:
 			if n != 4 {
-				req.result = pcp.MalformedOption
+				req.result = pcpwire.MalformedOption
 				return
 			}
 			if req.preferFailure {
-				req.result = pcp.MalformedOption
+				req.result = pcpwire.MalformedOption
 			}
 			req.preferFailure = true
 		case pcpOptFilter:
 			if n != 24 {
-				req.result = pcp.MalformedOption
+				req.result = pcpwire.MalformedOption
 				return
 			}
 		default:
 			if code < 128 {
 				// Mandatory to understand; parsing goes on, as in
 				// miniupnpd.
-				req.result = pcp.UnsuppOption
+				req.result = pcpwire.UnsuppOption
 			}
 		}
 		o = o[n:]
@@ -530,35 +531,35 @@ func (s *PCPServer) parseOptions(o []byte, req *pcpRequest) {
 // validate is ValidatePCPMsg and CheckExternalAddress: it reports whether
 // the MAP is to be carried out, setting req.result when it is refused.
 func (s *PCPServer) validate(src netip.AddrPort, req *pcpRequest) bool {
-	if req.result != pcp.Success {
+	if req.result != pcpwire.Success {
 		return false
 	}
 	sender := src.Addr().Unmap().As16() // IPv4-mapped
 	if req.clientIP != sender {
-		req.result = pcp.AddressMismatch
+		req.result = pcpwire.AddressMismatch
 		return false
 	}
 	if req.thirdParty != nil {
 		if !s.cfg.AllowThirdParty {
-			req.result = pcp.UnsuppOption
+			req.result = pcpwire.UnsuppOption
 			return false
 		}
 		if *req.thirdParty == sender {
-			req.result = pcp.MalformedRequest
+			req.result = pcpwire.MalformedRequest
 			return false
 		}
 		if tp := netip.AddrFrom16(*req.thirdParty).Unmap(); tp.IsUnspecified() || tp.IsMulticast() {
 			// Not a host's address: no mapping can point at it.
-			req.result = pcp.MalformedOption
+			req.result = pcpwire.MalformedOption
 			return false
 		}
 	}
 	if req.protocol == 0 && req.intPort != 0 {
-		req.result = pcp.MalformedRequest
+		req.result = pcpwire.MalformedRequest
 		return false
 	}
 	if req.preferFailure && unspecified(*req.extIP) && req.extPort == 0 {
-		req.result = pcp.MalformedOption
+		req.result = pcpwire.MalformedOption
 		return false
 	}
 	mapped := req.clientIP
@@ -567,7 +568,7 @@ func (s *PCPServer) validate(src netip.AddrPort, req *pcpRequest) bool {
 	}
 	if !netip.AddrFrom16(mapped).Is4In6() {
 		// An IPv6 pinhole (miniupnpd's firewall path) is not modelled.
-		req.result = pcp.UnsuppProtocol
+		req.result = pcpwire.UnsuppProtocol
 		return false
 	}
 	real := s.router.ExternalIP().As16()
@@ -575,7 +576,7 @@ func (s *PCPServer) validate(src netip.AddrPort, req *pcpRequest) bool {
 	case unspecified(*req.extIP):
 		req.extIP = &real
 	case *req.extIP != real && req.preferFailure:
-		req.result = pcp.CannotProvideExternal
+		req.result = pcpwire.CannotProvideExternal
 		return false
 	case *req.extIP != real:
 		req.extIP = &real
@@ -605,7 +606,7 @@ func (r *Router) pcpMap(req *pcpRequest) {
 		proto = igd.UDP
 	default:
 		// Other protocols (and 0, all protocols) are not modelled.
-		req.result = pcp.UnsuppProtocol
+		req.result = pcpwire.UnsuppProtocol
 		return
 	}
 	r.mu.Lock()
@@ -623,7 +624,7 @@ func (r *Router) pcpMap(req *pcpRequest) {
 // mapped:intPort (any port when intPort is 0) of proto is deleted if its
 // description is desc, else the answer is NOT_AUTHORIZED; no such mapping
 // is NO_RESOURCES.
-func (r *Router) pcpDeleteLocked(proto igd.Protocol, mapped netip.Addr, intPort uint16, desc string) pcp.ResultCode {
+func (r *Router) pcpDeleteLocked(proto igd.Protocol, mapped netip.Addr, intPort uint16, desc string) pcpwire.ResultCode {
 	es := make([]*entry, 0, len(r.table))
 	for _, e := range r.table {
 		es = append(es, e)
@@ -634,12 +635,12 @@ func (r *Router) pcpDeleteLocked(proto igd.Protocol, mapped netip.Addr, intPort 
 			continue
 		}
 		if e.m.Description != desc {
-			return pcp.NotAuthorized
+			return pcpwire.NotAuthorized
 		}
 		delete(r.table, e.m.Key())
-		return pcp.Success
+		return pcpwire.Success
 	}
-	return pcp.NoResources
+	return pcpwire.NoResources
 }
 
 // pcpCreateLocked is CreatePCPMap_NAT as Debian's build (CHECK_PORTINUSE,
@@ -651,12 +652,12 @@ func (r *Router) pcpDeleteLocked(proto igd.Protocol, mapped netip.Addr, intPort 
 // replaced, whatever its nonce; a free port is taken. When the lines allow
 // no port the answer is NOT_AUTHORIZED, when every allowed port is in use
 // NO_RESOURCES.
-func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip.Addr, req *pcpRequest, desc string) pcp.ResultCode {
+func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip.Addr, req *pcpRequest, desc string) pcpwire.ResultCode {
 	if req.extPort == 0 {
 		req.extPort = req.intPort
 	}
 	if req.extPort == 0 {
-		return pcp.MalformedRequest
+		return pcpwire.MalformedRequest
 	}
 	first := req.extPort
 	anyAllowed := false
@@ -669,7 +670,7 @@ func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip
 			}
 			// port_in_use: redirected somewhere else.
 		} else if req.preferFailure {
-			return pcp.CannotProvideExternal
+			return pcpwire.CannotProvideExternal
 		}
 		req.extPort++
 		if req.extPort == 0 {
@@ -677,14 +678,14 @@ func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip
 		}
 		if req.extPort == first {
 			if !anyAllowed {
-				return pcp.NotAuthorized
+				return pcpwire.NotAuthorized
 			}
-			return pcp.NoResources
+			return pcpwire.NoResources
 		}
 	}
 	k := igd.Key{Protocol: proto, ExternalPort: req.extPort}
 	if _, exists := r.table[k]; !exists && r.cfg.Capacity > 0 && len(r.table) >= r.cfg.Capacity {
-		return pcp.NoResources
+		return pcpwire.NoResources
 	}
 	lease := time.Duration(req.lifetime) * time.Second
 	r.seq++
@@ -697,5 +698,5 @@ func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip
 		expires: now.Add(lease),
 		seq:     r.seq,
 	}
-	return pcp.Success
+	return pcpwire.Success
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // A PCP client against the fake server on loopback; the mapping reads back
@@ -19,13 +19,13 @@ func ExamplePCPServer() {
 		panic(err)
 	}
 	defer s.Close()
-	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), ListenPacket: s.ListenAnnounce})
+	c, err := pcpwire.NewClient(pcpwire.Config{Server: s.Addr(), ListenPacket: s.ListenAnnounce})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	nonce := [12]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-	got, err := c.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonce})
+	got, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonce})
 	if err != nil {
 		panic(err)
 	}

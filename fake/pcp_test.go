@@ -14,7 +14,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // The conformance suite (igd/pcp/pcpconformance) holds the fake PCP server
@@ -37,9 +37,9 @@ func newPCP(t *testing.T, cfg fake.PCPConfig) (*fake.PCPServer, *clocktesting.Fa
 	return s, clk
 }
 
-func pcpClient(t *testing.T, s *fake.PCPServer) *pcp.Client {
+func pcpClient(t *testing.T, s *fake.PCPServer) *pcpwire.Client {
 	t.Helper()
-	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), ListenPacket: s.ListenAnnounce})
+	c, err := pcpwire.NewClient(pcpwire.Config{Server: s.Addr(), ListenPacket: s.ListenAnnounce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ var nonce = [12]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 func TestPCPSharesTheRouterTable(t *testing.T) {
 	s, _ := newPCP(t, fake.PCPConfig{})
 	c := pcpClient(t, s)
-	got, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonce})
+	got, err := c.Map(tctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestPCPSharesTheRouterTable(t *testing.T) {
 	if err := u.DeletePortMapping(tctx(t), igd.TCP, 8080); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(tctx(t), igd.TCP, netip.Addr{}, 30080, nonce); !errors.Is(err, pcp.ErrNoResources) {
+	if err := c.Delete(tctx(t), igd.TCP, netip.Addr{}, 30080, nonce); !errors.Is(err, pcpwire.ErrNoResources) {
 		t.Errorf("PCP Delete after UPnP's = %v, want ErrNoResources", err)
 	}
 }
@@ -81,7 +81,7 @@ func TestPCPSharesTheRouterTable(t *testing.T) {
 func TestPCPLeaseExpires(t *testing.T) {
 	s, clk := newPCP(t, fake.PCPConfig{})
 	c := pcpClient(t, s)
-	if _, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.UDP, InternalPort: 5353, Lifetime: time.Second, Nonce: nonce}); err != nil {
+	if _, err := c.Map(tctx(t), pcpwire.MapRequest{Protocol: igd.UDP, InternalPort: 5353, Lifetime: time.Second, Nonce: nonce}); err != nil {
 		t.Fatal(err)
 	}
 	if ms := s.Router().Mappings(); len(ms) != 1 || ms[0].Lease != fake.DefaultPCPMinLifetime || ms[0].ExternalPort != 5353 {
@@ -157,7 +157,7 @@ func TestPCPAnnounceTo(t *testing.T) {
 func TestPCPCalls(t *testing.T) {
 	s, _ := newPCP(t, fake.PCPConfig{})
 	c := pcpClient(t, s)
-	if _, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalAddr: netip.MustParseAddr("127.0.0.2"), InternalPort: 80, Lifetime: time.Hour, Nonce: nonce}); !errors.Is(err, pcp.ErrUnsupportedOption) {
+	if _, err := c.Map(tctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: netip.MustParseAddr("127.0.0.2"), InternalPort: 80, Lifetime: time.Hour, Nonce: nonce}); !errors.Is(err, pcpwire.ErrUnsupportedOption) {
 		t.Fatalf("Map = %v, want ErrUnsupportedOption", err)
 	}
 	calls := s.Calls()
@@ -165,7 +165,7 @@ func TestPCPCalls(t *testing.T) {
 		t.Fatalf("Calls = %+v, want one", calls)
 	}
 	got := calls[0]
-	if got.Version != 2 || got.Opcode != 1 || got.Nonce != nonce || got.InternalPort != 80 || got.ThirdParty != netip.MustParseAddr("127.0.0.2") || got.Result != pcp.UnsuppOption || got.From.Addr() != loopback {
+	if got.Version != 2 || got.Opcode != 1 || got.Nonce != nonce || got.InternalPort != 80 || got.ThirdParty != netip.MustParseAddr("127.0.0.2") || got.Result != pcpwire.UnsuppOption || got.From.Addr() != loopback {
 		t.Errorf("Calls()[0] = %+v", got)
 	}
 }
@@ -180,11 +180,11 @@ func TestPCPClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
 	}
-	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), CallTimeout: 300 * time.Millisecond})
+	c, err := pcpwire.NewClient(pcpwire.Config{Server: s.Addr(), CallTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 80, Lifetime: time.Hour}); err == nil {
+	if _, err := c.Map(tctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 80, Lifetime: time.Hour}); err == nil {
 		t.Error("Map after Close succeeded")
 	}
 }
@@ -209,10 +209,10 @@ func TestPCPOnAnswerLostAnswer(t *testing.T) {
 		return answer
 	}})
 	c := pcpClient(t, s)
-	if _, err := c.Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, Lifetime: time.Hour, Nonce: nonce}); err != nil {
+	if _, err := c.Map(tctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, Lifetime: time.Hour, Nonce: nonce}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(tctx(t), igd.TCP, netip.Addr{}, 30080, nonce); !errors.Is(err, pcp.ErrNoResources) {
+	if err := c.Delete(tctx(t), igd.TCP, netip.Addr{}, 30080, nonce); !errors.Is(err, pcpwire.ErrNoResources) {
 		t.Fatalf("Delete whose first answer was lost = %v, want ErrNoResources", err)
 	}
 	if ms := s.Router().Mappings(); len(ms) != 0 {

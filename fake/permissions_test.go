@@ -8,7 +8,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // The router's permission lines decide, first match, as miniupnpd's do: a
@@ -73,19 +73,19 @@ func TestPCPPermissionsWithoutPreferFailure(t *testing.T) {
 		name     string
 		perms    []fake.Permission
 		wantPort uint16
-		wantCode pcp.ResultCode
+		wantCode pcpwire.ResultCode
 	}{
-		{"nothing allowed", []fake.Permission{denyAll}, 0, pcp.NotAuthorized},
-		{"one port allowed", []fake.Permission{{Allow: true, External: igd.PortRange{First: 9000, Last: 9000}, Client: netip.MustParsePrefix("127.0.0.0/8"), Internal: igd.AllPorts}, denyAll}, 9000, pcp.Success},
+		{"nothing allowed", []fake.Permission{denyAll}, 0, pcpwire.NotAuthorized},
+		{"one port allowed", []fake.Permission{{Allow: true, External: igd.PortRange{First: 9000, Last: 9000}, Client: netip.MustParsePrefix("127.0.0.0/8"), Internal: igd.AllPorts}, denyAll}, 9000, pcpwire.Success},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newPCP(t, fake.PCPConfig{Router: fake.NewRouter(fake.RouterConfig{Permissions: tc.perms})})
-			got, err := pcpClient(t, s).Map(tctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 80, Lifetime: time.Hour, Nonce: nonce})
-			var re *pcp.ResultError
+			got, err := pcpClient(t, s).Map(tctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 80, Lifetime: time.Hour, Nonce: nonce})
+			var re *pcpwire.ResultError
 			switch {
-			case tc.wantCode != pcp.Success && (!errors.As(err, &re) || re.Code != tc.wantCode):
+			case tc.wantCode != pcpwire.Success && (!errors.As(err, &re) || re.Code != tc.wantCode):
 				t.Fatalf("Map = %+v, %v; want %s", got, err, tc.wantCode)
-			case tc.wantCode == pcp.Success && (err != nil || got.ExternalPort != tc.wantPort):
+			case tc.wantCode == pcpwire.Success && (err != nil || got.ExternalPort != tc.wantPort):
 				t.Fatalf("Map = %+v, %v; want port %d", got, err, tc.wantPort)
 			}
 		})

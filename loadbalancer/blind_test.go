@@ -15,6 +15,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // blindBackend is a pcp.Backend without UPnP on s: it never reads.
@@ -295,7 +296,7 @@ func TestBlindRefusedRenewalKeepsTheMapping(t *testing.T) {
 	s, err := fake.NewPCPServer(fake.PCPConfig{Router: e.router, AllowThirdParty: true,
 		OnAnswer: func(call fake.PCPCall, answer []byte) []byte {
 			if refuse.Load() && call.Version == 2 && call.Lifetime != 0 && len(answer) > 3 {
-				answer[3] = byte(pcp.NetworkFailure)
+				answer[3] = byte(pcpwire.NetworkFailure)
 			}
 			return answer
 		}})

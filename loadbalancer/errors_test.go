@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // A port held by a PCP mapping is reported without the mapping's nonce: the
@@ -18,7 +18,7 @@ func TestPortErrorRedactsPCPNonce(t *testing.T) {
 	nonce := [12]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8}
 	k := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
 	for _, order := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
-		desc := pcp.Description(nonce, order)
+		desc := pcpwire.Description(nonce, order)
 		holder := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: netip.MustParseAddr("192.168.1.7"), InternalPort: 80, Description: desc}
 		msg := (&PortError{Service: "ns/web", Key: k, Holder: &holder, Err: ErrPortInUse}).Error()
 		if hex := strings.TrimPrefix(desc, "PCP MAP "); strings.Contains(msg, hex) || strings.Contains(msg, hex[:8]) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // labPCP is a PCP client acting from node i of lab; dials counts its
@@ -69,13 +70,13 @@ func TestLabServedThroughPCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
-	nonce := pcp.NonceFor(pcpSecret, newOwner(testCluster, "default", "web").token, key)
+	nonce := pcpwire.NonceFor(pcpSecret, newOwner(testCluster, "default", "web").token, key)
 	peer := labClient(t, lab, 1)
 	m, err := peer.GetPortMapping(ctx, igd.TCP, 8080)
 	if err != nil {
 		t.Fatalf("the mapping, read by a peer: %v", err)
 	}
-	if want := pcp.Description(nonce, binary.LittleEndian); m.InternalClient != lab.Nodes[1].Addr || m.InternalPort != 30080 || m.Description != want {
+	if want := pcpwire.Description(nonce, binary.LittleEndian); m.InternalClient != lab.Nodes[1].Addr || m.InternalPort != 30080 || m.Description != want {
 		t.Fatalf("mapping = %v, want to %s:30080 described %q", m, lab.Nodes[1].Addr, want)
 	}
 	serveNodePort(t, lab, 1, 30080, "hello through PCP")
@@ -87,8 +88,8 @@ func TestLabServedThroughPCP(t *testing.T) {
 	// PCP with a nonce of its own: refused.
 	var guess [12]byte
 	copy(guess[:], "not the key!")
-	if err := labPCP(t, lab, 1, nil).Delete(ctx, igd.TCP, lab.Nodes[1].Addr, 30080, guess); !errors.Is(err, pcp.ErrNotAuthorized) {
-		t.Errorf("a LAN host's PCP delete with another nonce = %v, want pcp.ErrNotAuthorized", err)
+	if err := (*pcpwire.Client)(labPCP(t, lab, 1, nil)).Delete(ctx, igd.TCP, lab.Nodes[1].Addr, 30080, guess); !errors.Is(err, pcpwire.ErrNotAuthorized) {
+		t.Errorf("a LAN host's PCP delete with another nonce = %v, want pcpwire.ErrNotAuthorized", err)
 	}
 	if _, err := peer.GetPortMapping(ctx, igd.TCP, 8080); err != nil {
 		t.Fatalf("the mapping after the refused delete: %v", err)
@@ -208,14 +209,14 @@ func benchPCPEnsure(b *testing.B, blind bool) {
 		}
 		start = time.Now()
 		for j := range 10 {
-			if _, err := pc.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: lab.Nodes[1].Addr, InternalPort: uint16(30000 + j),
+			if _, err := (*pcpwire.Client)(pc).Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: lab.Nodes[1].Addr, InternalPort: uint16(30000 + j),
 				ExternalPort: uint16(21000 + j), Lifetime: time.Hour, PreferFailure: true, Nonce: [12]byte{byte(i), byte(j)}}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		bare += time.Since(start)
 		for j := range 10 {
-			if err := pc.Delete(ctx, igd.TCP, lab.Nodes[1].Addr, uint16(30000+j), [12]byte{byte(i), byte(j)}); err != nil {
+			if err := (*pcpwire.Client)(pc).Delete(ctx, igd.TCP, lab.Nodes[1].Addr, uint16(30000+j), [12]byte{byte(i), byte(j)}); err != nil {
 				b.Fatal(err)
 			}
 		}

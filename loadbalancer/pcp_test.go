@@ -13,6 +13,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 var pcpSecret = []byte("a cluster's secret of 32 bytes..")
@@ -72,7 +73,7 @@ func newPCPBackend(t *testing.T, s *fake.PCPServer, cfg pcp.BackendConfig) *pcp.
 
 // pcpDesc is what the router stores for Service ns/name's mapping at k.
 func pcpDesc(ns, name string, k igd.Key) string {
-	return fake.PCPDescription(pcp.NonceFor(pcpSecret, newOwner(testCluster, ns, name).token, k))
+	return fake.PCPDescription(pcpwire.NonceFor(pcpSecret, newOwner(testCluster, ns, name).token, k))
 }
 
 func TestServedThroughPCP(t *testing.T) {

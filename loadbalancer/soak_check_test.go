@@ -14,7 +14,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // The invariants a quiet point waits for. Each message that concerns a port
@@ -61,7 +61,7 @@ func (s *soak) descriptions(w soakWant) []string {
 	o := newOwner(testCluster, w.svc.Namespace, w.svc.Name)
 	out := []string{o.description(w.port.Name)}
 	if s.mode == "pcp" || s.mode == "pcp-only" {
-		out = append(out, fake.PCPDescription(pcp.NonceFor(soakSecret, o.token, w.key)))
+		out = append(out, fake.PCPDescription(pcpwire.NonceFor(soakSecret, o.token, w.key)))
 	}
 	return out
 }

@@ -16,20 +16,22 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // MinSecretLen is the shortest secret NewBackend takes.
 const MinSecretLen = 32
 
 // Backend is an igd.GuardedClient for a router that speaks PCP: it adds and
-// deletes an owner's mappings through PCP with the owner's nonce (NonceFor
-// under the secret). With a UPnP client (a router that speaks both, such as
-// miniupnpd with enable_natpmp=yes) it reads, asks the external IP and
-// makes plain adds and deletes through it; without, it cannot read (Reads
-// is false: GetPortMapping, ListPortMappings and the plain adds and deletes
-// return an error matching igd.ErrNotSupported), asks the external IP with
-// NAT-PMP (Client.ExternalAddr) and takes this host's address from its PCP
-// socket.
+// deletes an owner's mappings through PCP with the owner's nonce, derived
+// from the owner and the mapping's key under the secret (so every process
+// that holds the secret derives the same one). With a UPnP client (a router
+// that speaks both, such as miniupnpd with enable_natpmp=yes) it reads,
+// asks the external IP and makes plain adds and deletes through it;
+// without, it cannot read (Reads is false: GetPortMapping, ListPortMappings
+// and the plain adds and deletes return an error matching
+// igd.ErrNotSupported), asks the external IP with NAT-PMP's public address
+// request and takes this host's address from its PCP socket.
 //
 // What the router then enforces: a PCP delete removes only a mapping to the
 // internal address and port that carries the nonce (with another it answers
@@ -39,7 +41,7 @@ const MinSecretLen = 32
 // description that carries the nonce is readable through UPnP (a host that
 // reads it can use it), a MAP for the same internal address and port
 // replaces the mapping whatever its nonce, and PREFER_FAILURE is enforced by
-// this client (see MapRequest.PreferFailure). Where it reads, ownership is
+// this client (see the package documentation). Where it reads, ownership is
 // still proved by a read (OwnedBy), and PCP makes the delete that follows
 // it safe.
 type Backend struct {
@@ -58,10 +60,10 @@ var (
 	_ igd.MappedChecker    = (*Backend)(nil)
 )
 
-// FallBackFor is how long a Backend with BackendConfig.FallBack writes
+// fallBackFor is how long a Backend with BackendConfig.FallBack writes
 // through UPnP, without trying PCP, after the router did not take a PCP
 // request.
-const FallBackFor = time.Minute
+const fallBackFor = time.Minute
 
 // BackendConfig configures a Backend.
 type BackendConfig struct {
@@ -70,7 +72,7 @@ type BackendConfig struct {
 	UPnP igd.Client
 	// PCP writes an owner's mappings. Required.
 	PCP *Client
-	// Secret derives the nonces (NonceFor): at least MinSecretLen bytes,
+	// Secret derives the nonces (HMAC-SHA256 of owner and key): at least MinSecretLen bytes,
 	// the same in every process of one cluster. A new secret makes every
 	// mapping made under the old one another owner's: they stay until
 	// their lease ends and are then mapped again.
@@ -80,7 +82,7 @@ type BackendConfig struct {
 	// answers on its PCP port (ICMP port unreachable, or no answer within
 	// the PCP client's CallTimeout), it refuses PCP version 2, or it
 	// refuses THIRD_PARTY. AddFor logs it, and writes through UPnP for
-	// FallBackFor; DeleteFor then deletes that mapping through UPnP. False
+	// a minute; DeleteFor then deletes that mapping through UPnP. False
 	// returns those errors. It needs UPnP.
 	FallBack bool
 }
@@ -114,8 +116,8 @@ func (b *Backend) ExternalIP(ctx context.Context) (netip.Addr, error) {
 	if b.cfg.UPnP != nil {
 		return b.cfg.UPnP.ExternalIP(ctx)
 	}
-	a, err := b.cfg.PCP.ExternalAddr(ctx)
-	var re *ResultError
+	a, err := b.cfg.PCP.wire().ExternalAddr(ctx)
+	var re *pcpwire.ResultError
 	if errors.As(err, &re) {
 		return netip.Addr{}, fmt.Errorf("%w: %w", igd.ErrInvalidExternalIP, err)
 	}
@@ -128,7 +130,7 @@ func (b *Backend) LocalAddr(ctx context.Context) (netip.Addr, error) {
 	if b.cfg.UPnP != nil {
 		return b.cfg.UPnP.LocalAddr(ctx)
 	}
-	return b.cfg.PCP.LocalAddr(ctx)
+	return b.cfg.PCP.wire().LocalAddr(ctx)
 }
 
 // AddPortMapping is the UPnP client's; without one it is not supported (a
@@ -169,10 +171,11 @@ func (b *Backend) ListPortMappings(ctx context.Context, proto igd.Protocol, port
 // when m's internal client is not this host. A lease of 0 asks for
 // igd.MaxLease (PCP has no permanent mappings; the router clamps it). It
 // returns m with the lease granted. Another mapping at the key gives an
-// error matching igd.ErrConflict and pcp.ErrCannotProvideExternal, a port
-// the router's permission rules refuse one matching igd.ErrNotAuthorized and
-// pcp.ErrCannotProvideExternal (see notProvided); a router that refuses
-// THIRD_PARTY gives ErrUnsupportedOption.
+// error matching igd.ErrConflict and igd.ErrPortUnavailable, a port the
+// router's permission rules refuse one matching igd.ErrNotAuthorized and
+// igd.ErrPortUnavailable (see notProvided); a router that refuses
+// THIRD_PARTY gives one matching igd.ErrThirdPartyRefused. Every refusal
+// the server answers matches igd.ErrRefused.
 func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.Mapping, error) {
 	if err := m.Validate(); err != nil {
 		return igd.Mapping{}, err
@@ -184,18 +187,18 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 	if lifetime == 0 {
 		lifetime = igd.MaxLease
 	}
-	res, err := b.cfg.PCP.Map(ctx, MapRequest{
+	res, err := b.cfg.PCP.wire().Map(ctx, pcpwire.MapRequest{
 		Protocol: m.Protocol, InternalAddr: m.InternalClient, InternalPort: m.InternalPort,
 		ExternalPort: m.ExternalPort, Lifetime: lifetime, PreferFailure: true,
-		Nonce: NonceFor(b.cfg.Secret, owner, m.Key()),
+		Nonce: pcpwire.NonceFor(b.cfg.Secret, owner, m.Key()),
 	})
 	if b.fallBack(ctx, "mapping; writing", m, err) {
 		return b.cfg.UPnP.AddPortMapping(ctx, m)
 	}
 	switch {
-	case errors.Is(err, ErrCannotProvideExternal):
+	case errors.Is(err, pcpwire.ErrCannotProvideExternal):
 		return igd.Mapping{}, b.notProvided(ctx, m, err)
-	case errors.Is(err, ErrUnsupportedOption):
+	case errors.Is(err, pcpwire.ErrUnsupportedOption):
 		b.mu.Lock()
 		first := !b.selfOnly
 		b.selfOnly = true
@@ -213,14 +216,15 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 
 // notProvided tells apart the two reasons miniupnpd 2.3.1 has not to give
 // m's external port to a MAP with PREFER_FAILURE (err matches
-// ErrCannotProvideExternal): another mapping holds the port (an error
+// pcpwire.ErrCannotProvideExternal): another mapping holds the port (an error
 // matching igd.ErrConflict), or its permission rules (the allow and deny
 // lines of miniupnpd.conf) refuse it (igd.ErrNotAuthorized, as UPnP's 606).
-// Either error still matches ErrCannotProvideExternal.
+// Either error still matches pcpwire.ErrCannotProvideExternal (and so
+// igd.ErrPortUnavailable).
 //
 // Built with CHECK_PORTINUSE (Debian's is), miniupnpd answers a port
 // another mapping holds by mapping the next free one, which Map undoes
-// (an error of the client's, no ResultError): held. The server's own
+// (an error of the client's, no pcpwire.ResultError): held. The server's own
 // CANNOT_PROVIDE_EXTERNAL comes from its permission check, which it runs
 // first; a build without CHECK_PORTINUSE answers it to a held port too. So
 // the server's answer is read again through UPnP when the backend has it:
@@ -228,8 +232,8 @@ func (b *Backend) AddFor(ctx context.Context, owner string, m igd.Mapping) (igd.
 // as the rules' refusal, as the CHECK_PORTINUSE build means it (the load
 // balancer's sweep of its own old mappings still runs on it).
 func (b *Backend) notProvided(ctx context.Context, m igd.Mapping, err error) error {
-	var re *ResultError
-	if !errors.As(err, &re) || re.Code != CannotProvideExternal {
+	var re *pcpwire.ResultError
+	if !errors.As(err, &re) || re.Code != pcpwire.CannotProvideExternal {
 		return fmt.Errorf("%w: %w", igd.ErrConflict, err)
 	}
 	refused := fmt.Errorf("%w: %w (the router's permission rules refuse external port %s)", igd.ErrNotAuthorized, err, m.Key())
@@ -265,16 +269,16 @@ func (b *Backend) fallingBack() bool {
 
 // fallBack reports whether the PCP request for m failed with err because
 // the router does not take it (notTaken) and the backend falls back to UPnP;
-// then it writes through UPnP for FallBackFor, and logs what (the request,
+// then it writes through UPnP for fallBackFor, and logs what (the request,
 // and what is done instead).
 func (b *Backend) fallBack(ctx context.Context, what string, m igd.Mapping, err error) bool {
 	if err == nil || !b.cfg.FallBack || ctx.Err() != nil || !notTaken(err) {
 		return false
 	}
 	b.mu.Lock()
-	b.upnpUntil = time.Now().Add(FallBackFor)
+	b.upnpUntil = time.Now().Add(fallBackFor)
 	b.mu.Unlock()
-	klog.FromContext(ctx).Info("Router did not take a PCP "+what+" through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", FallBackFor, "err", err)
+	klog.FromContext(ctx).Info("Router did not take a PCP "+what+" through UPnP", "key", m.Key(), "internalClient", m.InternalClient, "for", fallBackFor, "err", err)
 	return true
 }
 
@@ -282,7 +286,7 @@ func (b *Backend) fallBack(ctx context.Context, what string, m igd.Mapping, err 
 // it was asked over PCP (see BackendConfig.FallBack).
 func notTaken(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, ErrUnsupportedVersion) || errors.Is(err, ErrUnsupportedOption)
+		errors.Is(err, pcpwire.ErrUnsupportedVersion) || errors.Is(err, pcpwire.ErrUnsupportedOption)
 }
 
 // DeleteFor removes m for owner. A mapping PCP made (its description carries
@@ -300,16 +304,16 @@ func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) er
 	if b.cfg.UPnP != nil && (!strings.HasPrefix(m.Description, descriptionPrefix) || m.InternalPort == 0) {
 		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
-	err := b.cfg.PCP.Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, NonceFor(b.cfg.Secret, owner, m.Key()))
+	err := b.cfg.PCP.wire().Delete(ctx, m.Protocol, m.InternalClient, m.InternalPort, pcpwire.NonceFor(b.cfg.Secret, owner, m.Key()))
 	// As AddFor writes: else a mapping PCP made could not be deleted (nor
 	// moved) before its lease ends.
 	if b.fallBack(ctx, "delete; deleting", m, err) {
 		return b.cfg.UPnP.DeletePortMapping(ctx, m.Protocol, m.ExternalPort)
 	}
 	switch {
-	case errors.Is(err, ErrNoResources):
+	case errors.Is(err, pcpwire.ErrNoResources):
 		return nil
-	case errors.Is(err, ErrNotAuthorized):
+	case errors.Is(err, pcpwire.ErrNotAuthorized):
 		return fmt.Errorf("%w: %w", igd.ErrNotAuthorized, err)
 	}
 	return err
@@ -326,11 +330,11 @@ func (b *Backend) DeleteFor(ctx context.Context, owner string, m igd.Mapping) er
 func (b *Backend) Mapped(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16) (bool, error) {
 	var nonce [12]byte
 	_, _ = cryptorand.Read(nonce[:]) // never fails (crypto/rand)
-	err := b.cfg.PCP.Delete(ctx, proto, internalAddr, internalPort, nonce)
+	err := b.cfg.PCP.wire().Delete(ctx, proto, internalAddr, internalPort, nonce)
 	switch {
-	case errors.Is(err, ErrNotAuthorized):
+	case errors.Is(err, pcpwire.ErrNotAuthorized):
 		return true, nil
-	case err == nil, errors.Is(err, ErrNoResources):
+	case err == nil, errors.Is(err, pcpwire.ErrNoResources):
 		return false, nil
 	}
 	return false, fmt.Errorf("pcp: is %s to %s:%d mapped: %w", proto, internalAddr, internalPort, err)
@@ -344,14 +348,8 @@ func (b *Backend) OwnedBy(owner string, m igd.Mapping) bool {
 	if !strings.HasPrefix(m.Description, descriptionPrefix) {
 		return false
 	}
-	n := NonceFor(b.cfg.Secret, owner, m.Key())
-	return m.Description == Description(n, binary.LittleEndian) || m.Description == Description(n, binary.BigEndian)
+	n := pcpwire.NonceFor(b.cfg.Secret, owner, m.Key())
+	return m.Description == pcpwire.Description(n, binary.LittleEndian) || m.Description == pcpwire.Description(n, binary.BigEndian)
 }
 
 const descriptionPrefix = igd.PCPDescriptionPrefix
-
-// Description returns the description miniupnpd stores for a PCP mapping
-// with nonce on a router of byte order order.
-func Description(nonce [12]byte, order binary.ByteOrder) string {
-	return fmt.Sprintf("%s%08x%08x%08x", descriptionPrefix, order.Uint32(nonce[0:]), order.Uint32(nonce[4:]), order.Uint32(nonce[8:]))
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 var (
@@ -168,8 +169,8 @@ func TestBackendAddRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := e.backend(t, backendSecret).AddFor(ctx, "default/web", m)
-		if !errors.Is(err, igd.ErrConflict) || !errors.Is(err, pcp.ErrCannotProvideExternal) {
-			t.Errorf("AddFor on a held key = %v, want igd.ErrConflict and pcp.ErrCannotProvideExternal", err)
+		if !errors.Is(err, igd.ErrConflict) || !errors.Is(err, pcpwire.ErrCannotProvideExternal) {
+			t.Errorf("AddFor on a held key = %v, want igd.ErrConflict and pcpwire.ErrCannotProvideExternal", err)
 		}
 		if diff := cmp.Diff([]igd.Mapping{host}, e.router.Mappings(), cmpopts.IgnoreFields(igd.Mapping{}, "Lease"), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 			t.Errorf("table (-want +got):\n%s", diff)
@@ -178,8 +179,8 @@ func TestBackendAddRefusals(t *testing.T) {
 	t.Run("third party refused", func(t *testing.T) {
 		e := newBackendEnv(t, false)
 		_, err := e.backend(t, backendSecret).AddFor(ctx, "default/web", m)
-		if !errors.Is(err, pcp.ErrUnsupportedOption) {
-			t.Errorf("AddFor toward a node with THIRD_PARTY refused = %v, want pcp.ErrUnsupportedOption", err)
+		if !errors.Is(err, pcpwire.ErrUnsupportedOption) {
+			t.Errorf("AddFor toward a node with THIRD_PARTY refused = %v, want pcpwire.ErrUnsupportedOption", err)
 		}
 	})
 }
@@ -223,7 +224,7 @@ func TestBackendFallBack(t *testing.T) {
 		{name: "no PCP server, fall back", closed: true, fallBack: true},
 		{name: "no PCP server", closed: true, wantErr: syscall.ECONNREFUSED},
 		{name: "THIRD_PARTY refused, fall back", fallBack: true},
-		{name: "THIRD_PARTY refused", wantErr: pcp.ErrUnsupportedOption},
+		{name: "THIRD_PARTY refused", wantErr: pcpwire.ErrUnsupportedOption},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newBackendEnv(t, tc.thirdParty)
@@ -332,22 +333,6 @@ func TestRequestMetrics(t *testing.T) {
 	}
 }
 
-func TestExternalAddr(t *testing.T) {
-	e := newBackendEnv(t, true)
-	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.ExternalAddr(context.Background())
-	if want := e.router.ExternalIP(); err != nil || got != want {
-		t.Errorf("ExternalAddr = %v, %v; want %v", got, err, want)
-	}
-	e.router.SetExternalIP(netip.IPv4Unspecified()) // the WAN link is down
-	if _, err := c.ExternalAddr(context.Background()); !errors.As(err, new(*pcp.ResultError)) {
-		t.Errorf("ExternalAddr with the WAN down = %v, want a *pcp.ResultError", err)
-	}
-}
-
 // Mapped tells whether the router holds a mapping to an internal address
 // and port without changing it, through PCP alone: true while the mapping
 // is there (kept as it was), false once the router lost it (a reboot).
@@ -410,7 +395,7 @@ func TestClientEpochLostAsksTheServer(t *testing.T) {
 		{"first, nothing heard before", func() {}, false},
 		{"again, the server running", func() {}, false},
 		{"after a MAP", func() {
-			if _, err := c.Map(ctx, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: nodeA, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour}); err != nil {
+			if _, err := (*pcpwire.Client)(c).Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: nodeA, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -421,39 +406,5 @@ func TestClientEpochLostAsksTheServer(t *testing.T) {
 		if got, err := c.EpochLost(ctx); err != nil || got != step.want {
 			t.Errorf("EpochLost %s = %t, %v; want %t", step.what, got, err, step.want)
 		}
-	}
-}
-
-// A client that never maps between renewals (a blind load balancer asks
-// only the external address, by NAT-PMP, on every pass) still learns of
-// an unannounced restart: the NAT-PMP answer carries the server's epoch
-// (miniupnpd 2.3.1: the same epoch_origin as PCP's), and one that went
-// back signals Restarts.
-func TestExternalAddrSeesAnUnannouncedRestart(t *testing.T) {
-	e := newBackendEnv(t, true)
-	c, err := pcp.NewClient(pcp.Config{Server: e.server.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ask := func() {
-		t.Helper()
-		if _, err := c.ExternalAddr(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.clock.Step(10 * time.Minute)
-	ask()
-	ask()
-	select {
-	case <-c.Restarts():
-		t.Fatal("Restarts fired for a steady epoch")
-	default:
-	}
-	e.server.Restart() // its ANNOUNCE reaches no listener: lost
-	ask()
-	select {
-	case <-c.Restarts():
-	default:
-		t.Fatal("Restarts did not fire when the NAT-PMP epoch went back")
 	}
 }

@@ -2,7 +2,6 @@ package pcp_test
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"time"
@@ -11,38 +10,32 @@ import (
 	"github.com/ccmkit/ccmkit/igd/pcp"
 )
 
-func ExampleNonceFor() {
-	secret := []byte("0123456789abcdef0123456789abcdef") // a cluster secret, 32 random bytes in practice
-	nonce := pcp.NonceFor(secret, "default/web", igd.Key{Protocol: igd.TCP, ExternalPort: 8080})
-	fmt.Println(hex.EncodeToString(nonce[:]))
-	// Output: bf30ecfc52766b6dcefad20d
-}
-
-// A load balancer maps a Service port to a node's nodePort and re-maps
-// when the router restarts.
-func ExampleClient_Map() {
+// A load balancer writes a Service port's mapping for its owner through PCP
+// (to a node: THIRD_PARTY) and maps again when the router restarts.
+func ExampleNewBackend() {
 	c, err := pcp.NewClient(pcp.Config{}) // the default gateway, port 5351
+	if err != nil {
+		panic(err)
+	}
+	b, err := pcp.NewBackend(pcp.BackendConfig{
+		PCP:    c,
+		Secret: []byte("a cluster secret of 32 random bytes at least"),
+	})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	go c.ListenAnnounce(ctx)
 
-	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
-	req := pcp.MapRequest{
-		Protocol:      key.Protocol,
-		InternalAddr:  netip.MustParseAddr("192.168.1.20"), // a node: THIRD_PARTY
-		InternalPort:  30080,
-		ExternalPort:  key.ExternalPort,
-		Lifetime:      2 * time.Hour,
-		PreferFailure: true,
-		Nonce:         pcp.NonceFor([]byte("cluster secret"), "default/web", key),
-	}
-	res, err := c.Map(ctx, req)
+	m, err := b.AddFor(ctx, "default/web", igd.Mapping{
+		Protocol: igd.TCP, ExternalPort: 8080,
+		InternalClient: netip.MustParseAddr("192.168.1.20"), InternalPort: 30080,
+		Lease: 2 * time.Hour, Enabled: true,
+	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("%s:%d for %s\n", res.ExternalAddr, res.ExternalPort, res.Lifetime)
+	fmt.Println(m.Key(), "for", m.Lease)
 	<-c.Restarts() // then map again
 }

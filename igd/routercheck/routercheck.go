@@ -44,6 +44,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // Status is the outcome of one check.
@@ -564,9 +565,9 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 			return f
 		}
 	}
-	mapped, err := r.pcpProbe(ctx, c, netip.Addr{})
+	mapped, err := r.pcpProbe(ctx, (*pcpwire.Client)(c), netip.Addr{})
 	switch {
-	case err != nil && errors.As(err, new(*pcp.ResultError)):
+	case err != nil && errors.As(err, new(*pcpwire.ResultError)):
 		f.Status, f.Detail = OK, "a PCP server answers on port 5351 but refused a mapping for this host: "+err.Error()
 		if r.o.RequirePCP {
 			f.Status, f.Fix = Fail, "gateway.protocol: auto (writes through UPnP where PCP refuses), or allow PCP mappings on the router"
@@ -586,10 +587,10 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 		f.Detail += "; THIRD_PARTY not probed (Options.OtherHost is this host)"
 		return f
 	}
-	switch _, err := r.pcpProbe(ctx, c, other); {
+	switch _, err := r.pcpProbe(ctx, (*pcpwire.Client)(c), other); {
 	case err == nil:
 		f.Detail += fmt.Sprintf("; THIRD_PARTY allowed (mapped for %s)", other)
-	case errors.Is(err, pcp.ErrUnsupportedOption):
+	case errors.Is(err, pcpwire.ErrUnsupportedOption):
 		f.Detail += fmt.Sprintf("; THIRD_PARTY refused (for %s): through PCP a host maps only for itself, as in secure mode (miniupnpd.conf: pcp_allow_thirdparty=yes allows it)", other)
 		if r.o.RequirePCP && !r.o.SecureMode {
 			f.Status, f.Fix = Warn, "every Service will map to the CCM's own node; miniupnpd.conf: pcp_allow_thirdparty=yes lets it map to any node (or gateway.protocol: auto, through UPnP)"
@@ -602,7 +603,7 @@ func (r *run) pcp(ctx context.Context, gw igd.Gateway, self, other netip.Addr) F
 
 // pcpProbe maps a free key through PCP for target (zero: this host) with
 // PREFER_FAILURE and a random nonce, and deletes it with that nonce.
-func (r *run) pcpProbe(ctx context.Context, c *pcp.Client, target netip.Addr) (igd.Key, error) {
+func (r *run) pcpProbe(ctx context.Context, c *pcpwire.Client, target netip.Addr) (igd.Key, error) {
 	k, err := r.freeKey(ctx, r.o.Ports)
 	if err != nil {
 		return igd.Key{}, err
@@ -614,7 +615,7 @@ func (r *run) pcpProbe(ctx context.Context, c *pcp.Client, target netip.Addr) (i
 	ctx, cancel := context.WithTimeout(ctx, pcpCallTimeout)
 	defer cancel()
 	internalPort := probeInternalPort(k)
-	res, err := c.Map(ctx, pcp.MapRequest{Protocol: k.Protocol, InternalAddr: target, InternalPort: internalPort,
+	res, err := c.Map(ctx, pcpwire.MapRequest{Protocol: k.Protocol, InternalAddr: target, InternalPort: internalPort,
 		ExternalPort: k.ExternalPort, Lifetime: r.o.Lease, PreferFailure: true, Nonce: nonce})
 	if err != nil {
 		return igd.Key{}, err

@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ccmkit/ccmkit/igd"
-	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // Config is the server a case asks a Backend for.
@@ -120,8 +120,8 @@ func cases() []testCase {
 		{name: "DeleteNeedsTheNonce", run: testDeleteNeedsNonce},
 		{name: "ThirdParty/Allowed", cfg: allow, run: testThirdPartyAllowed},
 		{name: "ThirdParty/Refused", run: testThirdPartyRefused},
-		{name: "ThirdParty/NamesTheSender", cfg: allow, run: testThirdPartySender(pcp.MalformedRequest)},
-		{name: "ThirdParty/NamesTheSenderRefused", run: testThirdPartySender(pcp.UnsuppOption)},
+		{name: "ThirdParty/NamesTheSender", cfg: allow, run: testThirdPartySender(pcpwire.MalformedRequest)},
+		{name: "ThirdParty/NamesTheSenderRefused", run: testThirdPartySender(pcpwire.UnsuppOption)},
 		{name: "LifetimeClamped", cfg: Config{MinLifetime: 60 * time.Second, MaxLifetime: 600 * time.Second}, run: testLifetimeClamp},
 		{name: "PreferFailure", run: testPreferFailure},
 		{name: "PreferFailure/RefusedPort", run: testRefusedPort},
@@ -152,16 +152,16 @@ func ctx(t *testing.T) context.Context {
 }
 
 // client is a pcp.Client acting from host i.
-func client(t *testing.T, tg Target, i int, listen func(ctx context.Context, network, addr string) (net.PacketConn, error)) *pcp.Client {
+func client(t *testing.T, tg Target, i int, listen func(ctx context.Context, network, addr string) (net.PacketConn, error)) *pcpwire.Client {
 	t.Helper()
-	c, err := pcp.NewClient(pcp.Config{Server: tg.Server, DialContext: tg.Hosts[i].DialContext, ListenPacket: listen, CallTimeout: CallTimeout})
+	c, err := pcpwire.NewClient(pcpwire.Config{Server: tg.Server, DialContext: tg.Hosts[i].DialContext, ListenPacket: listen, CallTimeout: CallTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func mustMap(t *testing.T, c *pcp.Client, req pcp.MapRequest) pcp.MapResult {
+func mustMap(t *testing.T, c *pcpwire.Client, req pcpwire.MapRequest) pcpwire.MapResult {
 	t.Helper()
 	got, err := c.Map(ctx(t), req)
 	if err != nil {
@@ -196,7 +196,7 @@ var tcpExt = igd.Key{Protocol: igd.TCP, ExternalPort: portExt}
 // finds nothing: NO_RESOURCES.
 func testRoundTrip(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalAddr != tg.ExternalIP || got.ExternalPort != portExt || got.Lifetime != time.Hour {
 		t.Errorf("Map = %+v, want %s:%d for 1h", got, tg.ExternalIP, portExt)
 	}
@@ -205,18 +205,18 @@ func testRoundTrip(t *testing.T, tg Target) {
 		t.Fatalf("Delete with the nonce = %v", err)
 	}
 	wantNoMapping(t, tg, tcpExt)
-	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcp.ErrNoResources) {
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcpwire.ErrNoResources) {
 		t.Errorf("second Delete = %v, want ErrNoResources", err)
 	}
 	// A renewal (same nonce) keeps the port; UDP is a key of its own.
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
-	if got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: 2 * time.Hour, Nonce: nonceA}); got.ExternalPort != portExt || got.Lifetime != 2*time.Hour {
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	if got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: 2 * time.Hour, Nonce: nonceA}); got.ExternalPort != portExt || got.Lifetime != 2*time.Hour {
 		t.Errorf("renewal = %+v, want port %d for 2h", got, portExt)
 	}
 	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); err != nil {
 		t.Fatalf("Delete after the renewal = %v", err)
 	}
-	got = mustMap(t, c, pcp.MapRequest{Protocol: igd.UDP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	got = mustMap(t, c, pcpwire.MapRequest{Protocol: igd.UDP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalPort != portExt {
 		t.Errorf("UDP Map got port %d, want %d", got.ExternalPort, portExt)
 	}
@@ -229,7 +229,7 @@ func testRoundTrip(t *testing.T, tg Target) {
 // which a table reader must use to find its mappings.
 func testDescription(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceC})
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceC})
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(tg.Hosts[0].Addr, portInt), Description(nonceC))
 	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceC); err != nil {
 		t.Fatalf("Delete with the nonce = %v", err)
@@ -241,8 +241,8 @@ func testDescription(t *testing.T, tg Target) {
 // deleted by PCP either.
 func testDeleteNeedsNonce(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
-	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceB); !errors.Is(err, pcp.ErrNotAuthorized) {
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceB); !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Fatalf("Delete with another nonce = %v, want ErrNotAuthorized", err)
 	}
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(tg.Hosts[0].Addr, portInt), Description(nonceA))
@@ -251,7 +251,7 @@ func testDeleteNeedsNonce(t *testing.T, tg Target) {
 	if _, err := tg.Hosts[0].UPnP.AddPortMapping(ctx(t), upnp); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt+1, nonceA); !errors.Is(err, pcp.ErrNotAuthorized) {
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt+1, nonceA); !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Errorf("PCP Delete of a UPnP mapping = %v, want ErrNotAuthorized", err)
 	}
 }
@@ -261,7 +261,7 @@ func testDeleteNeedsNonce(t *testing.T, tg Target) {
 func testThirdPartyAllowed(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
 	other := tg.Hosts[1].Addr
-	got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: other, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: other, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalPort != portExt {
 		t.Errorf("Map got port %d, want %d", got.ExternalPort, portExt)
 	}
@@ -276,19 +276,19 @@ func testThirdPartyAllowed(t *testing.T, tg Target) {
 // and nothing is installed; the sender's own mapping still works.
 func testThirdPartyRefused(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	_, err := c.Map(ctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalAddr: tg.Hosts[1].Addr, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
-	if !errors.Is(err, pcp.ErrUnsupportedOption) {
+	_, err := c.Map(ctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: tg.Hosts[1].Addr, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	if !errors.Is(err, pcpwire.ErrUnsupportedOption) {
 		t.Fatalf("Map for another host = %v, want ErrUnsupportedOption", err)
 	}
 	wantNoMapping(t, tg, tcpExt)
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalAddr: tg.Hosts[0].Addr, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: tg.Hosts[0].Addr, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(tg.Hosts[0].Addr, portInt), Description(nonceA))
 }
 
 // testThirdPartySender: THIRD_PARTY naming the sender itself is
 // MALFORMED_REQUEST when THIRD_PARTY is allowed; when it is not, the
 // refusal (UNSUPP_OPTION) comes first. The client never sends it: raw.
-func testThirdPartySender(want pcp.ResultCode) func(t *testing.T, tg Target) {
+func testThirdPartySender(want pcpwire.ResultCode) func(t *testing.T, tg Target) {
 	return func(t *testing.T, tg Target) {
 		h := tg.Hosts[0]
 		req := mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, thirdParty(h.Addr))
@@ -307,7 +307,7 @@ func testLifetimeClamp(t *testing.T, tg Target) {
 		{300 * time.Second, 300 * time.Second},
 		{time.Hour, 600 * time.Second},
 	} {
-		got := mustMap(t, c, pcp.MapRequest{Protocol: igd.UDP, InternalPort: portInt + uint16(i), ExternalPort: portExt + uint16(i), Lifetime: tt.ask, Nonce: nonceA})
+		got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.UDP, InternalPort: portInt + uint16(i), ExternalPort: portExt + uint16(i), Lifetime: tt.ask, Nonce: nonceA})
 		if got.Lifetime != tt.want {
 			t.Errorf("Map with lifetime %v granted %v, want %v", tt.ask, got.Lifetime, tt.want)
 		}
@@ -333,7 +333,7 @@ func testPreferFailure(t *testing.T, tg Target) {
 	}
 	h := tg.Hosts[0]
 	a := exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, preferFailure()))
-	wantAnswer(t, a, 2, 1, pcp.Success)
+	wantAnswer(t, a, 2, 1, pcpwire.Success)
 	if got := binary.BigEndian.Uint16(a[24+18:]); got != portNext {
 		t.Errorf("server's own answer to PREFER_FAILURE on a held port: port %d, want %d (the next free one)", got, portNext)
 	}
@@ -342,14 +342,14 @@ func testPreferFailure(t *testing.T, tg Target) {
 		t.Fatalf("Delete of the raw mapping = %v", err)
 	}
 
-	res, err := c.Map(ctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, PreferFailure: true, Nonce: nonceA})
-	if !errors.Is(err, pcp.ErrCannotProvideExternal) {
+	res, err := c.Map(ctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, PreferFailure: true, Nonce: nonceA})
+	if !errors.Is(err, pcpwire.ErrCannotProvideExternal) {
 		t.Fatalf("Map with PreferFailure on a held port = %+v, %v; want ErrCannotProvideExternal", res, err)
 	}
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(tg.Hosts[1].Addr, portInt+1), "theirs")
 	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext})
 
-	got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalPort != portNext {
 		t.Errorf("Map without PreferFailure got port %d, want %d", got.ExternalPort, portNext)
 	}
@@ -371,17 +371,17 @@ const (
 func testRefusedPort(t *testing.T, tg Target) {
 	h := tg.Hosts[0]
 	a := exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portRefused, preferFailure()))
-	wantAnswer(t, a, 2, 1, pcp.CannotProvideExternal)
+	wantAnswer(t, a, 2, 1, pcpwire.CannotProvideExternal)
 	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portRefused})
 
 	c := client(t, tg, 0, nil)
-	_, err := c.Map(ctx(t), pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, PreferFailure: true, Nonce: nonceA})
-	var re *pcp.ResultError
-	if !errors.As(err, &re) || re.Code != pcp.CannotProvideExternal {
-		t.Fatalf("Map with PreferFailure on a refused port = %v, want the server's CANNOT_PROVIDE_EXTERNAL (a *pcp.ResultError)", err)
+	_, err := c.Map(ctx(t), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, PreferFailure: true, Nonce: nonceA})
+	var re *pcpwire.ResultError
+	if !errors.As(err, &re) || re.Code != pcpwire.CannotProvideExternal {
+		t.Fatalf("Map with PreferFailure on a refused port = %v, want the server's CANNOT_PROVIDE_EXTERNAL (a *pcpwire.ResultError)", err)
 	}
 
-	got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, Nonce: nonceA})
+	got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portRefused, Lifetime: time.Hour, Nonce: nonceA})
 	if got.ExternalPort != portFirstAllowed {
 		t.Errorf("Map without PreferFailure on a refused port got port %d, want %d (the first allowed)", got.ExternalPort, portFirstAllowed)
 	}
@@ -396,7 +396,7 @@ func testRefusedPort(t *testing.T, tg Target) {
 func testReMapTakesOver(t *testing.T, tg Target) {
 	target := tg.Hosts[1].Addr
 	owner, other := client(t, tg, 0, nil), client(t, tg, 2, nil)
-	req := pcp.MapRequest{Protocol: igd.TCP, InternalAddr: target, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}
+	req := pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: target, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}
 	mustMap(t, owner, req)
 	req2 := req
 	req2.Nonce, req2.PreferFailure = nonceB, true
@@ -404,7 +404,7 @@ func testReMapTakesOver(t *testing.T, tg Target) {
 		t.Errorf("re-MAP got port %d, want %d", got.ExternalPort, portExt)
 	}
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(target, portInt), Description(nonceB))
-	if err := owner.Delete(ctx(t), igd.TCP, target, portInt, nonceA); !errors.Is(err, pcp.ErrNotAuthorized) {
+	if err := owner.Delete(ctx(t), igd.TCP, target, portInt, nonceA); !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Errorf("first owner's Delete after the takeover = %v, want ErrNotAuthorized", err)
 	}
 	if err := other.Delete(ctx(t), igd.TCP, target, portInt, nonceB); err != nil {
@@ -413,12 +413,12 @@ func testReMapTakesOver(t *testing.T, tg Target) {
 	wantNoMapping(t, tg, tcpExt)
 
 	mustMap(t, owner, req)
-	mustMap(t, client(t, tg, 1, nil), pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceB})
+	mustMap(t, client(t, tg, 1, nil), pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceB})
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(target, portInt), Description(nonceB))
 }
 
 // listen starts c.ListenAnnounce and waits until its socket is open.
-func listen(t *testing.T, tg Target) *pcp.Client {
+func listen(t *testing.T, tg Target) *pcpwire.Client {
 	t.Helper()
 	opened := make(chan struct{})
 	c := client(t, tg, 0, func(ctx context.Context, network, addr string) (net.PacketConn, error) {
@@ -438,7 +438,7 @@ func listen(t *testing.T, tg Target) *pcp.Client {
 	return c
 }
 
-func wantRestart(t *testing.T, c *pcp.Client, why string) {
+func wantRestart(t *testing.T, c *pcpwire.Client, why string) {
 	t.Helper()
 	select {
 	case <-c.Restarts():
@@ -447,7 +447,7 @@ func wantRestart(t *testing.T, c *pcp.Client, why string) {
 	}
 }
 
-func wantNoRestart(t *testing.T, c *pcp.Client, why string) {
+func wantNoRestart(t *testing.T, c *pcpwire.Client, why string) {
 	t.Helper()
 	select {
 	case <-c.Restarts():
@@ -463,7 +463,7 @@ func wantNoRestart(t *testing.T, c *pcp.Client, why string) {
 func testRestart(t *testing.T, tg Target) {
 	c := listen(t, tg)
 	quiet := client(t, tg, 1, nil) // hears no ANNOUNCE
-	req := pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}
+	req := pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}
 	before := mustMap(t, c, req)
 	qreq := req
 	qreq.InternalPort, qreq.ExternalPort = portInt+1, portNext
@@ -473,8 +473,8 @@ func testRestart(t *testing.T, tg Target) {
 	if tg.Step != nil {
 		tg.Step(3 * time.Second)
 		for _, cl := range []struct {
-			c   *pcp.Client
-			req pcp.MapRequest
+			c   *pcpwire.Client
+			req pcpwire.MapRequest
 		}{{c, req}, {quiet, qreq}} {
 			mustMap(t, cl.c, cl.req)
 			wantRestart(t, cl.c, "the server's clock jumped 3 s, which the epoch check also reads as lost state")
@@ -508,11 +508,11 @@ func testRestart(t *testing.T, tg Target) {
 // testReboot: a reboot wipes the table and sends an ANNOUNCE.
 func testReboot(t *testing.T, tg Target) {
 	c := listen(t, tg)
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
 	tg.Reboot(t)
 	wantRestart(t, c, "the ANNOUNCE")
 	wantNoMapping(t, tg, tcpExt)
-	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcp.ErrNoResources) {
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcpwire.ErrNoResources) {
 		t.Errorf("Delete after the reboot = %v, want ErrNoResources", err)
 	}
 }
@@ -523,7 +523,7 @@ func testUnknownOpcode(t *testing.T, tg Target) {
 	req := mapRequest(tg.Hosts[0].Addr, 3600, nonceA, 6, portInt, portExt)
 	req[1] = 99
 	a := exchange(t, tg, 0, req)
-	wantAnswer(t, a, 2, 99, pcp.UnsuppOpcode)
+	wantAnswer(t, a, 2, 99, pcpwire.UnsuppOpcode)
 	if len(a) != len(req) {
 		t.Errorf("answer is %d bytes, want %d", len(a), len(req))
 	}
@@ -534,7 +534,7 @@ func testUnknownOpcode(t *testing.T, tg Target) {
 func testUnknownVersion(t *testing.T, tg Target) {
 	req := mapRequest(tg.Hosts[0].Addr, 3600, nonceA, 6, portInt, portExt)
 	req[0] = 3
-	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcp.UnsuppVersion)
+	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcpwire.UnsuppVersion)
 	wantNoMapping(t, tg, tcpExt)
 }
 
@@ -543,7 +543,7 @@ func testUnknownVersion(t *testing.T, tg Target) {
 // header was never read).
 func testShortRequest(t *testing.T, tg Target) {
 	a := exchange(t, tg, 0, []byte{2, 1, 0, 0, 0, 0, 0x0e, 0x10})
-	wantAnswer(t, a, 0, 0, pcp.MalformedRequest)
+	wantAnswer(t, a, 0, 0, pcpwire.MalformedRequest)
 	if len(a) != 24 {
 		t.Errorf("answer is %d bytes, want 24", len(a))
 	}
@@ -555,7 +555,7 @@ func testAnnounceRequest(t *testing.T, tg Target) {
 	req := make([]byte, 24)
 	req[0] = 2
 	putAddr(req[8:24], tg.Hosts[0].Addr)
-	wantAnswer(t, exchange(t, tg, 0, req), 2, 0, pcp.Success)
+	wantAnswer(t, exchange(t, tg, 0, req), 2, 0, pcpwire.Success)
 }
 
 // testAddressMismatch: a client address that is not the sender's is
@@ -563,24 +563,24 @@ func testAnnounceRequest(t *testing.T, tg Target) {
 // ErrAddressMismatch.
 func testAddressMismatch(t *testing.T, tg Target) {
 	req := mapRequest(tg.Hosts[1].Addr, 3600, nonceA, 6, portInt, portExt)
-	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcp.AddressMismatch)
+	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcpwire.AddressMismatch)
 	wantNoMapping(t, tg, tcpExt)
 }
 
 // wantAnswer checks an answer's version, opcode (R bit set) and result.
-func wantAnswer(t *testing.T, a []byte, version, opcode uint8, result pcp.ResultCode) {
+func wantAnswer(t *testing.T, a []byte, version, opcode uint8, result pcpwire.ResultCode) {
 	t.Helper()
 	if len(a) < 24 {
 		t.Fatalf("answer of %d bytes: % x", len(a), a)
 	}
-	if a[0] != version || a[1] != 0x80|opcode || pcp.ResultCode(a[3]) != result {
-		t.Fatalf("answer version %d, opcode %#x, result %s; want %d, %#x, %s", a[0], a[1], pcp.ResultCode(a[3]), version, 0x80|opcode, result)
+	if a[0] != version || a[1] != 0x80|opcode || pcpwire.ResultCode(a[3]) != result {
+		t.Fatalf("answer version %d, opcode %#x, result %s; want %d, %#x, %s", a[0], a[1], pcpwire.ResultCode(a[3]), version, 0x80|opcode, result)
 	}
 	var wantLifetime uint32
-	if result == pcp.NoResources || result == pcp.NetworkFailure {
+	if result == pcpwire.NoResources || result == pcpwire.NetworkFailure {
 		wantLifetime = 30
 	}
-	if result != pcp.Success {
+	if result != pcpwire.Success {
 		if got := binary.BigEndian.Uint32(a[4:]); got != wantLifetime {
 			t.Errorf("error answer lifetime %d, want %d", got, wantLifetime)
 		}
@@ -659,13 +659,13 @@ func testSuggestedAddress(t *testing.T, tg Target) {
 	req := mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt)
 	putAddr(req[44:60], netip.MustParseAddr("203.0.113.5"))
 	a := exchange(t, tg, 0, req)
-	wantAnswer(t, a, 2, 1, pcp.Success)
+	wantAnswer(t, a, 2, 1, pcpwire.Success)
 	if got := netip.AddrFrom16([16]byte(a[44:60])).Unmap(); got != tg.ExternalIP {
 		t.Errorf("granted external address %s, want %s", got, tg.ExternalIP)
 	}
 	req = mapRequest(h.Addr, 3600, nonceA, 6, portInt+1, portNext, preferFailure())
 	putAddr(req[44:60], netip.MustParseAddr("203.0.113.5"))
-	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcp.CannotProvideExternal)
+	wantAnswer(t, exchange(t, tg, 0, req), 2, 1, pcpwire.CannotProvideExternal)
 	wantNoMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext})
 }
 
@@ -675,12 +675,12 @@ func testSuggestedAddress(t *testing.T, tg Target) {
 // MALFORMED_OPTION.
 func testOptions(t *testing.T, tg Target) {
 	h := tg.Hosts[0]
-	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{99, 0, 0, 0})), 2, 1, pcp.UnsuppOption)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{99, 0, 0, 0})), 2, 1, pcpwire.UnsuppOption)
 	wantNoMapping(t, tg, tcpExt)
-	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, 0, preferFailure())), 2, 1, pcp.MalformedOption)
-	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, preferFailure(), preferFailure())), 2, 1, pcp.MalformedOption)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, 0, preferFailure())), 2, 1, pcpwire.MalformedOption)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, preferFailure(), preferFailure())), 2, 1, pcpwire.MalformedOption)
 	wantNoMapping(t, tg, tcpExt)
-	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{200, 0, 0, 0})), 2, 1, pcp.Success)
+	wantAnswer(t, exchange(t, tg, 0, mapRequest(h.Addr, 3600, nonceA, 6, portInt, portExt, []byte{200, 0, 0, 0})), 2, 1, pcpwire.Success)
 	wantMapping(t, tg, tcpExt, netip.AddrPortFrom(h.Addr, portInt), Description(nonceA))
 }
 
@@ -688,7 +688,7 @@ func testOptions(t *testing.T, tg Target) {
 // the internal port first.
 func testNoSuggestedPort(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	if got := mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}); got.ExternalPort != portExt {
+	if got := mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA}); got.ExternalPort != portExt {
 		t.Errorf("Map with no suggested port got %d, want %d (the internal port)", got.ExternalPort, portExt)
 	}
 }
@@ -699,12 +699,12 @@ func testNoSuggestedPort(t *testing.T, tg Target) {
 // request's.
 func testDeleteNewest(t *testing.T, tg Target) {
 	c := client(t, tg, 0, nil)
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
-	mustMap(t, c, pcp.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portNext, Lifetime: time.Hour, Nonce: nonceB})
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portExt, Lifetime: time.Hour, Nonce: nonceA})
+	mustMap(t, c, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: portInt, ExternalPort: portNext, Lifetime: time.Hour, Nonce: nonceB})
 	self := netip.AddrPortFrom(tg.Hosts[0].Addr, portInt)
 	wantMapping(t, tg, tcpExt, self, Description(nonceA))
 	wantMapping(t, tg, igd.Key{Protocol: igd.TCP, ExternalPort: portNext}, self, Description(nonceB))
-	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcp.ErrNotAuthorized) {
+	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceA); !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Errorf("Delete with the older mapping's nonce = %v, want ErrNotAuthorized (the newest is looked at)", err)
 	}
 	if err := c.Delete(ctx(t), igd.TCP, netip.Addr{}, portInt, nonceB); err != nil {

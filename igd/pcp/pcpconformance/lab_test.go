@@ -6,8 +6,8 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
-	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pcp/pcpconformance"
+	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
 // labBackend runs each case on a fresh lab: a real miniupnpd 2.3.1 in
@@ -27,7 +27,7 @@ func labBackend() pcpconformance.Backend {
 				}
 			})
 			tg := pcpconformance.Target{
-				Server:             netip.AddrPortFrom(lab.RouterLAN, pcp.Port),
+				Server:             netip.AddrPortFrom(lab.RouterLAN, pcpwire.Port),
 				ExternalIP:         lab.ExternalIP,
 				ListenAnnounce:     lab.Nodes[0].ListenPacket,
 				Restart:            lab.Restart,

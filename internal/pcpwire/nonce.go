@@ -1,9 +1,10 @@
-package pcp
+package pcpwire
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -40,4 +41,11 @@ func NonceFor(secret []byte, owner string, key igd.Key) [12]byte {
 	var nonce [12]byte
 	copy(nonce[:], h.Sum(nil))
 	return nonce
+}
+
+// Description returns the description miniupnpd stores for a PCP mapping
+// with nonce on a router of byte order order: igd.PCPDescriptionPrefix and
+// the nonce's three 32-bit words, each as 8 hex digits.
+func Description(nonce [12]byte, order binary.ByteOrder) string {
+	return fmt.Sprintf("%s%08x%08x%08x", igd.PCPDescriptionPrefix, order.Uint32(nonce[0:]), order.Uint32(nonce[4:]), order.Uint32(nonce[8:]))
 }

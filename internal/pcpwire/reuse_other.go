@@ -1,6 +1,6 @@
 //go:build !unix
 
-package pcp
+package pcpwire
 
 import "syscall"
 
