@@ -25,8 +25,14 @@
 //   - Internal ports below 1024 are refused (606).
 //   - Leases run from 1 s to 86400 s (402 outside); the router removes a
 //     pinhole whose lease ended.
-//   - A reboot loses every pinhole; a daemon restart keeps them (and their
-//     IDs) in its firewall.
+//   - Another host reading, renewing or deleting a pinhole by its ID gets
+//     igd.ErrNotAuthorized, and the pinhole stays.
+//   - A reboot loses every pinhole and numbers new ones from 1 again: an ID
+//     held from before can name another pinhole of the same host, which
+//     Update then renews. Renew with Add (one call too, and it returns the
+//     pinhole's own ID); use Update only with an ID Add returned since
+//     the router last restarted. A daemon restart keeps the pinholes and
+//     their IDs in its firewall.
 //
 // # Finding the router
 //

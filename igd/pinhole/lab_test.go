@@ -293,3 +293,42 @@ func TestLabRefusesLeasesOutsideTheSpecification(t *testing.T) {
 	_, err := c.AddUnchecked(ctx, gua, port, igd.TCP, 86400)
 	assert.NoError(t, err, "lease 86400")
 }
+
+// TestLabAnotherHostCannotTouchAPinhole: another LAN host reading, renewing
+// or deleting a node's pinhole by its ID gets 606, and the pinhole stays.
+func TestLabAnotherHostCannotTouchAPinhole(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{IPv6: true, Nodes: 2})
+	ctx := testContext(t)
+	owner, other := labClient(t, lab, 0, false), labClient(t, lab, 1, false)
+	id, err := owner.Add(ctx, tcpPinhole(lab.Nodes[0].GUA, port))
+	require.NoError(t, err)
+
+	_, err = other.Packets(ctx, id)
+	assert.ErrorIs(t, err, igd.ErrNotAuthorized, "Packets from another host")
+	assert.ErrorIs(t, other.Update(ctx, id, time.Hour), igd.ErrNotAuthorized, "Update from another host")
+	assert.ErrorIs(t, other.Delete(ctx, id), igd.ErrNotAuthorized, "Delete from another host")
+	_, err = owner.Packets(ctx, id)
+	assert.NoError(t, err, "the owner's pinhole after another host's calls")
+}
+
+// TestLabAfterARebootAnOldIDNamesAnotherPinhole: the daemon numbers
+// pinholes from 1 again after a reboot, so an ID held from before can name
+// another pinhole of the same host, and Update by it renews that one. Renew
+// by Add, which returns the pinhole's own ID.
+func TestLabAfterARebootAnOldIDNamesAnotherPinhole(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{IPv6: true})
+	ctx := testContext(t)
+	c := labClient(t, lab, 0, false)
+	gua := lab.Nodes[0].GUA
+	old, err := c.Add(ctx, tcpPinhole(gua, port))
+	require.NoError(t, err)
+
+	lab.Reboot(t)
+	other, err := c.Add(ctx, tcpPinhole(gua, port+1))
+	require.NoError(t, err)
+	require.Equal(t, old, other, "the first pinhole after a reboot takes the first ID again")
+	require.NoError(t, c.Update(ctx, old, time.Hour), "Update by the old ID renews the other pinhole")
+	readded, err := c.Add(ctx, tcpPinhole(gua, port))
+	require.NoError(t, err)
+	assert.NotEqual(t, old, readded, "the pinhole added again has a new ID")
+}

@@ -110,7 +110,9 @@ type Client interface {
 	// that lost the ID recovers it this way. p is validated first.
 	Add(ctx context.Context, p Pinhole) (uint16, error)
 	// Update renews pinhole id to lease from now. ErrNoSuchPinhole when
-	// the router holds no such pinhole: add it again.
+	// the router holds no such pinhole: add it again. After a router
+	// reboot an old ID may name another pinhole of this host (see the
+	// package documentation): Add renews safely.
 	Update(ctx context.Context, id uint16, lease time.Duration) error
 	// Delete closes pinhole id. A pinhole the router no longer holds is
 	// already closed: Delete returns nil.
