@@ -40,7 +40,7 @@ func (c *UPnPClient) find(ctx context.Context) (firewallControl, error) {
 	if c.cfg.RootDescURL != "" {
 		svc, err := c.probe(ctx, c.cfg.RootDescURL)
 		if err != nil {
-			return nil, fmt.Errorf("pinhole: router at %s: %w", c.cfg.RootDescURL, err)
+			return nil, fmt.Errorf("router at %s: %w", c.cfg.RootDescURL, err)
 		}
 		return svc, nil
 	}
@@ -54,7 +54,7 @@ func (c *UPnPClient) search(ctx context.Context) (firewallControl, error) {
 	defer cancel()
 	pc, err := c.cfg.ListenPacket(ctx, "udp6", netip.AddrPortFrom(c.cfg.LocalAddr, 0).String())
 	if err != nil {
-		return nil, fmt.Errorf("pinhole: SSDP search: %w", err)
+		return nil, fmt.Errorf("SSDP search: %w", err)
 	}
 	defer pc.Close()
 	dst := &net.UDPAddr{IP: net.ParseIP(ssdpGroup), Port: 1900, Zone: c.cfg.Interface}
@@ -70,7 +70,7 @@ func (c *UPnPClient) search(ctx context.Context) (firewallControl, error) {
 	for ctx.Err() == nil {
 		if !time.Now().Before(next) {
 			if _, err := pc.WriteTo(msg, dst); err != nil {
-				return nil, fmt.Errorf("pinhole: SSDP search to [%s%%%s]:1900: %w", ssdpGroup, c.cfg.Interface, err)
+				return nil, fmt.Errorf("SSDP search to [%s%%%s]:1900: %w", ssdpGroup, c.cfg.Interface, err)
 			}
 			next = time.Now().Add(searchRepeat)
 		}
@@ -95,9 +95,9 @@ func (c *UPnPClient) search(ctx context.Context) (firewallControl, error) {
 		rejected = append(rejected, fmt.Errorf("%s: %w", loc, err))
 	}
 	if err := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("pinhole: SSDP search: %w", err)
+		return nil, fmt.Errorf("SSDP search: %w", err)
 	}
-	return nil, fmt.Errorf("pinhole: no router answered an SSDP search for %s on [%s%%%s] within %v: %w",
+	return nil, fmt.Errorf("no router answered an SSDP search for %s on [%s%%%s] within %v: %w",
 		internetgateway2.URN_WANIPv6FirewallControl_1, ssdpGroup, c.cfg.Interface, c.cfg.DiscoveryTimeout,
 		errors.Join(append([]error{igd.ErrNoGateway}, rejected...)...))
 }
