@@ -3,11 +3,17 @@ package pinhole_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/huin/goupnp"
+	"github.com/huin/goupnp/dcps/internetgateway2"
+	"github.com/huin/goupnp/soap"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -331,4 +337,45 @@ func TestLabAfterARebootAnOldIDNamesAnotherPinhole(t *testing.T) {
 	readded, err := c.Add(ctx, tcpPinhole(gua, port))
 	require.NoError(t, err)
 	assert.NotEqual(t, old, readded, "the pinhole added again has a new ID")
+}
+
+// rawFirewall returns goupnp's client for the lab router's
+// WANIPv6FirewallControl:1 at controlURL, dialling with dial: for requests
+// pinhole.UPnPClient refuses to make.
+func rawFirewall(t *testing.T, controlURL string, dial func(ctx context.Context, network, address string) (net.Conn, error)) *internetgateway2.WANIPv6FirewallControl1 {
+	t.Helper()
+	u, err := url.Parse(controlURL)
+	require.NoError(t, err)
+	hc := http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	return &internetgateway2.WANIPv6FirewallControl1{ServiceClient: goupnp.ServiceClient{
+		SOAPClient: &soap.SOAPClient{EndpointURL: *u, HTTPClient: hc}}}
+}
+
+// TestLabJudgesTheCallerByTheRequestsSource: a pinhole to the node's own
+// GUA is refused (606) when the request arrives over IPv4 or from the
+// node's ULA, which is why the client sends only from Config.LocalAddr and
+// only to an IPv6 control URL.
+func TestLabJudgesTheCallerByTheRequestsSource(t *testing.T) {
+	lab := igdtest.Start(t, igdtest.Options{IPv6: true})
+	ctx := testContext(t)
+	n := lab.Nodes[0]
+	for _, tc := range []struct {
+		name, control string
+		dial          func(ctx context.Context, network, address string) (net.Conn, error)
+		code          int
+	}{
+		{"over IPv4", "http://" + lab.RouterLAN.String() + ":5000/ctl/IP6FCtl", n.DialContext, 606},
+		{"from the ULA", "http://[" + lab.IPv6.RouterGUA.String() + "]:5000/ctl/IP6FCtl", n.DialContextFrom(n.ULA), 606},
+		{"from the GUA", "http://[" + lab.IPv6.RouterGUA.String() + "]:5000/ctl/IP6FCtl", n.DialContextFrom(n.GUA), 0},
+	} {
+		_, err := rawFirewall(t, tc.control, tc.dial).AddPinholeCtx(ctx, "", 0, n.GUA.String(), port, 6, 3600)
+		var f *soap.SOAPFaultError
+		code := 0
+		if errors.As(err, &f) {
+			code = f.Detail.UPnPError.Errorcode
+		} else {
+			require.NoError(t, err, tc.name)
+		}
+		assert.Equal(t, tc.code, code, "AddPinhole to the node's GUA %s: %v", tc.name, err)
+	}
 }
