@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 )
 
@@ -33,12 +30,20 @@ func TestIPv6LabReachesTheNodeOnlyThroughAPinhole(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{IPv6: true})
 	ctx := testContext(t)
 	n := lab.Nodes[0]
-	require.NotNil(t, lab.IPv6)
-	assert.Equal(t, "2001:db8:1::10", n.GUA.String())
-	assert.Equal(t, "fd00:1::10", n.ULA.String())
+	if lab.IPv6 == nil {
+		t.Fatal("lab.IPv6 = nil, want the IPv6 lab's addresses")
+	}
+	if got := n.GUA.String(); got != "2001:db8:1::10" {
+		t.Errorf("node 0 GUA = %s, want 2001:db8:1::10", got)
+	}
+	if got := n.ULA.String(); got != "fd00:1::10" {
+		t.Errorf("node 0 ULA = %s, want fd00:1::10", got)
+	}
 
 	ln, err := n.Listen("tcp", netip.AddrPortFrom(n.GUA, 8443).String())
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -50,17 +55,30 @@ func TestIPv6LabReachesTheNodeOnlyThroughAPinhole(t *testing.T) {
 		}
 	}()
 	target := netip.AddrPortFrom(n.GUA, 8443)
-	require.Error(t, internetReaches(ctx, lab, target), "the internet reaches the node with no pinhole")
+	if err := internetReaches(ctx, lab, target); err == nil {
+		t.Fatalf("the internet reaches the node with no pinhole: dial to %s succeeded, want it to fail", target)
+	}
 
 	out, err := lab.ExecNode(ctx, 0, "upnpc", "-6", "-u", lab.IPv6.RootDescURL, "-A", "", "0", n.GUA.String(), "8443", "TCP", "3600")
-	require.NoError(t, err)
-	require.Contains(t, out, "Pinhole ID = ", "upnpc AddPinhole:\n%s\nminiupnpd log:\n%s", out, lab.Log())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Pinhole ID = ") {
+		t.Fatalf("upnpc AddPinhole output lacks %q:\n%s\nminiupnpd log:\n%s", "Pinhole ID = ", out, lab.Log())
+	}
 	id := strings.TrimSpace(out[strings.LastIndex(out, "=")+1:])
-	require.NoError(t, internetReaches(ctx, lab, target), "the internet does not reach the node through the pinhole")
+	if err := internetReaches(ctx, lab, target); err != nil {
+		t.Fatalf("the internet does not reach the node through the pinhole: %v", err)
+	}
 
 	out, err = lab.ExecNode(ctx, 0, "upnpc", "-6", "-u", lab.IPv6.RootDescURL, "-D", id)
-	require.NoError(t, err)
-	require.Contains(t, out, "returned : 0", "upnpc DeletePinhole:\n%s", out)
-	require.Error(t, internetReaches(ctx, lab, target), "the internet still reaches the node after the pinhole was deleted")
-
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "returned : 0") {
+		t.Fatalf("upnpc DeletePinhole output lacks %q:\n%s", "returned : 0", out)
+	}
+	if err := internetReaches(ctx, lab, target); err == nil {
+		t.Fatalf("the internet still reaches the node after the pinhole was deleted: dial to %s succeeded, want it to fail", target)
+	}
 }
