@@ -12,6 +12,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 func tcp(port uint16, client netip.Addr) igd.Mapping {
@@ -361,7 +362,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name:  "list refused with 402",
-			hooks: refuseList(igd.CodeInvalidArgs),
+			hooks: refuseList(upnp.CodeInvalidArgs),
 			call: func(ctx context.Context, c igd.Client) error {
 				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
 				return err
@@ -370,7 +371,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name:  "list refused with 501",
-			hooks: refuseList(igd.CodeActionFailed),
+			hooks: refuseList(upnp.CodeActionFailed),
 			call: func(ctx context.Context, c igd.Client) error {
 				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
 				return err

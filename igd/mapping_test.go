@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -58,7 +59,7 @@ func TestMappingValidate(t *testing.T) {
 			}
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrInvalidMapping)
-			var fe *FieldError
+			var fe *igderr.FieldError
 			require.ErrorAs(t, err, &fe)
 			assert.Equal(t, tt.field, fe.Field)
 			assert.Contains(t, err.Error(), tt.field, "the message names the field")

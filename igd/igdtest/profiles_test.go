@@ -13,6 +13,8 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // refused asserts that `upnpc -a` with args fails with the UPnP error code.
@@ -34,7 +36,7 @@ func TestOpenWrtDefault(t *testing.T) {
 	require.NoError(t, err)
 	gw, err := c.Discover(ctx)
 	require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
-	require.Equal(t, igd.ServiceWANIPConnection1, gw.ServiceType, "OpenWrt sets igdv1: an IGD:1 description")
+	require.Equal(t, upnp.ServiceWANIPConnection1, gw.ServiceType, "OpenWrt sets igdv1: an IGD:1 description")
 
 	refused(t, lab, "718", "192.0.2.11", "30081", "8081", "TCP") // secure mode: another node
 	refused(t, lab, "606", "192.0.2.10", "80", "80", "TCP")      // below 1024
@@ -96,12 +98,12 @@ func TestBehindCGNAT(t *testing.T) {
 	c, err := igd.NewClient(lab.ClientConfig(0))
 	require.NoError(t, err)
 	_, err = c.Discover(ctx)
-	var nge *igd.NoGatewayError
+	var nge *igderr.NoGatewayError[igd.Candidate]
 	require.ErrorIs(t, err, igd.ErrNoGateway)
 	require.ErrorAs(t, err, &nge)
 	require.Len(t, nge.Found, 1)
 	cand := nge.Found[0]
-	require.True(t, cand.Connected(), "miniupnpd still says Connected: %+v", cand)
+	require.True(t, cand.Status == "Connected", "miniupnpd still says Connected: %+v", cand)
 	require.False(t, cand.ExternalIP.IsValid(), "external IP %s", cand.ExternalIP)
 	require.False(t, igd.IsPublic(cand.ExternalIP))
 	require.Contains(t, cand.Rejected, `GetExternalIPAddress with "": no external IP address`)
