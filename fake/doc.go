@@ -63,6 +63,19 @@
 // PCPDescription(nonce). It decodes requests with its own code, not
 // igd/pcp's.
 //
+// A Server with an IGD:2 description also answers WANIPv6FirewallControl:1
+// (IPv6 pinholes, at /ctl/IP6FCtl) with miniupnpd 2.3.1's rules, which
+// package igd/pinhole/pinholeconformance holds it and the real daemon to:
+// AddPinhole only to the caller's own address (ServerOptions.ClientAddr),
+// compared as text with its canonical form, and only to ports of 1024 and
+// above (606 otherwise); leases of 1 to 86400 s (402 otherwise), expiring
+// on RouterConfig.Clock; the same UniqueID on re-add; UpdatePinhole,
+// DeletePinhole and GetPinholePackets answer 402 for an unknown ID (the
+// specification says 704) and 606 for another host's pinhole. Reboot
+// wipes the pinholes and numbers new ones from 1 again; Router.Pinholes
+// lists the open ones. Calls go through the SOAPAction hooks and are logged
+// as MethodSOAPAction.
+//
 // All fakes are safe for concurrent use, guard their state with one mutex,
 // and return copies from their accessors.
 //
@@ -98,8 +111,12 @@
 //     router itself (only mappings make a port in use), the lease a
 //     restarted daemon forgets, and the delay before a restarted daemon
 //     answers.
-//   - IPv6 pinholes (WANIPv6FirewallControl, listed in the
-//     IGD:2 description, answers 401 to every action); the other services of
+//   - Of WANIPv6FirewallControl:1, anything but the four actions above
+//     (GetFirewallStatus, GetOutboundPinholeTimeout, CheckPinholeWorking:
+//     401), remote hosts and ports (ignored), protocols other than TCP and
+//     UDP (402), a packet count (always 0, as miniupnpd 2.3.1's nftables
+//     build reports), and pinholes through an in-memory Client (only a
+//     Server answers them); the other services of
 //     the description (Layer3Forwarding, WANCommonInterfaceConfig,
 //     DeviceProtection); connection actions beyond the status queries
 //     (RequestConnection, ForceTermination, SetConnectionType); service

@@ -8,11 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/stretchr/testify/assert"
 
 	"github.com/ccmkit/ccmkit/fake"
 )
@@ -192,10 +191,14 @@ func TestLoadBalancerHookMayChangeTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: fake.DefaultExternalIP.String(), Hostname: "lb.example"}}}
-	assert.Equal(t, want, st, "EnsureLoadBalancer through a hook that edits the answer")
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("EnsureLoadBalancer through a hook that edits the answer (-want +got):\n%s", diff)
+	}
 	// The hook changed the answer, not what the fake keeps.
 	kept, _ := lb.Status(types.NamespacedName{Namespace: "default", Name: "web"})
-	assert.Equal(t, "", kept.Ingress[0].Hostname, "stored status")
+	if got := kept.Ingress[0].Hostname; got != "" {
+		t.Errorf("stored status: hostname %q, want none", got)
+	}
 }
 
 func TestLoadBalancerConcurrent(t *testing.T) {

@@ -113,6 +113,10 @@ type Router struct {
 	hooks      []RouterHooks // newest first
 	calls      []Call
 	crashed    bool // see RouterConfig.CrashOnLongList
+	// pinholes are the IPv6 pinholes by UniqueID (pinhole.go);
+	// lastPinholeID is the last ID given, 0 after a reboot.
+	pinholes      map[uint16]*pinholeEntry
+	lastPinholeID uint16
 }
 
 // Crashed reports whether a long listing killed the router (see
@@ -143,6 +147,8 @@ func NewRouter(cfg RouterConfig) *Router {
 		cfg:   cfg,
 		clock: cfg.Clock,
 		table: make(map[igd.Key]*entry),
+
+		pinholes: make(map[uint16]*pinholeEntry),
 	}
 	if r.clock == nil {
 		r.clock = clock.RealClock{}
@@ -204,7 +210,8 @@ func (r *Router) Put(m igd.Mapping) {
 	r.table[m.Key()] = e
 }
 
-// Reboot simulates a router reboot: the table is wiped, a crashed router
+// Reboot simulates a router reboot: the table and the pinholes are wiped
+// (and pinhole IDs start from 1 again, as miniupnpd's do), a crashed router
 // (RouterConfig.CrashOnLongList) answers again, and the uptime
 // (GetStatusInfo through a Server) starts again from 0. The router answers
 // again at once; hooks (Intercept) simulate the outage of a real reboot.
@@ -213,6 +220,8 @@ func (r *Router) Reboot() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.table)
+	clear(r.pinholes)
+	r.lastPinholeID = 0
 	r.crashed = false
 	r.booted = r.clock.Now()
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -63,7 +64,9 @@ func TestHooksRunNewestFirstAndCanPassOn(t *testing.T) {
 	if !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Errorf("GetPortMapping after pass-through hooks: %v, want ErrNoSuchEntry from the table", err)
 	}
-	assert.Equal(t, []string{"last added", "first added"}, order, "hook order")
+	if diff := cmp.Diff([]string{"last added", "first added"}, order); diff != "" {
+		t.Errorf("hook order (-want +got):\n%s", diff)
+	}
 }
 
 // answeringHooks answer GetPortMapping, ExternalIP and the listing with
@@ -102,7 +105,9 @@ func TestHookAnswersInsteadOfTheTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			assert.Equal(t, want, got, "GetPortMapping")
+			if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("GetPortMapping (-want +got):\n%s", diff)
+			}
 			gotIP, err := c.ExternalIP(t.Context())
 			if err != nil || gotIP != ip {
 				t.Errorf("ExternalIP = %v, %v; want %v from the hook", gotIP, err, ip)
@@ -111,7 +116,9 @@ func TestHookAnswersInsteadOfTheTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			assert.Equal(t, []igd.Mapping{want}, list, "ReadTable")
+			if diff := cmp.Diff([]igd.Mapping{want}, list, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("ReadTable (-want +got):\n%s", diff)
+			}
 			if n := len(r.Mappings()); n != 0 {
 				t.Errorf("the table holds %d mappings; hooks that answer must not reach it", n)
 			}
@@ -411,9 +418,15 @@ func TestPermanentLeaseRetryIsASecondCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		assert.Equal(t, []time.Duration{time.Hour, 0}, leases, "leases the hook saw")
-		assert.Equal(t, 2, r.CallCount(fake.MethodAddPortMapping), "AddPortMapping calls logged")
-		assert.Equal(t, time.Duration(0), got.Lease, "lease returned")
+		if diff := cmp.Diff([]time.Duration{time.Hour, 0}, leases); diff != "" {
+			t.Errorf("leases the hook saw (-want +got):\n%s", diff)
+		}
+		if n := r.CallCount(fake.MethodAddPortMapping); n != 2 {
+			t.Errorf("%d AddPortMapping calls logged, want 2", n)
+		}
+		if got.Lease != 0 {
+			t.Errorf("lease returned %v, want 0 (permanent)", got.Lease)
+		}
 	})
 }
 
@@ -431,8 +444,12 @@ func TestAddReturnsTheMappingAsGiven(t *testing.T) {
 			t.Fatal(err)
 		}
 		want.Enabled = true
-		assert.Equal(t, want, got, "AddPortMapping's result")
-		assert.Equal(t, uint16(9999), r.Mappings()[0].InternalPort, "stored internal port (the hook's)")
+		if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+			t.Errorf("AddPortMapping's result (-want +got):\n%s", diff)
+		}
+		if got := r.Mappings()[0].InternalPort; got != 9999 {
+			t.Errorf("stored internal port %d, want 9999 (the hook's)", got)
+		}
 	})
 }
 

@@ -188,6 +188,10 @@ func (h *handler) serveControl(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	sr, err := parseSOAPRequest(req.Header.Get("SOAPAction"), body)
+	if err == nil && req.URL.Path == ip6fcPath && h.service == WANIPConnection2 {
+		h.servePinhole(w, req, sr)
+		return
+	}
 	if err == nil && req.URL.Path != h.controlPath {
 		// Another service of the description (Layer3Forwarding,
 		// WANCommonInterfaceConfig, ...): none of its actions is modelled.

@@ -3,14 +3,11 @@ package igd
 import (
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ccmkit/ccmkit/internal/igderr"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 func validMapping() Mapping {
@@ -54,15 +51,27 @@ func TestMappingValidate(t *testing.T) {
 			tt.mutate(&m)
 			err := m.Validate()
 			if tt.field == "" {
-				require.NoError(t, err)
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
 				return
 			}
-			require.Error(t, err)
-			assert.ErrorIs(t, err, ErrInvalidMapping)
+			if err == nil {
+				t.Fatalf("Validate = nil, want an error about %s", tt.field)
+			}
+			if !errors.Is(err, ErrInvalidMapping) {
+				t.Errorf("Validate = %v, want an ErrInvalidMapping", err)
+			}
 			var fe *igderr.FieldError
-			require.ErrorAs(t, err, &fe)
-			assert.Equal(t, tt.field, fe.Field)
-			assert.Contains(t, err.Error(), tt.field, "the message names the field")
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate = %v, want a *igderr.FieldError", err)
+			}
+			if fe.Field != tt.field {
+				t.Errorf("FieldError.Field = %q, want %q", fe.Field, tt.field)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Errorf("error %q does not name the field %s", err, tt.field)
+			}
 		})
 	}
 }
@@ -89,14 +98,24 @@ func TestUPnPErrorIs(t *testing.T) {
 			cause := errors.New("soap fault")
 			err := fmt.Errorf("add TCP/80: %w", &UPnPError{Action: "AddPortMapping", Code: tt.code, Description: "x", Err: cause})
 			for _, s := range sentinels {
-				assert.Equal(t, s == tt.want, errors.Is(err, s), "errors.Is(%d, %v)", tt.code, s)
+				if got, want := errors.Is(err, s), s == tt.want; got != want {
+					t.Errorf("errors.Is(%d, %v) = %v, want %v", tt.code, s, got, want)
+				}
 			}
-			assert.ErrorIs(t, err, cause, "the SOAP fault stays reachable")
-			assert.Equal(t, tt.code, Code(err))
-			assert.Contains(t, err.Error(), "AddPortMapping")
+			if !errors.Is(err, cause) {
+				t.Errorf("errors.Is(%v, the SOAP fault) = false, want true: the SOAP fault stays reachable", err)
+			}
+			if got := Code(err); got != tt.code {
+				t.Errorf("Code = %d, want %d", got, tt.code)
+			}
+			if !strings.Contains(err.Error(), "AddPortMapping") {
+				t.Errorf("error %q does not name AddPortMapping", err)
+			}
 		})
 	}
-	assert.Equal(t, 0, Code(errors.New("plain")))
+	if got := Code(errors.New("plain")); got != 0 {
+		t.Errorf("Code of a plain error = %d, want 0", got)
+	}
 }
 
 func TestIsPublic(t *testing.T) {
@@ -128,8 +147,12 @@ func TestIsPublic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
-			assert.Equal(t, tt.want, IsPublic(netip.MustParseAddr(tt.addr)))
+			if got := IsPublic(netip.MustParseAddr(tt.addr)); got != tt.want {
+				t.Errorf("IsPublic(%s) = %v, want %v", tt.addr, got, tt.want)
+			}
 		})
 	}
-	assert.False(t, IsPublic(netip.Addr{}))
+	if IsPublic(netip.Addr{}) {
+		t.Error("IsPublic(the zero Addr) = true, want false")
+	}
 }

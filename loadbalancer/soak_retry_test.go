@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudprovider "k8s.io/cloud-provider"
@@ -150,19 +148,30 @@ func TestSoakRetriesAreDueAsTheControllersBackOff(t *testing.T) {
 		r.record(svc, fail)
 	}
 	due, ok := r.due("ns-a/svc-9")
-	require.True(t, ok)
-	assert.WithinDuration(t, time.Now().Add(20*time.Second), due, time.Second, "the third failure in a row waits 5 s·2²")
+	if !ok {
+		t.Fatal("no retry due after three failures in a row")
+	}
+	if want, off := time.Now().Add(20*time.Second), time.Second; due.Before(want.Add(-off)) || due.After(want.Add(off)) {
+		t.Errorf("the third failure in a row waits 5 s·2²: due in %v, want 20s ± %v", time.Until(due).Round(time.Millisecond), off)
+	}
 
-	assert.Equal(t, due, r.latestDue([]string{"Service ns-a/svc-9 is still being deleted"}))
-	assert.True(t, r.latestDue([]string{"Service ns-a/svc-90 is still being deleted"}).IsZero(), "svc-90 is another Service")
+	if got := r.latestDue([]string{"Service ns-a/svc-9 is still being deleted"}); !got.Equal(due) {
+		t.Errorf("latestDue of a problem naming ns-a/svc-9 = %v, want its due %v", got, due)
+	}
+	if got := r.latestDue([]string{"Service ns-a/svc-90 is still being deleted"}); !got.IsZero() {
+		t.Errorf("latestDue of a problem naming ns-a/svc-90 = %v, want zero: svc-90 is another Service", got)
+	}
 
 	r.record(svc, nil)
-	_, ok = r.due("ns-a/svc-9")
-	assert.False(t, ok, "a sync that succeeds forgets the failures")
+	if _, ok := r.due("ns-a/svc-9"); ok {
+		t.Error("a retry is due after a sync that succeeded, want none: a sync that succeeds forgets the failures")
+	}
 	r.failed(svc) // a GetLoadBalancer before a clean-up
-	_, ok = r.due("ns-a/svc-9")
-	assert.True(t, ok, "a failed GetLoadBalancer fails the sync")
+	if _, ok := r.due("ns-a/svc-9"); !ok {
+		t.Error("no retry due after a failed GetLoadBalancer, want one: it fails the sync")
+	}
 	r.record(svc, cloudprovider.ImplementedElsewhere)
-	_, ok = r.due("ns-a/svc-9")
-	assert.False(t, ok, "ImplementedElsewhere ends a sync as a success")
+	if _, ok := r.due("ns-a/svc-9"); ok {
+		t.Error("a retry is due after ImplementedElsewhere, want none: it ends a sync as a success")
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 
 	"github.com/ccmkit/ccmkit/registry"
+	"github.com/google/go-cmp/cmp"
 )
 
 // testNode is a node named name with the given spec.providerID, labels,
@@ -155,11 +155,11 @@ func TestInstanceMetadata(t *testing.T) {
 			if err != nil {
 				t.Fatalf("InstanceMetadata: %v", err)
 			}
-			if !reflect.DeepEqual(*got, tt.want) {
-				t.Errorf("InstanceMetadata:\n got  %+v\n want %+v", *got, tt.want)
+			if diff := cmp.Diff(tt.want, *got); diff != "" {
+				t.Errorf("InstanceMetadata (-want +got):\n%s", diff)
 			}
-			if !reflect.DeepEqual(tt.node, before) {
-				t.Errorf("InstanceMetadata modified its argument:\n got  %+v\n want %+v", tt.node, before)
+			if diff := cmp.Diff(before, tt.node); diff != "" {
+				t.Errorf("InstanceMetadata modified its argument (-before +after):\n%s", diff)
 			}
 		})
 	}
@@ -172,8 +172,8 @@ func TestInstanceMetadataNoConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := cloudprovider.InstanceMetadata{ProviderID: "edge://n1"}
-	if !reflect.DeepEqual(*got, want) {
-		t.Errorf("InstanceMetadata with zero config = %+v, want %+v (no labels invented)", *got, want)
+	if diff := cmp.Diff(want, *got); diff != "" {
+		t.Errorf("InstanceMetadata with zero config invents labels (-want +got):\n%s", diff)
 	}
 }
 
@@ -269,8 +269,8 @@ func TestInstanceMetadataAdoptedScheme(t *testing.T) {
 		Zone:          "shelf",
 		Region:        "home",
 	}
-	if !reflect.DeepEqual(md, want) {
-		t.Errorf("InstanceMetadata =\n %+v\nwant\n %+v", md, want)
+	if diff := cmp.Diff(want, md); diff != "" {
+		t.Errorf("InstanceMetadata (-want +got):\n%s", diff)
 	}
 }
 

@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -50,8 +50,8 @@ func TestSampleCloudConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cloud-config.yaml: %v", err)
 	}
-	if !reflect.DeepEqual(cfg, edge.Default()) {
-		t.Errorf("cloud-config.yaml shows values that are not the defaults:\n got  %+v\n want %+v", cfg, edge.Default())
+	if diff := cmp.Diff(edge.Default(), cfg); diff != "" {
+		t.Errorf("cloud-config.yaml shows values that are not the defaults (-default +file):\n%s", diff)
 	}
 }
 

@@ -15,6 +15,12 @@
 //	     |       miniupnpd on port 5000, nftables table "inet filter"
 //	internet     inet0 198.51.101.99/24 (no default route)
 //
+// Options.IPv6 adds IPv6 to the same namespaces (lab6.go): nodes with a
+// global address 2001:db8:1::10+i and a ULA fd00:1::10+i, a router that
+// forwards IPv6 with a forward policy of drop, so that the internet host
+// (2001:db8:ff::99) reaches a node only through a pinhole miniupnpd opened
+// (Lab.IPv6, Lab.InternetReaches, Node.DialContextFrom).
+//
 // The WAN address must look public to miniupnpd; 198.51.101.7 exists only
 // inside the router namespace. Neither the router nor the internet host has
 // a default route, so no lab packet can leave the namespaces.

@@ -11,12 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -38,7 +37,9 @@ func testContext(t *testing.T) context.Context {
 func serveHTTP(t *testing.T, n *igdtest.Node, addr, body string) {
 	t.Helper()
 	ln, err := n.Listen("tcp", addr)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -58,7 +59,9 @@ func serveHTTP(t *testing.T, n *igdtest.Node, addr, body string) {
 func upnpc(ctx context.Context, t *testing.T, lab *igdtest.Lab, node int, args ...string) string {
 	t.Helper()
 	out, err := lab.Upnpc(ctx, node, args...)
-	require.NoError(t, err, "upnpc output:\n%s\nminiupnpd log:\n%s", out, lab.Log())
+	if err != nil {
+		t.Fatalf("%v; upnpc output:\n%s\nminiupnpd log:\n%s", err, out, lab.Log())
+	}
 	return out
 }
 
@@ -89,7 +92,9 @@ GetGenericPortMappingEntry() returned 713 (SpecifiedArrayIndexInvalid)`
 		{"TCP", "8081->192.0.2.10:30080", false},
 		{"TCP", "8080->192.0.2.11:30080", false},
 	} {
-		assert.Equal(t, tc.want, listed(out, tc.proto, tc.mapping), "%s %s", tc.proto, tc.mapping)
+		if got := listed(out, tc.proto, tc.mapping); got != tc.want {
+			t.Errorf("listed(%s %s) = %v, want %v", tc.proto, tc.mapping, got, tc.want)
+		}
 	}
 }
 
@@ -100,16 +105,26 @@ func TestMappingAndDataPath(t *testing.T) {
 	url := "http://" + lab.ExternalIP.String() + ":8080/"
 
 	_, err := lab.InternetGet(ctx, url)
-	require.Error(t, err, "the WAN port answered before any mapping existed")
+	if err == nil {
+		t.Fatal("the WAN port answered before any mapping existed")
+	}
 
 	out := upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
-	require.Contains(t, out, "is redirected to internal 192.0.2.10:30080", "upnpc -a output")
+	if !strings.Contains(out, "is redirected to internal 192.0.2.10:30080") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "is redirected to internal 192.0.2.10:30080", out)
+	}
 	out = upnpc(ctx, t, lab, 0, "-l")
-	require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "upnpc -l does not list the mapping:\n%s", out)
+	if !listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("upnpc -l does not list the mapping:\n%s", out)
+	}
 
 	body, err := lab.InternetGet(ctx, url)
-	require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
-	require.Equal(t, "hello from node 0", body)
+	if err != nil {
+		t.Fatalf("%v; miniupnpd log:\n%s", err, lab.Log())
+	}
+	if body != "hello from node 0" {
+		t.Fatalf("the WAN port answered %q, want %q", body, "hello from node 0")
+	}
 }
 
 func TestRestartKeepsRebootWipes(t *testing.T) {
@@ -121,24 +136,40 @@ func TestRestartKeepsRebootWipes(t *testing.T) {
 
 	pid := lab.PID()
 	lab.Restart(t)
-	require.NotEqual(t, pid, lab.PID(), "Restart did not start a new miniupnpd")
+	if lab.PID() == pid {
+		t.Fatalf("Restart did not start a new miniupnpd: PID still %d", pid)
+	}
 	out := upnpc(ctx, t, lab, 0, "-l")
-	require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping lost by Restart:\n%s", out)
+	if !listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("mapping lost by Restart:\n%s", out)
+	}
 	body, err := lab.InternetGet(ctx, url)
-	require.NoError(t, err)
-	require.Equal(t, "still here", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "still here" {
+		t.Fatalf("the WAN port answered %q, want %q", body, "still here")
+	}
 
 	lab.Reboot(t)
 	out = upnpc(ctx, t, lab, 0, "-l")
-	require.False(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping survived Reboot:\n%s", out)
+	if listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("mapping survived Reboot:\n%s", out)
+	}
 	_, err = lab.InternetGet(ctx, url)
-	require.Error(t, err, "data path survived Reboot")
+	if err == nil {
+		t.Fatal("data path survived Reboot")
+	}
 
 	// The rebooted router works: the mapping can be made again.
 	upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
 	body, err = lab.InternetGet(ctx, url)
-	require.NoError(t, err)
-	require.Equal(t, "still here", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "still here" {
+		t.Fatalf("the WAN port answered %q, want %q", body, "still here")
+	}
 }
 
 // TestParallelLabs runs labs at the same time, with the same addresses, and
@@ -154,12 +185,20 @@ func TestParallelLabs(t *testing.T) {
 			ext := fmt.Sprint(8080 + i)
 			upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", ext, "TCP")
 			out := upnpc(ctx, t, lab, 0, "-l")
-			require.True(t, listed(out, "TCP", ext+"->192.0.2.10:30080"), "own mapping missing:\n%s", out)
+			if !listed(out, "TCP", ext+"->192.0.2.10:30080") {
+				t.Fatalf("own mapping missing:\n%s", out)
+			}
 			other := fmt.Sprint(8080 + 1 - i)
-			require.False(t, listed(out, "TCP", other+"->192.0.2.10:30080"), "the other lab's mapping is visible:\n%s", out)
+			if listed(out, "TCP", other+"->192.0.2.10:30080") {
+				t.Fatalf("the other lab's mapping is visible:\n%s", out)
+			}
 			body, err := lab.InternetGet(ctx, "http://"+lab.ExternalIP.String()+":"+ext+"/")
-			require.NoError(t, err)
-			require.Equal(t, want, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body != want {
+				t.Fatalf("the WAN port answered %q, want %q", body, want)
+			}
 		})
 	}
 }
@@ -168,15 +207,25 @@ func TestTwoLabsAreIsolated(t *testing.T) {
 	a := igdtest.Start(t, igdtest.Options{})
 	b := igdtest.Start(t, igdtest.Options{})
 	ctx := testContext(t)
-	require.NotEqual(t, a.RouterNS, b.RouterNS)
-	require.NotEqual(t, a.Nodes[0].Name, b.Nodes[0].Name)
-	require.NotEqual(t, a.PID(), b.PID())
+	if a.RouterNS == b.RouterNS {
+		t.Fatalf("both labs' router namespace is %s", a.RouterNS)
+	}
+	if a.Nodes[0].Name == b.Nodes[0].Name {
+		t.Fatalf("both labs' node 0 namespace is %s", a.Nodes[0].Name)
+	}
+	if a.PID() == b.PID() {
+		t.Fatalf("both labs' miniupnpd is PID %d", a.PID())
+	}
 
 	upnpc(ctx, t, a, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
 	out := upnpc(ctx, t, b, 0, "-l")
-	require.False(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "lab b sees lab a's mapping:\n%s", out)
+	if listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("lab b sees lab a's mapping:\n%s", out)
+	}
 	out = upnpc(ctx, t, a, 0, "-l")
-	require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "lab a lost its mapping:\n%s", out)
+	if !listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("lab a lost its mapping:\n%s", out)
+	}
 }
 
 func TestSecureMode(t *testing.T) {
@@ -192,22 +241,38 @@ func TestSecureMode(t *testing.T) {
 			t.Parallel()
 			lab := igdtest.Start(t, igdtest.Options{SecureMode: tc.secure, Nodes: 2})
 			ctx := testContext(t)
-			require.Len(t, lab.Nodes, 2)
-			require.Equal(t, "192.0.2.11", lab.Nodes[1].Addr.String())
+			if len(lab.Nodes) != 2 {
+				t.Fatalf("%d nodes, want 2", len(lab.Nodes))
+			}
+			if got := lab.Nodes[1].Addr.String(); got != "192.0.2.11" {
+				t.Fatalf("node 1 has address %s, want 192.0.2.11", got)
+			}
 
 			out, err := lab.Upnpc(ctx, 0, "-a", "192.0.2.11", "30081", "8081", "TCP")
 			if tc.wantForOther {
-				require.NoError(t, err, "upnpc output:\n%s", out)
+				if err != nil {
+					t.Fatalf("%v; upnpc output:\n%s", err, out)
+				}
 			} else {
-				require.Error(t, err, "AddPortMapping to another host succeeded:\n%s", out)
-				require.Contains(t, out, "failed with code 718", "AddPortMapping to another host should fail with 718")
+				if err == nil {
+					t.Fatalf("AddPortMapping to another host succeeded:\n%s", out)
+				}
+				if !strings.Contains(out, "failed with code 718") {
+					t.Fatalf("AddPortMapping to another host should fail with 718; upnpc output:\n%s", out)
+				}
 			}
 			out = upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
-			require.Contains(t, out, "is redirected to internal 192.0.2.10:30080", "mapping to itself must work")
+			if !strings.Contains(out, "is redirected to internal 192.0.2.10:30080") {
+				t.Fatalf("mapping to itself must work; upnpc -a output lacks %q:\n%s", "is redirected to internal 192.0.2.10:30080", out)
+			}
 
 			out = upnpc(ctx, t, lab, 0, "-l")
-			require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "own mapping missing:\n%s", out)
-			require.Equal(t, tc.wantForOther, listed(out, "TCP", "8081->192.0.2.11:30081"), "mapping to another host:\n%s", out)
+			if !listed(out, "TCP", "8080->192.0.2.10:30080") {
+				t.Fatalf("own mapping missing:\n%s", out)
+			}
+			if got := listed(out, "TCP", "8081->192.0.2.11:30081"); got != tc.wantForOther {
+				t.Fatalf("mapping to another host listed: %v, want %v:\n%s", got, tc.wantForOther, out)
+			}
 		})
 	}
 }
@@ -227,15 +292,27 @@ func TestRootDescription(t *testing.T) {
 			lab := igdtest.Start(t, igdtest.Options{ForceIGDv1: tc.v1})
 			ctx := testContext(t)
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, lab.RootDescURL, nil)
-			require.NoError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			resp, err := lab.Nodes[0].HTTPClient().Do(req)
-			require.NoError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer resp.Body.Close()
 			body, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-			require.Contains(t, string(body), tc.want)
-			require.NotContains(t, string(body), tc.dontWant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("root description: status %d, want %d", resp.StatusCode, http.StatusOK)
+			}
+			if !strings.Contains(string(body), tc.want) {
+				t.Fatalf("root description lacks %q:\n%s", tc.want, body)
+			}
+			if strings.Contains(string(body), tc.dontWant) {
+				t.Fatalf("root description has %q, want it not to:\n%s", tc.dontWant, body)
+			}
 		})
 	}
 }
@@ -246,21 +323,33 @@ func TestNodeNamespace(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	for _, n := range lab.Nodes {
 		var inside []string
-		require.NoError(t, n.Do(func() error {
+		if err := n.Do(func() error {
 			var err error
 			inside, err = addrs()
 			return err
-		}))
-		require.Contains(t, inside, n.Addr.String()+"/24")
-		require.Len(t, inside, 2, "node %s: %v", n.Name, inside) // lo and eth0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(inside, n.Addr.String()+"/24") {
+			t.Fatalf("node %s: addresses inside %q, want %s among them", n.Name, inside, n.Addr.String()+"/24")
+		}
+		if len(inside) != 2 { // lo and eth0
+			t.Fatalf("node %s: %d addresses inside, want 2: %v", n.Name, len(inside), inside)
+		}
 
 		outside, err := addrs()
-		require.NoError(t, err)
-		require.NotContains(t, outside, n.Addr.String()+"/24", "Do leaked the namespace into the caller")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(outside, n.Addr.String()+"/24") {
+			t.Fatalf("Do leaked the namespace into the caller: addresses outside %q include %s", outside, n.Addr.String()+"/24")
+		}
 	}
 
 	wantErr := errors.New("from fn")
-	require.ErrorIs(t, lab.Nodes[0].Do(func() error { return wantErr }), wantErr)
+	if err := lab.Nodes[0].Do(func() error { return wantErr }); !errors.Is(err, wantErr) {
+		t.Fatalf("Do = %v, want fn's error %v", err, wantErr)
+	}
 }
 
 func addrs() ([]string, error) {
@@ -283,20 +372,32 @@ func TestSSDPSearch(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{})
 	ctx := testContext(t)
 	pc, err := lab.Nodes[0].ListenPacket(ctx, "udp4", "0.0.0.0:0")
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pc.Close()
 
 	msg := "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n" +
 		"ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n"
 	dst := &net.UDPAddr{IP: net.IPv4(239, 255, 255, 250), Port: 1900}
-	require.NoError(t, pc.SetDeadline(time.Now().Add(5*time.Second)))
+	if err := pc.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	_, err = pc.WriteTo([]byte(msg), dst)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	buf := make([]byte, 4096)
 	n, from, err := pc.ReadFrom(buf)
-	require.NoError(t, err, "no SSDP answer; miniupnpd log:\n%s", lab.Log())
-	require.Equal(t, lab.RouterLAN.String(), from.(*net.UDPAddr).IP.String())
-	require.Contains(t, string(buf[:n]), lab.RootDescURL)
+	if err != nil {
+		t.Fatalf("%v; no SSDP answer; miniupnpd log:\n%s", err, lab.Log())
+	}
+	if got := from.(*net.UDPAddr).IP.String(); got != lab.RouterLAN.String() {
+		t.Fatalf("SSDP answer from %s, want the router %s", got, lab.RouterLAN)
+	}
+	if !strings.Contains(string(buf[:n]), lab.RootDescURL) {
+		t.Fatalf("SSDP answer lacks the root description URL %s:\n%s", lab.RootDescURL, buf[:n])
+	}
 }
 
 // TestCleanup checks that after a lab's test ends its namespaces are gone,
@@ -309,18 +410,35 @@ func TestCleanup(t *testing.T) {
 		lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 		names = append([]string{lab.RouterNS, lab.InternetNS}, lab.Nodes[0].Name, lab.Nodes[1].Name)
 		pid = lab.PID()
-		require.NotZero(t, pid)
+		if pid == 0 {
+			t.Fatal("lab.PID() = 0, want the daemon's PID")
+		}
 		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		require.NoError(t, err, "miniupnpd not running during the test")
-		require.Equal(t, "miniupnpd\n", string(comm), "PID is not the daemon's")
-		require.Subset(t, netnsList(t), names)
+		if err != nil {
+			t.Fatalf("%v; miniupnpd not running during the test", err)
+		}
+		if string(comm) != "miniupnpd\n" {
+			t.Fatalf("PID is not the daemon's: its comm is %q, want %q", comm, "miniupnpd\n")
+		}
+		list := netnsList(t)
+		for _, n := range names {
+			if !slices.Contains(list, n) {
+				t.Fatalf("namespace %s missing during the test: %q", n, list)
+			}
+		}
 	})
-	require.NotEmpty(t, names)
+	if len(names) == 0 {
+		t.Fatal("the lab subtest recorded no namespaces")
+	}
 	list := netnsList(t)
 	for _, n := range names {
-		require.NotContains(t, list, n, "namespace left behind")
+		if slices.Contains(list, n) {
+			t.Fatalf("namespace left behind: %s in %q", n, list)
+		}
 	}
-	require.True(t, processGone(pid), "miniupnpd (pid %d) still running", pid)
+	if !processGone(pid) {
+		t.Fatalf("miniupnpd (pid %d) still running", pid)
+	}
 	// Polled here rather than with Eventually, whose own goroutine counts.
 	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > before; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -333,7 +451,9 @@ func TestCleanup(t *testing.T) {
 func netnsList(t *testing.T) []string {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "list").Output()
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var names []string
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 {
@@ -348,26 +468,44 @@ func TestCleanStale(t *testing.T) {
 	// A pid that certainly belonged to a process that is gone: a child we
 	// started and reaped.
 	cmd := exec.Command("true")
-	require.NoError(t, cmd.Run())
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
 	dead := cmd.Process.Pid
 
 	stale := fmt.Sprintf("igdt%d-1-abcdef-r", dead)
 	live := fmt.Sprintf("igdt%d-999-abcdef-r", unix.Getpid())
 	foreign := fmt.Sprintf("other%d-1-abcdef-r", dead) // not ours: never touched
 	for _, ns := range []string{stale, live, foreign} {
-		require.NoError(t, exec.Command("ip", "netns", "add", ns).Run())
+		if err := exec.Command("ip", "netns", "add", ns).Run(); err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	}
 
 	removed, err := igdtest.CleanStale(testContext(t))
-	require.NoError(t, err)
-	require.Contains(t, removed, stale)
-	require.NotContains(t, removed, live)
-	require.NotContains(t, removed, foreign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(removed, stale) {
+		t.Fatalf("CleanStale removed %q, want the stale %s among them", removed, stale)
+	}
+	if slices.Contains(removed, live) {
+		t.Fatalf("CleanStale removed %q, including the live %s", removed, live)
+	}
+	if slices.Contains(removed, foreign) {
+		t.Fatalf("CleanStale removed %q, including the foreign %s", removed, foreign)
+	}
 	list := netnsList(t)
-	require.NotContains(t, list, stale)
-	require.Contains(t, list, live)
-	require.Contains(t, list, foreign)
+	if slices.Contains(list, stale) {
+		t.Fatalf("the stale %s is still listed: %q", stale, list)
+	}
+	if !slices.Contains(list, live) {
+		t.Fatalf("the live %s is gone: %q", live, list)
+	}
+	if !slices.Contains(list, foreign) {
+		t.Fatalf("the foreign %s is gone: %q", foreign, list)
+	}
 }
 
 // helperEnv names the environment variable that makes TestHelperProcess act:
@@ -401,15 +539,21 @@ func runHelper(t *testing.T, mode string) (pid int, names []string) {
 	// The child's t.TempDir lands in ours, so a crashed child leaves no files.
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "TMPDIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
-	require.Error(t, err, "helper in mode %s should not succeed:\n%s", mode, out)
+	if err == nil {
+		t.Fatalf("helper in mode %s should not succeed:\n%s", mode, out)
+	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if rest, ok := strings.CutPrefix(line, "LAB "); ok {
 			_, err := fmt.Sscanf(rest, "%d", &pid)
-			require.NoError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			names = strings.Split(strings.Fields(rest)[1], ",")
 		}
 	}
-	require.NotZero(t, pid, "helper did not report its lab:\n%s", out)
+	if pid == 0 {
+		t.Fatalf("helper did not report its lab:\n%s", out)
+	}
 	t.Cleanup(func() {
 		for _, ns := range names {
 			_ = exec.Command("ip", "netns", "del", ns).Run() // only if the test failed
@@ -431,10 +575,14 @@ func processGone(pid int) bool {
 func TestCleanupAfterFailedTest(t *testing.T) {
 	igdtest.Require(t)
 	pid, names := runHelper(t, "fail")
-	require.True(t, processGone(pid), "miniupnpd (pid %d) outlived its failed test", pid)
+	if !processGone(pid) {
+		t.Fatalf("miniupnpd (pid %d) outlived its failed test", pid)
+	}
 	list := netnsList(t)
 	for _, n := range names {
-		require.NotContains(t, list, n, "namespace left behind by a failed test")
+		if slices.Contains(list, n) {
+			t.Fatalf("namespace left behind by a failed test: %s in %q", n, list)
+		}
 	}
 }
 
@@ -448,13 +596,26 @@ func TestCrashedTestLeavesNoDaemon(t *testing.T) {
 		}
 	}
 	// Its namespaces are left behind, and CleanStale removes them.
-	require.Subset(t, netnsList(t), names)
+	left := netnsList(t)
+	for _, n := range names {
+		if !slices.Contains(left, n) {
+			t.Fatalf("namespace %s not left behind by the crash: %q", n, left)
+		}
+	}
 	removed, err := igdtest.CleanStale(testContext(t))
-	require.NoError(t, err)
-	require.Subset(t, removed, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !slices.Contains(removed, n) {
+			t.Fatalf("CleanStale removed %q, want %s among them", removed, n)
+		}
+	}
 	list := netnsList(t)
 	for _, n := range names {
-		require.NotContains(t, list, n)
+		if slices.Contains(list, n) {
+			t.Fatalf("namespace %s still listed after CleanStale: %q", n, list)
+		}
 	}
 }
 
@@ -465,28 +626,50 @@ func TestUDPDataPath(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{})
 	ctx := testContext(t)
 	pc, err := lab.Nodes[0].ListenPacket(ctx, "udp4", "192.0.2.10:30053")
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pc.Close()
 	upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30053", "8053", "UDP")
 
 	c, err := lab.InternetDialContext(ctx, "udp4", lab.ExternalIP.String()+":8053")
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
-	require.NoError(t, pc.SetDeadline(time.Now().Add(5*time.Second)))
+	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	_, err = c.Write([]byte("ping"))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	buf := make([]byte, 64)
 	n, from, err := pc.ReadFrom(buf)
-	require.NoError(t, err, "datagram did not reach the node; miniupnpd log:\n%s", lab.Log())
-	require.Equal(t, "ping", string(buf[:n]))
-	require.Equal(t, lab.InternetIP.String(), from.(*net.UDPAddr).IP.String(), "the source is not the internet host")
+	if err != nil {
+		t.Fatalf("%v; datagram did not reach the node; miniupnpd log:\n%s", err, lab.Log())
+	}
+	if string(buf[:n]) != "ping" {
+		t.Fatalf("the node got %q, want %q", buf[:n], "ping")
+	}
+	if got := from.(*net.UDPAddr).IP.String(); got != lab.InternetIP.String() {
+		t.Fatalf("the source is not the internet host: %s, want %s", got, lab.InternetIP)
+	}
 	_, err = pc.WriteTo([]byte("pong"), from)
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n, err = c.Read(buf)
-	require.NoError(t, err, "reply did not come back")
-	require.Equal(t, "pong", string(buf[:n]))
+	if err != nil {
+		t.Fatalf("%v; reply did not come back", err)
+	}
+	if string(buf[:n]) != "pong" {
+		t.Fatalf("the internet host got %q, want %q", buf[:n], "pong")
+	}
 }
 
 // TestConsoleLog: by default the daemon's /dev/console discards, in a mount
@@ -497,7 +680,9 @@ func TestConsoleLog(t *testing.T) {
 	consoleMount := func(pid int) bool {
 		t.Helper()
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) > 4 && f[4] == "/dev/console" {
 				return true
@@ -516,12 +701,20 @@ func TestConsoleLog(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := igdtest.Start(t, igdtest.Options{ConsoleLog: tc.console})
-			assert.Equal(t, tc.wantMount, consoleMount(lab.PID()), "a /dev/console mount in the daemon's namespace")
-			assert.Equal(t, hostHadIt, consoleMount(os.Getpid()), "a /dev/console mount in the test's namespace")
+			if got := consoleMount(lab.PID()); got != tc.wantMount {
+				t.Errorf("a /dev/console mount in the daemon's namespace: %v, want %v", got, tc.wantMount)
+			}
+			if got := consoleMount(os.Getpid()); got != hostHadIt {
+				t.Errorf("a /dev/console mount in the test's namespace: %v, want %v", got, hostHadIt)
+			}
 			ctx := testContext(t)
 			out, err := lab.Upnpc(ctx, 0, "-l")
-			require.NoError(t, err, out)
-			assert.Contains(t, lab.Log(), "HTTP REQUEST", "the daemon's debug log in Lab.Log")
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if !strings.Contains(lab.Log(), "HTTP REQUEST") {
+				t.Errorf("the daemon's debug log is not in Lab.Log (no %q):\n%s", "HTTP REQUEST", lab.Log())
+			}
 		})
 	}
 }
@@ -542,15 +735,29 @@ func TestClientConfig(t *testing.T) {
 				cfg.RootDescURL = ""
 			}
 			c, err := igd.NewClient(cfg)
-			require.NoError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			gw, err := c.Discover(ctx)
-			require.NoError(t, err)
-			assert.Equal(t, lab.RouterLAN, gw.Addr)
-			assert.Equal(t, lab.ExternalIP, gw.ExternalIP)
-			assert.True(t, gw.OnDefaultGateway, "the router is the node's default gateway")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gw.Addr != lab.RouterLAN {
+				t.Errorf("gateway address %v, want the router's %v", gw.Addr, lab.RouterLAN)
+			}
+			if gw.ExternalIP != lab.ExternalIP {
+				t.Errorf("gateway external IP %v, want %v", gw.ExternalIP, lab.ExternalIP)
+			}
+			if !gw.OnDefaultGateway {
+				t.Error("OnDefaultGateway = false, want true: the router is the node's default gateway")
+			}
 			self, err := c.LocalAddr(ctx)
-			require.NoError(t, err)
-			assert.Equal(t, lab.Nodes[1].Addr, self)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if self != lab.Nodes[1].Addr {
+				t.Errorf("LocalAddr = %v, want node 1's %v", self, lab.Nodes[1].Addr)
+			}
 		})
 	}
 }
@@ -559,26 +766,48 @@ func TestClientConfig(t *testing.T) {
 // rebooted and stopped like the foreground one, and leaves no process.
 func TestDaemonize(t *testing.T) {
 	var last int // registered first, so it runs after the lab's own cleanup
-	t.Cleanup(func() { assert.True(t, exited(last), "daemon %d left running after the lab stopped", last) })
+	t.Cleanup(func() {
+		if !exited(last) {
+			t.Errorf("daemon %d left running after the lab stopped", last)
+		}
+	})
 	lab := igdtest.Start(t, igdtest.Options{Daemonize: true})
 	ctx := testContext(t)
 	pid := lab.PID()
-	require.NotZero(t, pid)
+	if pid == 0 {
+		t.Fatal("lab.PID() = 0, want the daemon's PID")
+	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	require.NoError(t, err)
-	assert.Contains(t, string(cmdline), "miniupnpd", "PID names the daemon")
-	assert.NotContains(t, strings.Split(string(cmdline), "\x00"), "-d", "the daemon runs without -d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cmdline), "miniupnpd") {
+		t.Errorf("PID names the daemon: its command line %q lacks miniupnpd", cmdline)
+	}
+	if slices.Contains(strings.Split(string(cmdline), "\x00"), "-d") {
+		t.Errorf("the daemon runs without -d: its command line %q has it", cmdline)
+	}
 
 	upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
 	out := upnpc(ctx, t, lab, 0, "-l")
-	require.True(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping not listed:\n%s", out)
-	assert.NotContains(t, lab.Log(), "HTTP REQUEST", "debug lines from a daemonised router")
+	if !listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("mapping not listed:\n%s", out)
+	}
+	if strings.Contains(lab.Log(), "HTTP REQUEST") {
+		t.Errorf("debug lines (%q) from a daemonised router:\n%s", "HTTP REQUEST", lab.Log())
+	}
 
 	lab.Reboot(t)
-	require.NotEqual(t, pid, lab.PID(), "Reboot started a new daemon")
-	assert.True(t, exited(pid), "the old daemon %d is still running", pid)
+	if lab.PID() == pid {
+		t.Fatalf("Reboot did not start a new daemon: PID still %d", pid)
+	}
+	if !exited(pid) {
+		t.Errorf("the old daemon %d is still running", pid)
+	}
 	out = upnpc(ctx, t, lab, 0, "-l")
-	require.False(t, listed(out, "TCP", "8080->192.0.2.10:30080"), "mapping survived Reboot:\n%s", out)
+	if listed(out, "TCP", "8080->192.0.2.10:30080") {
+		t.Fatalf("mapping survived Reboot:\n%s", out)
+	}
 
 	last = lab.PID()
 }

@@ -146,6 +146,11 @@ type Options struct {
 	// permission rules allow fails with 501 ActionFailed
 	// (upnpredirect.c, upnp_redirect_internal).
 	CGNAT bool
+	// IPv6 adds the IPv6 lab of lab6.go beside the IPv4 one: each node gets a
+	// global address and a ULA, the router forwards IPv6 with a forward
+	// policy of drop (only its miniupnpd chain opens the way in), and
+	// miniupnpd serves WANIPv6FirewallControl:1 pinholes.
+	IPv6 bool
 }
 
 // Bounds miniupnpd 2.3.1 puts on PCP lifetimes: larger values are silently
@@ -221,6 +226,8 @@ type Lab struct {
 	RouterNS string
 	// InternetNS is the name of the internet host's network namespace.
 	InternetNS string
+	// IPv6 holds the IPv6 addresses with Options.IPv6, and is nil without.
+	IPv6 *IPv6
 
 	options Options
 	id      string // unique per Start call; part of every name
@@ -337,6 +344,12 @@ func (l *Lab) setUp() error {
 		return l.run(ctx, l.tools.ip, append([]string{"-n", ns}, args...)...)
 	}
 	r, inet := l.RouterNS, l.InternetNS
+	if l.options.IPv6 {
+		// Before any interface exists, so that every one is made with it.
+		if err := l.noDAD(); err != nil {
+			return err
+		}
+	}
 	steps := [][]string{
 		{r, "link", "set", "lo", "up"},
 		{r, "link", "add", "lan0", "type", "bridge"},
@@ -372,8 +385,15 @@ func (l *Lab) setUp() error {
 		return fmt.Errorf("enable ip_forward in %s: %w", r, err)
 	}
 
+	rs := ruleset
+	if l.options.IPv6 {
+		if err := l.setUpIPv6(); err != nil {
+			return err
+		}
+		rs = ruleset6
+	}
 	rules := filepath.Join(l.dir, "ruleset-"+l.id+".nft")
-	if err := os.WriteFile(rules, []byte(ruleset), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(rs), 0o644); err != nil {
 		return err
 	}
 	if err := l.run(ctx, l.tools.ip, "netns", "exec", r, l.tools.nft, "-f", rules); err != nil {

@@ -24,6 +24,10 @@ type Node struct {
 	// Addr is the node's LAN address: 192.0.2.10 for the first node,
 	// 192.0.2.11 for the second, and so on.
 	Addr netip.Addr
+	// GUA and ULA are the node's global IPv6 address (2001:db8:1::10 for
+	// the first node, ::11 for the second, ...) and its unique local one
+	// (fd00:1::10, ...), with Options.IPv6; zero without.
+	GUA, ULA netip.Addr
 }
 
 // Do runs fn on a locked OS thread switched into the node's namespace and

@@ -1,15 +1,15 @@
 package igdtest_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
@@ -21,8 +21,12 @@ import (
 func refused(t *testing.T, lab *igdtest.Lab, code string, args ...string) {
 	t.Helper()
 	out, err := lab.Upnpc(testContext(t), 0, append([]string{"-a"}, args...)...)
-	require.Error(t, err, "upnpc -a %v succeeded:\n%s", args, out)
-	require.Contains(t, out, "failed with code "+code, "upnpc -a %v", args)
+	if err == nil {
+		t.Fatalf("upnpc -a %v succeeded:\n%s", args, out)
+	}
+	if !strings.Contains(out, "failed with code "+code) {
+		t.Fatalf("upnpc -a %v: output lacks %q:\n%s", args, "failed with code "+code, out)
+	}
 }
 
 func TestOpenWrtDefault(t *testing.T) {
@@ -33,16 +37,24 @@ func TestOpenWrtDefault(t *testing.T) {
 	ctx := testContext(t)
 
 	c, err := igd.NewClient(lab.ClientConfig(0))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gw, err := c.Discover(ctx)
-	require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
-	require.Equal(t, upnp.ServiceWANIPConnection1, gw.ServiceType, "OpenWrt sets igdv1: an IGD:1 description")
+	if err != nil {
+		t.Fatalf("%v; miniupnpd log:\n%s", err, lab.Log())
+	}
+	if gw.ServiceType != upnp.ServiceWANIPConnection1 {
+		t.Fatalf("service type %s, want %s: OpenWrt sets igdv1, an IGD:1 description", gw.ServiceType, upnp.ServiceWANIPConnection1)
+	}
 
 	refused(t, lab, "718", "192.0.2.11", "30081", "8081", "TCP") // secure mode: another node
 	refused(t, lab, "606", "192.0.2.10", "80", "80", "TCP")      // below 1024
 	refused(t, lab, "606", "192.0.2.10", "22", "8022", "TCP")    // internal port below 1024
 	out := upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
-	require.Contains(t, out, "is redirected to internal 192.0.2.10:30080")
+	if !strings.Contains(out, "is redirected to internal 192.0.2.10:30080") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "is redirected to internal 192.0.2.10:30080", out)
+	}
 }
 
 func TestHighPortsOnly(t *testing.T) {
@@ -55,10 +67,14 @@ func TestHighPortsOnly(t *testing.T) {
 	refused(t, lab, "606", "192.0.2.10", "80", "80", "TCP")
 	refused(t, lab, "606", "192.0.2.10", "80", "8080", "TCP")
 	out := upnpc(ctx, t, lab, 0, "-a", "192.0.2.10", "8080", "8080", "TCP")
-	require.Contains(t, out, "is redirected to internal 192.0.2.10:8080")
+	if !strings.Contains(out, "is redirected to internal 192.0.2.10:8080") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "is redirected to internal 192.0.2.10:8080", out)
+	}
 	// No secure mode: a mapping to another node is allowed.
 	out = upnpc(ctx, t, lab, 0, "-a", "192.0.2.11", "8081", "8081", "TCP")
-	require.Contains(t, out, "is redirected to internal 192.0.2.11:8081")
+	if !strings.Contains(out, "is redirected to internal 192.0.2.11:8081") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "is redirected to internal 192.0.2.11:8081", out)
+	}
 }
 
 // TestTableWipe pins what clean_ruleset does on this daemon: nothing. The
@@ -79,9 +95,13 @@ func TestTableWipe(t *testing.T) {
 	// snapshot, then a deletion pass, at least twice over.
 	for end := time.Now().Add(5 * interval); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		out := upnpc(ctx, t, lab, 0, "-l")
-		require.Equal(t, threshold+1, strings.Count(out, "->192.0.2.10:"), "a mapping went:\n%s", out)
+		if n := strings.Count(out, "->192.0.2.10:"); n != threshold+1 {
+			t.Fatalf("%d mappings listed, want %d; a mapping went:\n%s", n, threshold+1, out)
+		}
 	}
-	require.NotContains(t, lab.Log(), "unused")
+	if strings.Contains(lab.Log(), "unused") {
+		t.Fatalf("miniupnpd log has %q:\n%s", "unused", lab.Log())
+	}
 }
 
 // TestBehindCGNAT: miniupnpd behind a carrier NAT answers an empty external
@@ -91,36 +111,74 @@ func TestBehindCGNAT(t *testing.T) {
 	t.Parallel()
 	lab := igdtest.Start(t, igdtest.BehindCGNAT())
 	ctx := testContext(t)
-	require.Equal(t, netip.MustParseAddr("100.64.0.7"), lab.ExternalIP)
-	require.Equal(t, netip.MustParseAddr("100.64.0.99"), lab.InternetIP)
-	require.False(t, igd.IsPublic(lab.ExternalIP))
+	if want := netip.MustParseAddr("100.64.0.7"); lab.ExternalIP != want {
+		t.Fatalf("lab.ExternalIP = %v, want %v", lab.ExternalIP, want)
+	}
+	if want := netip.MustParseAddr("100.64.0.99"); lab.InternetIP != want {
+		t.Fatalf("lab.InternetIP = %v, want %v", lab.InternetIP, want)
+	}
+	if igd.IsPublic(lab.ExternalIP) {
+		t.Fatalf("IsPublic(%v) = true, want false", lab.ExternalIP)
+	}
 
 	c, err := igd.NewClient(lab.ClientConfig(0))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = c.Discover(ctx)
 	var nge *igderr.NoGatewayError[igd.Candidate]
-	require.ErrorIs(t, err, igd.ErrNoGateway)
-	require.ErrorAs(t, err, &nge)
-	require.Len(t, nge.Found, 1)
+	if !errors.Is(err, igd.ErrNoGateway) {
+		t.Fatalf("Discover = %v, want igd.ErrNoGateway", err)
+	}
+	if !errors.As(err, &nge) {
+		t.Fatalf("Discover = %v, want a %T", err, nge)
+	}
+	if len(nge.Found) != 1 {
+		t.Fatalf("%d candidates found, want 1: %+v", len(nge.Found), nge.Found)
+	}
 	cand := nge.Found[0]
-	require.True(t, cand.Status == "Connected", "miniupnpd still says Connected: %+v", cand)
-	require.False(t, cand.ExternalIP.IsValid(), "external IP %s", cand.ExternalIP)
-	require.False(t, igd.IsPublic(cand.ExternalIP))
-	require.Contains(t, cand.Rejected, `GetExternalIPAddress with "": no external IP address`)
+	if cand.Status != "Connected" {
+		t.Fatalf("miniupnpd still says Connected: %+v", cand)
+	}
+	if cand.ExternalIP.IsValid() {
+		t.Fatalf("external IP %s, want none", cand.ExternalIP)
+	}
+	if igd.IsPublic(cand.ExternalIP) {
+		t.Fatalf("IsPublic(%v) = true, want false", cand.ExternalIP)
+	}
+	if want := `GetExternalIPAddress with "": no external IP address`; !strings.Contains(cand.Rejected, want) {
+		t.Fatalf("candidate rejected for %q, want %q", cand.Rejected, want)
+	}
 	_, err = c.ExternalIP(ctx)
-	require.ErrorIs(t, err, igd.ErrNoGateway)
+	if !errors.Is(err, igd.ErrNoGateway) {
+		t.Fatalf("ExternalIP = %v, want igd.ErrNoGateway", err)
+	}
 
 	out, err := lab.Upnpc(ctx, 0, "-a", "192.0.2.10", "30080", "8080", "TCP")
-	require.Error(t, err, "AddPortMapping behind CGNAT succeeded:\n%s", out)
-	require.Contains(t, out, "ExternalIPAddress = \n")
-	require.Contains(t, out, "failed with code 501")
-	require.Contains(t, lab.Log(), "Port forwarding is impossible")
+	if err == nil {
+		t.Fatalf("AddPortMapping behind CGNAT succeeded:\n%s", out)
+	}
+	if !strings.Contains(out, "ExternalIPAddress = \n") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "ExternalIPAddress = \n", out)
+	}
+	if !strings.Contains(out, "failed with code 501") {
+		t.Fatalf("upnpc -a output lacks %q:\n%s", "failed with code 501", out)
+	}
+	if !strings.Contains(lab.Log(), "Port forwarding is impossible") {
+		t.Fatalf("miniupnpd log lacks %q:\n%s", "Port forwarding is impossible", lab.Log())
+	}
 
 	// NAT-PMP: result 3, network failure.
 	resp, err := natpmpPublicAddress(ctx, lab)
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(resp), 4)
-	require.Equal(t, []byte{0, 128, 0, 3}, resp[:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp) < 4 {
+		t.Fatalf("NAT-PMP answer % x, want at least 4 bytes", resp)
+	}
+	if want := []byte{0, 128, 0, 3}; !bytes.Equal(resp[:4], want) {
+		t.Fatalf("NAT-PMP answer starts % x, want % x", resp[:4], want)
+	}
 }
 
 // TestNATPMPSwitch: NAT-PMP answers on UDP 5351 unless DisableNATPMP, and
@@ -139,14 +197,24 @@ func TestNATPMPSwitch(t *testing.T) {
 			ctx := testContext(t)
 			resp, err := natpmpPublicAddress(ctx, lab)
 			if tc.o.DisableNATPMP {
-				require.Error(t, err, "NAT-PMP answered: % x", resp)
+				if err == nil {
+					t.Fatalf("NAT-PMP answered: % x", resp)
+				}
 				return
 			}
-			require.NoError(t, err, "miniupnpd log:\n%s", lab.Log())
+			if err != nil {
+				t.Fatalf("%v; miniupnpd log:\n%s", err, lab.Log())
+			}
 			// Version 0, opcode 128, result 0, epoch, external address.
-			require.Len(t, resp, 12)
-			require.Equal(t, []byte{0, 128, 0, 0}, resp[:4])
-			require.Equal(t, lab.ExternalIP, netip.AddrFrom4([4]byte(resp[8:12])))
+			if len(resp) != 12 {
+				t.Fatalf("NAT-PMP answer % x is %d bytes, want 12", resp, len(resp))
+			}
+			if want := []byte{0, 128, 0, 0}; !bytes.Equal(resp[:4], want) {
+				t.Fatalf("NAT-PMP answer starts % x, want % x", resp[:4], want)
+			}
+			if got := netip.AddrFrom4([4]byte(resp[8:12])); got != lab.ExternalIP {
+				t.Fatalf("NAT-PMP external address %v, want %v", got, lab.ExternalIP)
+			}
 		})
 	}
 }

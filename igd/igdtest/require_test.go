@@ -2,9 +2,8 @@ package igdtest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // recordingTB records Skip and Fatal instead of ending the test.
@@ -35,8 +34,12 @@ func TestSkipOrFatal(t *testing.T) {
 			t.Setenv("CI", tc.ci)
 			rec := &recordingTB{TB: t}
 			skipOrFatal(rec, "root, ip, nft, miniupnpd and upnpc", "missing root, upnpc")
-			require.Equal(t, tc.wantSkip, rec.skipped)
-			require.Equal(t, tc.wantFatal, rec.fatal)
+			if rec.skipped != tc.wantSkip {
+				t.Fatalf("skipped with %q, want %q", rec.skipped, tc.wantSkip)
+			}
+			if rec.fatal != tc.wantFatal {
+				t.Fatalf("failed with %q, want %q", rec.fatal, tc.wantFatal)
+			}
 		})
 	}
 }
@@ -55,10 +58,14 @@ func TestConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := config(tc.opts)
 			for _, w := range tc.want {
-				require.Contains(t, c, w)
+				if !strings.Contains(c, w) {
+					t.Fatalf("config lacks %q:\n%s", w, c)
+				}
 			}
 			for _, w := range tc.dontWant {
-				require.NotContains(t, c, w)
+				if strings.Contains(c, w) {
+					t.Fatalf("config has %q, want it not to:\n%s", w, c)
+				}
 			}
 		})
 	}

@@ -6,11 +6,12 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -41,12 +42,22 @@ func aliasBomb() string {
 // names keys and quotes values, never a whole document.
 const maxErrorLen = 2048
 
+// checkErrorLen reports an error whose text is longer than maxErrorLen.
+func checkErrorLen(t *testing.T, err error) {
+	t.Helper()
+	if n := len(err.Error()); n > maxErrorLen {
+		t.Errorf("error text is %d bytes, want at most %d: %.300q...", n, maxErrorLen, err)
+	}
+}
+
 // TestParseConfigAliasBomb proves that YAML aliases are bounded before they
 // are expanded: a 10 KB file that expands to 10 MB is refused with an error
 // that says so, is short, and costs little memory to refuse.
 func TestParseConfigAliasBomb(t *testing.T) {
 	in := aliasBomb()
-	require.Less(t, len(in), 11_000, "the bomb should be a small file")
+	if len(in) >= 11_000 {
+		t.Fatalf("the bomb is %d bytes, want a small file (< 11000)", len(in))
+	}
 
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -54,21 +65,31 @@ func TestParseConfigAliasBomb(t *testing.T) {
 	_, err := ParseConfig(strings.NewReader(in))
 	runtime.ReadMemStats(&after)
 
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, ErrInvalidConfig), "error %.200q does not match ErrInvalidConfig", err)
-	assert.Contains(t, err.Error(), "alias", "the error should name the problem")
-	assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+	if err == nil {
+		t.Fatal("ParseConfig accepted an alias bomb, want an error")
+	}
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("error %.200q does not match ErrInvalidConfig", err)
+	}
+	if !strings.Contains(err.Error(), "alias") {
+		t.Errorf("error %.300q does not name the problem (want it to contain %q)", err, "alias")
+	}
+	checkErrorLen(t, err)
 	// A memory ceiling, not a timing: a generous bound (the file is 10 KB,
 	// the refusal used to allocate ~315 MiB).
 	const ceiling = 32 << 20
-	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(ceiling), "bytes allocated to refuse a %d-byte file", len(in))
+	if got := after.TotalAlloc - before.TotalAlloc; got >= ceiling {
+		t.Errorf("%d bytes allocated to refuse a %d-byte file, want < %d", got, len(in), ceiling)
+	}
 }
 
 // TestParseConfigDensestFile proves that the largest file read costs little
 // memory even when it is all nodes: a list of maxConfigSize/2 zeros.
 func TestParseConfigDensestFile(t *testing.T) {
 	in := "instances:\n  zone: [" + strings.Repeat("0,", (maxConfigSize-30)/2) + "0]\n"
-	require.LessOrEqual(t, len(in), maxConfigSize)
+	if len(in) > maxConfigSize {
+		t.Fatalf("the file is %d bytes, want at most maxConfigSize (%d)", len(in), maxConfigSize)
+	}
 
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -76,11 +97,17 @@ func TestParseConfigDensestFile(t *testing.T) {
 	_, err := ParseConfig(strings.NewReader(in))
 	runtime.ReadMemStats(&after)
 
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "must be a string, not a list")
-	assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+	if err == nil {
+		t.Fatal("ParseConfig accepted a list given to a string, want an error")
+	}
+	if want := "must be a string, not a list"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %.300q does not contain %q", err, want)
+	}
+	checkErrorLen(t, err)
 	const ceiling = 32 << 20 // a memory ceiling, not a timing
-	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(ceiling), "bytes allocated to refuse a %d-byte file", len(in))
+	if got := after.TotalAlloc - before.TotalAlloc; got >= ceiling {
+		t.Errorf("%d bytes allocated to refuse a %d-byte file, want < %d", got, len(in), ceiling)
+	}
 }
 
 // TestParseConfigAliasesWithinBounds proves that aliases that stay small
@@ -98,21 +125,29 @@ instances:
       region: eu
 `
 	cfg, err := ParseConfig(strings.NewReader(in))
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string]NodeConfig{
 		"pi-1": {Zone: "attic", InstanceType: "rpi4"},
 		"pi-2": {Zone: "attic", InstanceType: "rpi4"},
 		"pi-3": {Zone: "attic", Region: "eu", InstanceType: "rpi4"},
 	}
-	assert.Equal(t, want, cfg.Instances.Nodes)
+	if diff := cmp.Diff(want, cfg.Instances.Nodes); diff != "" {
+		t.Errorf("instances.nodes (-want +got):\n%s", diff)
+	}
 }
 
 // TestParseConfigSelfReferentialAlias proves that an anchor whose value
 // contains its own alias is an error, not an endless expansion.
 func TestParseConfigSelfReferentialAlias(t *testing.T) {
 	_, err := ParseConfig(strings.NewReader("instances:\n  zone: &a [*a]\n"))
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, ErrInvalidConfig), "error %v does not match ErrInvalidConfig", err)
+	if err == nil {
+		t.Fatal("ParseConfig accepted a self-referential alias, want an error")
+	}
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("error %v does not match ErrInvalidConfig", err)
+	}
 }
 
 // manyKeys is n lines of distinct unknown top-level keys.
@@ -139,9 +174,13 @@ func TestParseConfigQuotesBoundedValues(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(in))
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrInvalidConfig))
-			assert.LessOrEqual(t, len(err.Error()), maxErrorLen, "error text %.300q...", err)
+			if err == nil {
+				t.Fatal("ParseConfig accepted it, want an error")
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("error %.300q does not match ErrInvalidConfig", err)
+			}
+			checkErrorLen(t, err)
 		})
 	}
 }
@@ -171,15 +210,23 @@ func TestExamplesShowEveryKey(t *testing.T) {
 	for file, exact := range map[string]bool{"cloud-config.yaml": true, "manifests/config.yaml": true, "manifests/standalone/config.yaml": false} {
 		t.Run(file, func(t *testing.T) {
 			data, err := os.ReadFile(dir + file)
-			require.NoError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if strings.HasPrefix(file, "manifests/") {
 				var cm struct{ Data map[string]string }
-				require.NoError(t, yaml.Unmarshal(data, &cm))
+				if err := yaml.Unmarshal(data, &cm); err != nil {
+					t.Fatal(err)
+				}
 				data = []byte(cm.Data["cloud-config.yaml"])
-				require.NotEmpty(t, data, "the ConfigMap has no cloud-config.yaml")
+				if len(data) == 0 {
+					t.Fatal("the ConfigMap has no cloud-config.yaml")
+				}
 			}
 			var sample map[string]any
-			require.NoError(t, yaml.Unmarshal(data, &sample))
+			if err := yaml.Unmarshal(data, &sample); err != nil {
+				t.Fatal(err)
+			}
 			var inSample []string
 			var walkSample func(prefix string, m map[string]any)
 			walkSample = func(prefix string, m map[string]any) {
@@ -193,9 +240,19 @@ func TestExamplesShowEveryKey(t *testing.T) {
 			}
 			walkSample("", sample)
 			if exact {
-				assert.ElementsMatch(t, inType, inSample, "keys of Config (-) and of %s", file)
+				if diff := cmp.Diff(inType, inSample, cmpopts.SortSlices(func(a, b string) bool { return a < b }), cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("keys of Config (-) and of %s (+):\n%s", file, diff)
+				}
 			} else {
-				assert.Subset(t, inType, inSample, "keys of %s that Config lacks", file)
+				var lacks []string
+				for _, k := range inSample {
+					if !slices.Contains(inType, k) {
+						lacks = append(lacks, k)
+					}
+				}
+				if len(lacks) > 0 {
+					t.Errorf("keys of %s that Config lacks: %q", file, lacks)
+				}
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ccmkit/ccmkit/loadbalancer"
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestParseConfigValid(t *testing.T) {
@@ -170,8 +170,8 @@ instances:
 			if err != nil {
 				t.Fatalf("ParseConfig: unexpected error: %v", err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("ParseConfig:\n got  %+v\n want %+v", got, tt.want)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseConfig (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -340,8 +340,8 @@ func TestConfigRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseConfig(marshalled config): %v\n%s", err, data)
 	}
-	if !reflect.DeepEqual(out, in) {
-		t.Errorf("round trip changed the config:\n got  %+v\n want %+v", out, in)
+	if diff := cmp.Diff(in, out); diff != "" {
+		t.Errorf("round trip changed the config (-in +out):\n%s", diff)
 	}
 }
 

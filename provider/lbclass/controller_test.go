@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -329,8 +329,10 @@ func TestSync(t *testing.T) {
 				Ingress                     string
 				LBExists                    bool
 			}
-			assert.Equal(t, result{tc.want.methods, tc.want.events, tc.want.finalizers, tc.want.ingress, tc.want.lbExists},
-				result{methods, e.drain(), got.Finalizers, ingress, exists}, "after sync")
+			if diff := cmp.Diff(result{tc.want.methods, tc.want.events, tc.want.finalizers, tc.want.ingress, tc.want.lbExists},
+				result{methods, e.drain(), got.Finalizers, ingress, exists}); diff != "" {
+				t.Errorf("after sync (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
@@ -343,7 +345,9 @@ func TestNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := e.lb.Calls()
-	assert.Equal(t, []string{"n1"}, calls[len(calls)-1].Nodes, "Ensure's nodes")
+	if diff := cmp.Diff([]string{"n1"}, calls[len(calls)-1].Nodes); diff != "" {
+		t.Errorf("Ensure's nodes (-want +got):\n%s", diff)
+	}
 	e.drain()
 
 	steps := []struct {
@@ -378,10 +382,16 @@ func TestNodes(t *testing.T) {
 				got = slices.Sorted(slices.Values(c.Nodes))
 			}
 		}
-		assert.Equal(t, st.want, got, "%s: UpdateLoadBalancer's nodes", st.name)
-		assert.LessOrEqual(t, n, 1, "%s: UpdateLoadBalancer calls", st.name)
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Errorf("%s: UpdateLoadBalancer's nodes (-want +got):\n%s", st.name, diff)
+		}
+		if n > 1 {
+			t.Errorf("%s: %d UpdateLoadBalancer calls, want at most 1", st.name, n)
+		}
 	}
-	assert.Equal(t, []string{"Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer"}, e.drain(), "events")
+	if diff := cmp.Diff([]string{"Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer", "Normal UpdatedLoadBalancer"}, e.drain()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 
 	// A spec change ensures again, with the current nodes.
 	s := e.get(t, "a")
@@ -391,7 +401,9 @@ func TestNodes(t *testing.T) {
 	if err := e.syncSettled(t, "a"); err != nil {
 		t.Fatal(err)
 	}
-	assert.Equal(t, []string{"EnsureLoadBalancer"}, methodsOf(e.lb.Calls()[skip:]), "after a port change")
+	if diff := cmp.Diff([]string{"EnsureLoadBalancer"}, methodsOf(e.lb.Calls()[skip:])); diff != "" {
+		t.Errorf("after a port change (-want +got):\n%s", diff)
+	}
 }
 
 func methodsOf(calls []fake.LoadBalancerCall) []string {
@@ -452,8 +464,12 @@ func TestUpdateFailureEnsuresAgain(t *testing.T) {
 	if err := e.syncSettled(t, "a"); err != nil {
 		t.Fatal(err)
 	}
-	assert.Equal(t, []string{"EnsureLoadBalancer"}, methodsOf(e.lb.Calls()[skip:]), "retry")
-	assert.Equal(t, []string{"Warning UpdateLoadBalancerFailed", "Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"}, e.drain(), "events")
+	if diff := cmp.Diff([]string{"EnsureLoadBalancer"}, methodsOf(e.lb.Calls()[skip:])); diff != "" {
+		t.Errorf("retry (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"Warning UpdateLoadBalancerFailed", "Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"}, e.drain()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 }
 
 // TestHandOver walks one Service from this class through ClusterIP to
@@ -671,5 +687,7 @@ func TestResync(t *testing.T) {
 		f := strings.Fields(<-rec.Events)
 		events = append(events, f[0]+" "+f[1])
 	}
-	assert.Equal(t, []string{"Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"}, events, "events")
+	if diff := cmp.Diff([]string{"Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"}, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/ccmkit/ccmkit/fake"
@@ -96,7 +96,9 @@ func TestFinalizerOnlyOnServicesServed(t *testing.T) {
 				Methods, Finalizers []string
 				Ingress             string
 			}
-			assert.Equal(t, result{tc.methods, tc.finalizers, tc.ingress}, result{methods, got.Finalizers, ingress}, "after sync")
+			if diff := cmp.Diff(result{tc.methods, tc.finalizers, tc.ingress}, result{methods, got.Finalizers, ingress}); diff != "" {
+				t.Errorf("after sync (-want +got):\n%s", diff)
+			}
 		})
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestBuildFails checks that a failed or stopped build names the command and
@@ -81,8 +81,12 @@ func TestFromSettings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			flags, env := fromSettings(tt.settings)
-			assert.Equal(t, tt.flags, flags, "flags")
-			assert.Equal(t, tt.env, env, "environment")
+			if diff := cmp.Diff(tt.flags, flags); diff != "" {
+				t.Errorf("flags (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.env, env); diff != "" {
+				t.Errorf("environment (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
@@ -118,5 +122,7 @@ func TestBuildLikeTheTestBinary(t *testing.T) {
 	if len(want) == 0 {
 		t.Fatal("the test binary records no build settings")
 	}
-	assert.Equal(t, want, carried(got.Settings), "build settings of the test binary (expected) and of the command (actual)")
+	if diff := cmp.Diff(want, carried(got.Settings)); diff != "" {
+		t.Errorf("build settings of the test binary (-) and of the command (+):\n%s", diff)
+	}
 }

@@ -10,8 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/google/go-cmp/cmp"
 )
 
 // readTar returns the regular files of a tarball by name, and the mode of
@@ -25,12 +24,16 @@ func readTar(t *testing.T, data []byte) (map[string][]byte, map[string]int64) {
 		if err == io.EOF {
 			return files, modes
 		}
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		b, err := io.ReadAll(tr)
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatal(err)
+		}
 		files[h.Name], modes[h.Name] = b, h.Mode
 	}
 }
@@ -39,10 +42,16 @@ func readTar(t *testing.T, data []byte) (map[string][]byte, map[string]int64) {
 func blobOf(t *testing.T, files map[string][]byte, d Descriptor) []byte {
 	t.Helper()
 	b, ok := files["blobs/sha256/"+strings.TrimPrefix(d.Digest, "sha256:")]
-	require.True(t, ok, "blob %s missing", d.Digest)
+	if !ok {
+		t.Fatalf("blob %s missing", d.Digest)
+	}
 	sum := sha256.Sum256(b)
-	require.Equal(t, d.Digest, "sha256:"+hex.EncodeToString(sum[:]), "digest of %s", d.MediaType)
-	require.Equal(t, d.Size, int64(len(b)), "size of %s", d.MediaType)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest {
+		t.Fatalf("digest of %s: the blob's is %s, the descriptor says %s", d.MediaType, got, d.Digest)
+	}
+	if got := int64(len(b)); got != d.Size {
+		t.Fatalf("size of %s: the blob has %d bytes, the descriptor says %d", d.MediaType, got, d.Size)
+	}
 	return b
 }
 
@@ -51,39 +60,86 @@ func blobOf(t *testing.T, files map[string][]byte, d Descriptor) []byte {
 func TestWrite(t *testing.T) {
 	bin := []byte("\x7fELF not really")
 	var buf bytes.Buffer
-	require.NoError(t, Write(&buf, Config{Binary: bin, Path: "/edge-ccm", Arch: "arm64", Ref: "localhost/edge-ccm:dev"}))
+	if err := Write(&buf, Config{Binary: bin, Path: "/edge-ccm", Arch: "arm64", Ref: "localhost/edge-ccm:dev"}); err != nil {
+		t.Fatal(err)
+	}
 	files, modes := readTar(t, buf.Bytes())
 
-	assert.JSONEq(t, `{"imageLayoutVersion":"1.0.0"}`, string(files["oci-layout"]))
+	var layout any
+	if err := json.Unmarshal(files["oci-layout"], &layout); err != nil {
+		t.Errorf("oci-layout %q is not JSON: %v", files["oci-layout"], err)
+	} else if diff := cmp.Diff(map[string]any{"imageLayoutVersion": "1.0.0"}, layout); diff != "" {
+		t.Errorf("oci-layout (-want +got):\n%s", diff)
+	}
 	var index Index
-	require.NoError(t, json.Unmarshal(files["index.json"], &index))
-	require.Len(t, index.Manifests, 1)
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(index.Manifests); n != 1 {
+		t.Fatalf("index.json lists %d manifests, want 1", n)
+	}
 	md := index.Manifests[0]
-	assert.Equal(t, "localhost/edge-ccm:dev", md.Annotations["io.containerd.image.name"])
-	assert.Equal(t, &Platform{Architecture: "arm64", OS: "linux"}, md.Platform)
+	if got, want := md.Annotations["io.containerd.image.name"], "localhost/edge-ccm:dev"; got != want {
+		t.Errorf("index.json's image name = %q, want %q", got, want)
+	}
+	if diff := cmp.Diff(&Platform{Architecture: "arm64", OS: "linux"}, md.Platform); diff != "" {
+		t.Errorf("index.json's platform (-want +got):\n%s", diff)
+	}
 	var man Manifest
-	require.NoError(t, json.Unmarshal(blobOf(t, files, md), &man))
-	require.Len(t, man.Layers, 1)
+	if err := json.Unmarshal(blobOf(t, files, md), &man); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(man.Layers); n != 1 {
+		t.Fatalf("the manifest lists %d layers, want 1", n)
+	}
 	var img Image
-	require.NoError(t, json.Unmarshal(blobOf(t, files, man.Config), &img))
-	assert.Equal(t, []string{"/edge-ccm"}, img.Config.Entrypoint)
-	assert.Equal(t, "65532:65532", img.Config.User)
-	assert.Equal(t, []string{man.Layers[0].Digest}, img.RootFS.DiffIDs)
+	if err := json.Unmarshal(blobOf(t, files, man.Config), &img); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"/edge-ccm"}, img.Config.Entrypoint); diff != "" {
+		t.Errorf("entrypoint (-want +got):\n%s", diff)
+	}
+	if got, want := img.Config.User, "65532:65532"; got != want {
+		t.Errorf("user = %q, want %q", got, want)
+	}
+	if diff := cmp.Diff([]string{man.Layers[0].Digest}, img.RootFS.DiffIDs); diff != "" {
+		t.Errorf("rootfs diff IDs (-want +got):\n%s", diff)
+	}
 	layer, layerModes := readTar(t, blobOf(t, files, man.Layers[0]))
-	assert.Equal(t, bin, layer["edge-ccm"])
-	assert.Equal(t, int64(0o755), layerModes["edge-ccm"])
+	if got := layer["edge-ccm"]; !bytes.Equal(got, bin) {
+		t.Errorf("the layer's edge-ccm = %q, want the binary %q", got, bin)
+	}
+	if got, want := layerModes["edge-ccm"], int64(0o755); got != want {
+		t.Errorf("the layer's edge-ccm has mode %#o, want %#o", got, want)
+	}
 
 	var docker []DockerManifest
-	require.NoError(t, json.Unmarshal(files["manifest.json"], &docker))
-	require.Len(t, docker, 1)
-	assert.Equal(t, []string{"localhost/edge-ccm:dev"}, docker[0].RepoTags)
-	assert.Contains(t, files, docker[0].Config)
-	assert.Equal(t, files[docker[0].Layers[0]], blobOf(t, files, man.Layers[0]))
-	assert.Equal(t, int64(0o644), modes["index.json"])
+	if err := json.Unmarshal(files["manifest.json"], &docker); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(docker); n != 1 {
+		t.Fatalf("manifest.json lists %d images, want 1", n)
+	}
+	if diff := cmp.Diff([]string{"localhost/edge-ccm:dev"}, docker[0].RepoTags); diff != "" {
+		t.Errorf("manifest.json's repo tags (-want +got):\n%s", diff)
+	}
+	if _, ok := files[docker[0].Config]; !ok {
+		t.Errorf("manifest.json's config %s is not in the tarball", docker[0].Config)
+	}
+	if got, want := blobOf(t, files, man.Layers[0]), files[docker[0].Layers[0]]; !bytes.Equal(got, want) {
+		t.Errorf("manifest.json's layer %s differs from the OCI layer blob %s", docker[0].Layers[0], man.Layers[0].Digest)
+	}
+	if got, want := modes["index.json"], int64(0o644); got != want {
+		t.Errorf("index.json has mode %#o, want %#o", got, want)
+	}
 
 	var again bytes.Buffer
-	require.NoError(t, Write(&again, Config{Binary: bin, Path: "/edge-ccm", Arch: "arm64", Ref: "localhost/edge-ccm:dev"}))
-	assert.Equal(t, buf.Bytes(), again.Bytes(), "the same inputs must give the same tarball")
+	if err := Write(&again, Config{Binary: bin, Path: "/edge-ccm", Arch: "arm64", Ref: "localhost/edge-ccm:dev"}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), again.Bytes()) {
+		t.Errorf("the same inputs gave a different tarball (%d bytes, then %d), want the same", buf.Len(), again.Len())
+	}
 }
 
 func TestWriteValidates(t *testing.T) {
@@ -98,8 +154,12 @@ func TestWriteValidates(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Write(io.Discard, tc.cfg)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), tc.want)
+			if err == nil {
+				t.Fatal("Write accepted it, want an error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name %q", err, tc.want)
+			}
 		})
 	}
 }
