@@ -7,6 +7,8 @@ import (
 	"net/netip"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Client is an igd.Client that talks to a Router in memory, acting from one
@@ -63,7 +65,7 @@ func (c *Client) LocalAddr(ctx context.Context) (netip.Addr, error) {
 // back. When the router answers 725 (it only takes permanent leases) the
 // mapping is added again with lease 0, as the real client does (a second
 // call, through the hooks and in the log like the first), and Lease is 0
-// in the result. Invalid input gives a *igd.FieldError (matching
+// in the result. Invalid input gives an error naming the field (matching
 // igd.ErrInvalidMapping), runs no hook and leaves the table alone; the call
 // is still logged.
 func (c *Client) AddPortMapping(ctx context.Context, m igd.Mapping) (igd.Mapping, error) {
@@ -158,7 +160,7 @@ func (c *Client) GetPortMapping(ctx context.Context, proto igd.Protocol, externa
 func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 	call := Call{Method: MethodListPortMappings, Client: c.local, Key: igd.Key{Protocol: proto}, Ports: ports}
 	if !proto.Valid() || ports.First > ports.Last {
-		return nil, c.finish(&call, &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"})
+		return nil, c.finish(&call, &igderr.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q %d-%d", proto, ports.First, ports.Last), Reason: "must be TCP or UDP over a non-empty range"})
 	}
 	next := listChain(c.router.layers(), c.local, func(ctx context.Context, proto igd.Protocol, ports igd.PortRange) ([]igd.Mapping, error) {
 		if err := ctx.Err(); err != nil {
@@ -186,7 +188,7 @@ func (c *Client) ListPortMappings(ctx context.Context, proto igd.Protocol, ports
 // action that igd.UPnPClient turns into igd.ErrNotSupported.
 func refusesList(err error) bool {
 	switch igd.Code(err) {
-	case igd.CodeInvalidAction, igd.CodeOptionalActionNotImpl, igd.CodeInvalidArgs, igd.CodeActionFailed:
+	case upnp.CodeInvalidAction, upnp.CodeOptionalActionNotImpl, upnp.CodeInvalidArgs, upnp.CodeActionFailed:
 		return !errors.Is(err, igd.ErrNotSupported)
 	}
 	return false
@@ -227,10 +229,10 @@ func describe(call *Call) string {
 // validateKey checks the arguments of DeletePortMapping and GetPortMapping.
 func validateKey(k igd.Key) error {
 	if !k.Protocol.Valid() {
-		return &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
+		return &igderr.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
 	}
 	if k.ExternalPort == 0 {
-		return &igd.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+		return &igderr.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // The router's permission lines decide, first match, as miniupnpd's do: a
@@ -29,7 +30,7 @@ func TestPermissionsRefuseAsMiniupnpd(t *testing.T) {
 		name:     "low port refused",
 		perms:    []fake.Permission{{Allow: true, External: high, Client: lan, Internal: high}, {External: igd.AllPorts, Client: netip.MustParsePrefix("0.0.0.0/0"), Internal: igd.AllPorts}},
 		add:      igd.Mapping{Protocol: igd.TCP, ExternalPort: 80, InternalClient: host, InternalPort: 30080},
-		wantCode: igd.CodeNotAuthorized,
+		wantCode: upnp.CodeNotAuthorized,
 	}, {
 		name:     "high port allowed",
 		perms:    []fake.Permission{{Allow: true, External: high, Client: lan, Internal: high}, {External: igd.AllPorts, Client: netip.MustParsePrefix("0.0.0.0/0"), Internal: igd.AllPorts}},

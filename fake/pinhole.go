@@ -10,6 +10,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // IPv6 pinholes: the WANIPv6FirewallControl:1 service a Server with an IGD:2
@@ -67,10 +68,10 @@ func (r *Router) expirePinholesLocked(now time.Time) {
 // holds renews it and returns its ID.
 func (r *Router) addPinhole(action string, caller netip.Addr, internalClient string, port uint16, proto igd.Protocol, lease uint32) (uint16, error) {
 	if lease < 1 || lease > uint32(pinhole.MaxLease/time.Second) {
-		return 0, upnpErr(action, igd.CodeInvalidArgs)
+		return 0, upnpErr(action, upnp.CodeInvalidArgs)
 	}
 	if !caller.Is6() || caller.Is4In6() || internalClient != caller.WithZone("").String() || port < 1024 {
-		return 0, upnpErr(action, igd.CodeNotAuthorized)
+		return 0, upnpErr(action, upnp.CodeNotAuthorized)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -96,10 +97,10 @@ func (r *Router) pinholeOfLocked(action string, caller netip.Addr, id uint16) (*
 	r.expirePinholesLocked(r.clock.Now())
 	e, ok := r.pinholes[id]
 	if !ok {
-		return nil, upnpErr(action, igd.CodeInvalidArgs)
+		return nil, upnpErr(action, upnp.CodeInvalidArgs)
 	}
 	if e.p.InternalClient != caller.WithZone("") {
-		return nil, upnpErr(action, igd.CodeNotAuthorized)
+		return nil, upnpErr(action, upnp.CodeNotAuthorized)
 	}
 	return e, nil
 }
@@ -107,7 +108,7 @@ func (r *Router) pinholeOfLocked(action string, caller netip.Addr, id uint16) (*
 // updatePinhole is UpdatePinhole from caller.
 func (r *Router) updatePinhole(action string, caller netip.Addr, id uint16, lease uint32) error {
 	if lease < 1 || lease > uint32(pinhole.MaxLease/time.Second) {
-		return upnpErr(action, igd.CodeInvalidArgs)
+		return upnpErr(action, upnp.CodeInvalidArgs)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

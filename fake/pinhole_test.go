@@ -20,6 +20,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // guaA is the IPv6 lab's first node's global address.
@@ -129,8 +130,8 @@ func TestServerPinholeComparesTheAddressAsText(t *testing.T) {
 		client string
 		code   int
 	}{
-		{"2001:db8:1:0::0010", igd.CodeNotAuthorized},
-		{"2001:DB8:1::10", igd.CodeNotAuthorized},
+		{"2001:db8:1:0::0010", upnp.CodeNotAuthorized},
+		{"2001:DB8:1::10", upnp.CodeNotAuthorized},
 		{"2001:db8:1::10", 0},
 	} {
 		_, err := fc.AddPinholeCtx(t.Context(), "", 0, tc.client, 8443, 6, 3600)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // DefaultExternalIP is the external address a Router reports when
@@ -51,7 +52,7 @@ type RouterConfig struct {
 
 	// CrashOnLongList makes the router die as old miniupnpd does
 	// (igd/DESIGN.md): a GetListOfPortMappings whose range holds more than
-	// igd.SafeListWidth mappings of its protocol, whatever NewNumberOfPorts
+	// upnp.SafeListWidth mappings of its protocol, whatever NewNumberOfPorts
 	// says, kills it. Through a Server that call
 	// and every later request get no answer (the connection is closed) until
 	// Reboot; Router.Crashed reports it. The in-memory Client is not
@@ -284,29 +285,29 @@ func upnpErr(action string, code int) *igd.UPnPError {
 // errorDescription is miniupnpd's text for a UPnP error code.
 func errorDescription(code int) string {
 	switch code {
-	case igd.CodeInvalidAction:
+	case upnp.CodeInvalidAction:
 		return "Invalid Action"
-	case igd.CodeInvalidArgs:
+	case upnp.CodeInvalidArgs:
 		return "Invalid Args"
-	case igd.CodeActionFailed:
+	case upnp.CodeActionFailed:
 		return "ActionFailed"
-	case igd.CodeNotAuthorized:
+	case upnp.CodeNotAuthorized:
 		return "Action not authorized"
-	case igd.CodeInvalidArrayIndex:
+	case upnp.CodeInvalidArrayIndex:
 		return "SpecifiedArrayIndexInvalid"
-	case igd.CodeNoSuchEntry:
+	case upnp.CodeNoSuchEntry:
 		return "NoSuchEntryInArray"
-	case igd.CodeWildCardNotPermittedInExt:
+	case upnp.CodeWildCardNotPermittedInExt:
 		return "Wildcard not permited in ExtPort" // sic, as miniupnpd spells it
-	case igd.CodeConflict:
+	case upnp.CodeConflict:
 		return "ConflictInMappingEntry"
-	case igd.CodeSamePortValuesRequired:
+	case upnp.CodeSamePortValuesRequired:
 		return "SamePortValuesRequired"
-	case igd.CodeOnlyPermanentLeases:
+	case upnp.CodeOnlyPermanentLeases:
 		return "OnlyPermanentLeasesSupported"
-	case igd.CodeNoPortMapsAvailable:
+	case upnp.CodeNoPortMapsAvailable:
 		return "NoPortMapsAvailable"
-	case igd.CodePortMappingNotFound:
+	case upnp.CodePortMappingNotFound:
 		return "PortMappingNotFound"
 	case codeInconsistentParameters:
 		return "InconsistentParameters"
@@ -325,22 +326,22 @@ func (r *Router) add(action string, caller netip.Addr, m igd.Mapping) (igd.Mappi
 	defer r.mu.Unlock()
 	// In secure mode miniupnpd answers 718, not 606, to a mapping for another
 	// host: indistinguishable from a real conflict.
-	now, err := r.admitLocked(action, caller, &m, igd.CodeConflict)
+	now, err := r.admitLocked(action, caller, &m, upnp.CodeConflict)
 	if err != nil {
 		return igd.Mapping{}, err
 	}
 	if !r.permitted(m.ExternalPort, m.InternalClient, m.InternalPort) {
-		return igd.Mapping{}, upnpErr(action, igd.CodeNotAuthorized)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeNotAuthorized)
 	}
 	old, exists := r.table[m.Key()]
 	if exists && old.m.InternalClient != m.InternalClient {
-		return igd.Mapping{}, upnpErr(action, igd.CodeConflict)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeConflict)
 	}
 	if r.cfg.OnlyPermanentLeases && m.Lease != 0 {
-		return igd.Mapping{}, upnpErr(action, igd.CodeOnlyPermanentLeases)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeOnlyPermanentLeases)
 	}
 	if !exists && r.cfg.Capacity > 0 && len(r.table) >= r.cfg.Capacity {
-		return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeNoPortMapsAvailable)
 	}
 	r.storeLocked(now, m, old)
 	return r.table[m.Key()].m, nil
@@ -384,12 +385,12 @@ func (r *Router) storeLocked(now time.Time, m igd.Mapping, old *entry) {
 func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Mapping, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now, err := r.admitLocked(action, caller, &m, igd.CodeNotAuthorized)
+	now, err := r.admitLocked(action, caller, &m, upnp.CodeNotAuthorized)
 	if err != nil {
 		return igd.Mapping{}, err
 	}
 	if r.cfg.OnlyPermanentLeases && m.Lease != 0 {
-		return igd.Mapping{}, upnpErr(action, igd.CodeOnlyPermanentLeases)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeOnlyPermanentLeases)
 	}
 	// At most 65535 tries: the search ends even when the asked port is below
 	// 1024, where the wrap-around never comes back to it.
@@ -407,7 +408,7 @@ func (r *Router) addAny(action string, caller netip.Addr, m igd.Mapping) (igd.Ma
 			m.ExternalPort = 1024
 		}
 	}
-	return igd.Mapping{}, upnpErr(action, igd.CodeNoPortMapsAvailable)
+	return igd.Mapping{}, upnpErr(action, upnp.CodeNoPortMapsAvailable)
 }
 
 // permitted reports whether RouterConfig.Permissions allow a mapping of
@@ -447,7 +448,7 @@ func (r *Router) remove(action string, caller netip.Addr, k igd.Key) error {
 		return nil
 	}
 	if r.cfg.SecureMode && e.m.InternalClient != caller {
-		return upnpErr(action, igd.CodeNotAuthorized)
+		return upnpErr(action, upnp.CodeNotAuthorized)
 	}
 	delete(r.table, k)
 	return nil
@@ -472,7 +473,7 @@ func (r *Router) removeRange(action string, caller netip.Addr, proto igd.Protoco
 		n++
 	}
 	if n == 0 {
-		return upnpErr(action, igd.CodePortMappingNotFound)
+		return upnpErr(action, upnp.CodePortMappingNotFound)
 	}
 	return nil
 }
@@ -485,7 +486,7 @@ func (r *Router) get(action string, k igd.Key) (igd.Mapping, error) {
 	r.expireLocked(now)
 	e, ok := r.table[k]
 	if !ok {
-		return igd.Mapping{}, upnpErr(action, igd.CodeNoSuchEntry)
+		return igd.Mapping{}, upnpErr(action, upnp.CodeNoSuchEntry)
 	}
 	return r.reportLocked(e, now), nil
 }

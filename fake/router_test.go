@@ -13,6 +13,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 func tcp(port uint16, client netip.Addr) igd.Mapping {
@@ -368,7 +369,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name:  "list refused with 402",
-			hooks: refuseList(igd.CodeInvalidArgs),
+			hooks: refuseList(upnp.CodeInvalidArgs),
 			call: func(ctx context.Context, c igd.Client) error {
 				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
 				return err
@@ -377,7 +378,7 @@ func TestHookErrorsAreAlikeOnBothPaths(t *testing.T) {
 		},
 		{
 			name:  "list refused with 501",
-			hooks: refuseList(igd.CodeActionFailed),
+			hooks: refuseList(upnp.CodeActionFailed),
 			call: func(ctx context.Context, c igd.Client) error {
 				_, err := c.(igd.Lister).ListPortMappings(ctx, igd.TCP, igd.PortRange{First: 80, Last: 80})
 				return err

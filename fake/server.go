@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // UPnPService is the connection service (a UPnP service type URN) a
@@ -25,13 +26,13 @@ const (
 	// WANIPConnection2 is what miniupnpd 2.3.1 offers by default: an
 	// InternetGatewayDevice:2 with WANIPConnection:2, which adds
 	// AddAnyPortMapping, DeletePortMappingRange and GetListOfPortMappings.
-	WANIPConnection2 UPnPService = igd.ServiceWANIPConnection2
+	WANIPConnection2 UPnPService = upnp.ServiceWANIPConnection2
 	// WANIPConnection1 is an InternetGatewayDevice:1 with WANIPConnection:1,
 	// as miniupnpd describes itself with force_igd_desc_v1=yes.
-	WANIPConnection1 UPnPService = igd.ServiceWANIPConnection1
+	WANIPConnection1 UPnPService = upnp.ServiceWANIPConnection1
 	// WANPPPConnection1 is an InternetGatewayDevice:1 with
 	// WANPPPConnection:1, as PPPoE routers (DSL boxes) describe themselves.
-	WANPPPConnection1 UPnPService = igd.ServiceWANPPPConnection1
+	WANPPPConnection1 UPnPService = upnp.ServiceWANPPPConnection1
 )
 
 // ServerOptions configures a Server. The zero value is miniupnpd's default
@@ -224,7 +225,7 @@ func hangUp(w http.ResponseWriter) {
 }
 
 // argError is a request argument that is missing or malformed: 402.
-func argError(action string) error { return upnpErr(action, igd.CodeInvalidArgs) }
+func argError(action string) error { return upnpErr(action, upnp.CodeInvalidArgs) }
 
 // call runs one action through the Router's hooks, table and call log.
 func (h *handler) call(ctx context.Context, caller netip.Addr, sr *soapRequest) ([]soapArg, error) {
@@ -410,7 +411,7 @@ func (rq *request) getGenericPortMappingEntry() (operation, error) {
 		}
 		list := rq.h.router.list()
 		if idx < 0 || idx >= len(list) {
-			return igd.Mapping{}, upnpErr(rq.action, igd.CodeInvalidArrayIndex)
+			return igd.Mapping{}, upnpErr(rq.action, upnp.CodeInvalidArrayIndex)
 		}
 		return list[idx], nil
 	})
@@ -443,9 +444,9 @@ func (rq *request) getListOfPortMappings() (operation, error) {
 			return nil, err
 		}
 		out := r.listRange(proto, ports)
-		if r.cfg.CrashOnLongList && len(out) > igd.SafeListWidth {
+		if r.cfg.CrashOnLongList && len(out) > upnp.SafeListWidth {
 			r.crash()
-			return nil, upnpErr(rq.action, igd.CodeActionFailed) // never sent: the server hangs up
+			return nil, upnpErr(rq.action, upnp.CodeActionFailed) // never sent: the server hangs up
 		}
 		if len(out) > int(n) {
 			out = out[:n]
@@ -641,10 +642,10 @@ func (a args) mapping() (igd.Mapping, error) {
 		return igd.Mapping{}, err
 	}
 	if k.ExternalPort == 0 {
-		return igd.Mapping{}, upnpErr(a.action, igd.CodeWildCardNotPermittedInExt)
+		return igd.Mapping{}, upnpErr(a.action, upnp.CodeWildCardNotPermittedInExt)
 	}
 	if client == "" {
-		return igd.Mapping{}, upnpErr(a.action, igd.CodeActionFailed)
+		return igd.Mapping{}, upnpErr(a.action, upnp.CodeActionFailed)
 	}
 	ip, err := netip.ParseAddr(client)
 	if err != nil || !ip.Unmap().Is4() || inPort == 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // fault is the part of a SOAP fault body the tests read.
@@ -245,7 +246,7 @@ func TestServerAddAnyPortMappingNoFreePort(t *testing.T) {
 	}()
 	select {
 	case a := <-done:
-		if got := faultCode(t, a.body); a.status != http.StatusInternalServerError || got != igd.CodeNoPortMapsAvailable {
+		if got := faultCode(t, a.body); a.status != http.StatusInternalServerError || got != upnp.CodeNoPortMapsAvailable {
 			t.Errorf("AddAnyPortMapping with no free port: status %d, fault %d, want 500 and 728\n%s", a.status, got, a.body)
 		}
 	case <-time.After(30 * time.Second):
@@ -315,7 +316,7 @@ func TestServerHooks(t *testing.T) {
 	first := fake.Nth(1)
 	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if first() {
-			return igd.Mapping{}, &igd.UPnPError{Code: igd.CodeNoPortMapsAvailable}
+			return igd.Mapping{}, &igd.UPnPError{Code: upnp.CodeNoPortMapsAvailable}
 		}
 		return next(ctx, m)
 	}})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // maxRequestBody bounds a SOAP request body. Real requests are well under
@@ -241,14 +242,14 @@ var sentinelCodes = []struct {
 	err  error
 	code int
 }{
-	{igd.ErrNotAuthorized, igd.CodeNotAuthorized},
-	{igd.ErrInvalidArrayIndex, igd.CodeInvalidArrayIndex},
-	{igd.ErrNoSuchEntry, igd.CodeNoSuchEntry},
-	{igd.ErrConflict, igd.CodeConflict},
-	{igd.ErrSamePortValuesRequired, igd.CodeSamePortValuesRequired},
-	{igd.ErrOnlyPermanentLeases, igd.CodeOnlyPermanentLeases},
-	{igd.ErrNoPortMapsAvailable, igd.CodeNoPortMapsAvailable},
-	{igd.ErrNotSupported, igd.CodeInvalidAction},
+	{igd.ErrNotAuthorized, upnp.CodeNotAuthorized},
+	{igd.ErrInvalidArrayIndex, upnp.CodeInvalidArrayIndex},
+	{igd.ErrNoSuchEntry, upnp.CodeNoSuchEntry},
+	{igd.ErrConflict, upnp.CodeConflict},
+	{igd.ErrSamePortValuesRequired, upnp.CodeSamePortValuesRequired},
+	{igd.ErrOnlyPermanentLeases, upnp.CodeOnlyPermanentLeases},
+	{igd.ErrNoPortMapsAvailable, upnp.CodeNoPortMapsAvailable},
+	{igd.ErrNotSupported, upnp.CodeInvalidAction},
 }
 
 // faultFor returns the UPnP code and description to answer err with: the
@@ -264,14 +265,14 @@ func faultFor(err error) (int, string) {
 		}
 		return ue.Code, desc
 	case errors.Is(err, errInvalidAction):
-		return igd.CodeInvalidAction, errorDescription(igd.CodeInvalidAction)
+		return upnp.CodeInvalidAction, errorDescription(upnp.CodeInvalidAction)
 	case errors.Is(err, errInvalidArgs):
-		return igd.CodeInvalidArgs, errorDescription(igd.CodeInvalidArgs)
+		return upnp.CodeInvalidArgs, errorDescription(upnp.CodeInvalidArgs)
 	}
 	for _, s := range sentinelCodes {
 		if errors.Is(err, s.err) {
 			return s.code, errorDescription(s.code)
 		}
 	}
-	return igd.CodeActionFailed, errorDescription(igd.CodeActionFailed)
+	return upnp.CodeActionFailed, errorDescription(upnp.CodeActionFailed)
 }

@@ -1,6 +1,7 @@
 package igd
 
 import (
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"net/netip"
 	"strings"
 )
@@ -50,10 +51,10 @@ func IsPublic(a netip.Addr) bool {
 // accepts an IPv4 host address, written plain or IPv4-mapped, white space
 // around it ignored; private and CGNAT addresses are accepted (IsPublic
 // tells them apart). Anything else (empty, unparsable, unspecified, IPv6,
-// loopback, multicast, broadcast) gives an *ExternalIPError.
+// loopback, multicast, broadcast) gives an *igderr.ExternalIPError.
 func parseExternalIP(s string) (netip.Addr, error) {
 	bad := func(reason string) (netip.Addr, error) {
-		return netip.Addr{}, &ExternalIPError{Value: s, Reason: reason}
+		return netip.Addr{}, &igderr.ExternalIPError{Value: s, Reason: reason}
 	}
 	t := strings.TrimSpace(s)
 	if t == "" {

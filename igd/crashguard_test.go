@@ -9,10 +9,11 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // These tests hold the listing crash guard (miniupnpd < 2.3.4 dies listing a
-// range with more than igd.SafeListWidth mappings of one protocol) to the
+// range with more than upnp.SafeListWidth mappings of one protocol) to the
 // mappings this client writes itself, on the fake IGD server with
 // fake.RouterConfig.CrashOnLongList.
 
@@ -59,7 +60,7 @@ func TestListAfterOwnAddsDoesNotCrash(t *testing.T) {
 		if _, err := next(ctx, m); err != nil {
 			return igd.Mapping{}, err
 		}
-		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "reply lost"}
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "reply lost"}
 	}}
 	tests := []struct {
 		name    string
@@ -114,7 +115,7 @@ func TestListAfterOwnDeletes(t *testing.T) {
 
 	// Deletes lost on the way: the router keeps every mapping.
 	r.Intercept(fake.RouterHooks{DeletePortMapping: func(ctx context.Context, _ netip.Addr, k igd.Key, next fake.DeleteFunc) error {
-		return &igd.UPnPError{Action: "DeletePortMapping", Code: igd.CodeActionFailed, Description: "not deleted"}
+		return &igd.UPnPError{Action: "DeletePortMapping", Code: upnp.CodeActionFailed, Description: "not deleted"}
 	}})
 	for _, p := range ports(20000, 140, 1) {
 		if err := c.DeletePortMapping(ctx, igd.TCP, uint16(p)); err == nil {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/huin/goupnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
 	"github.com/huin/goupnp/soap"
@@ -146,7 +147,7 @@ func (c *UPnPClient) discover(parent context.Context) (*gateway, error) {
 		gw.info.Reason += "; it answered with a service nothing can beat, so discovery did not wait for others"
 	}
 	if !ok {
-		nge := &NoGatewayError{Searched: how, Timeout: c.cfg.DiscoveryTimeout}
+		nge := &noGatewayError{Searched: how, Timeout: c.cfg.DiscoveryTimeout}
 		for _, p := range found {
 			nge.Found = append(nge.Found, p.cand)
 		}
@@ -207,7 +208,7 @@ func (c *UPnPClient) search(ctx context.Context, acc accepted, defGW netip.Addr)
 	}
 	if err := send(); err != nil {
 		// No route to the multicast group (no LAN link): nothing to find.
-		return nil, false, &NoGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
+		return nil, false, &noGatewayError{Searched: "SSDP search", Timeout: c.cfg.DiscoveryTimeout, Err: err}
 	}
 	resend := time.NewTicker(ssdpResend)
 	defer resend.Stop()
@@ -308,7 +309,7 @@ loop:
 // router's own with a lower URL (search waits for all of the router's
 // locations to be probed).
 func best(c Candidate) bool {
-	return c.Rejected == "" && c.Connected() && IsPublic(c.ExternalIP) && c.ServiceType == serviceTypes[0]
+	return c.Rejected == "" && c.connected() && IsPublic(c.ExternalIP) && c.ServiceType == serviceTypes[0]
 }
 
 // readSSDP reads answers from pc until it is closed, sending each one with a
@@ -548,9 +549,9 @@ func newConn(root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, hc *htt
 		Service:    srv,
 	}
 	switch srv.ServiceType {
-	case ServiceWANIPConnection2:
+	case upnp.ServiceWANIPConnection2:
 		return &internetgateway2.WANIPConnection2{ServiceClient: sc}
-	case ServiceWANIPConnection1:
+	case upnp.ServiceWANIPConnection1:
 		return &internetgateway2.WANIPConnection1{ServiceClient: sc}
 	default:
 		return &internetgateway2.WANPPPConnection1{ServiceClient: sc}
@@ -574,7 +575,7 @@ func choose(found []probed, why string) (*gateway, bool) {
 	}
 	slices.SortStableFunc(usable, func(a, b probed) int {
 		return cmp.Or(
-			boolRank(a.cand.Connected(), b.cand.Connected()),
+			boolRank(a.cand.connected(), b.cand.connected()),
 			boolRank(IsPublic(a.cand.ExternalIP), IsPublic(b.cand.ExternalIP)),
 			cmp.Compare(slices.Index(serviceTypes, a.cand.ServiceType), slices.Index(serviceTypes, b.cand.ServiceType)),
 			strings.Compare(a.cand.Location, b.cand.Location),
@@ -616,7 +617,7 @@ func boolRank(a, b bool) int {
 
 func reason(c Candidate, usable int) string {
 	var parts []string
-	if c.Connected() {
+	if c.connected() {
 		parts = append(parts, "connected")
 	} else {
 		parts = append(parts, "connection status unknown")

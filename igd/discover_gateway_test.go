@@ -3,6 +3,7 @@ package igd
 import (
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"net"
 	"net/netip"
 	"strings"
@@ -33,7 +34,7 @@ func TestSSDPDiscoveryNeverChoosesAHostOtherThanTheGateway(t *testing.T) {
 		}, time.Minute, ""},
 		{"gateway reports no status", func(t *testing.T) *ssdpDevice {
 			d := newSSDPDevice(t, igd1Device, gwIP, 0)
-			d.handle("GetStatusInfo", fault(CodeInvalidAction))
+			d.handle("GetStatusInfo", fault(upnp.CodeInvalidAction))
 			return d
 		}, time.Minute, ""},
 		{"gateway answers after the settle window", func(t *testing.T) *ssdpDevice {

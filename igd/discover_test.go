@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"net"
 	"net/http"
 	"net/netip"
@@ -243,7 +244,7 @@ func TestSSDPDiscoveryChooses(t *testing.T) {
 			for _, s := range tt.devices {
 				d := newSSDPDevice(t, s.dev, gwIP, s.delay)
 				if s.status == "" {
-					d.handle("GetStatusInfo", fault(CodeInvalidAction))
+					d.handle("GetStatusInfo", fault(upnp.CodeInvalidAction))
 				} else {
 					d.handle("GetStatusInfo", reply("NewConnectionStatus", s.status, "NewLastConnectionError", "", "NewUptime", "1"))
 				}
@@ -317,9 +318,9 @@ func TestSSDPDiscoveryNoneQualifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Discover(testCtx(t))
-	var nge *NoGatewayError
+	var nge *noGatewayError
 	if !errors.Is(err, ErrNoGateway) || !errors.As(err, &nge) {
-		t.Fatalf("Discover() = %v, want a NoGatewayError", err)
+		t.Fatalf("Discover() = %v, want a noGatewayError", err)
 	}
 	text := err.Error()
 	for _, want := range []string{`WAN connection is "Disconnected"`, "not on the answering host " + gwIP, "found 2"} {
@@ -499,7 +500,7 @@ func TestSSDPDiscoveryEndsWhileAnswersKeepComing(t *testing.T) {
 	// SSDP reader is almost surely handing one over, and must not block on an
 	// answer nobody reads any more (nor wait for DiscoveryTimeout).
 	g := newTestIGD(t, igd2Device, "")
-	answer := []byte("HTTP/1.1 200 OK\r\nST: " + ServiceWANIPConnection2 + "\r\nLOCATION: " + g.URL + "\r\n\r\n")
+	answer := []byte("HTTP/1.1 200 OK\r\nST: " + upnp.ServiceWANIPConnection2 + "\r\nLOCATION: " + g.URL + "\r\n\r\n")
 	from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1900}
 	var conns []*floodConn
 	listen := func(ctx context.Context, network, addr string) (net.PacketConn, error) {

@@ -58,14 +58,13 @@
 // to the lowest URL, never to whichever answered first. Discovery returns
 // Config.SettleTime after the first usable answer, and at once when the
 // router offers what nothing can beat. Gateway.Reason says which router was
-// used and why, and why its service won; when none qualifies the error is
-// a *NoGatewayError (matching ErrNoGateway) listing every candidate and why
-// it was rejected.
+// used and why, and why its service won; when none qualifies the error
+// matches ErrNoGateway and lists every candidate and why it was rejected.
 //
 // Every external address the client returns, at discovery and from each
 // ExternalIP call, is an IPv4 host address: an answer that is empty,
 // unparsable, unspecified, IPv6, loopback, multicast or broadcast gives an
-// *ExternalIPError (matching ErrInvalidExternalIP). A router whose external
+// error matching ErrInvalidExternalIP that quotes it. A router whose external
 // address is private or CGNAT (Gateway.PublicExternalIP and IsPublic are
 // false) is still used, but its mappings are not reachable from the
 // internet: callers should tell the user.
@@ -86,7 +85,7 @@
 //     gives ErrNotSupported, and ReadTable then walks the table entry by
 //     entry. Both are bounded by Config.MaxListEntries.
 //   - On a router whose daemon dies on long listings (Gateway.GuardedListing)
-//     a range wider than SafeListWidth is listed only in parts the client
+//     a range wider than 128 ports is listed only in parts the client
 //     knows to be safe.
 //   - A walk never skips rows silently: this client's adds and deletes wait
 //     for it, and a table changed by others during it is walked again or the
@@ -101,11 +100,10 @@
 // # Host facts and network namespaces
 //
 // Discovery accepts the host's default gateway and LocalAddr reports the
-// host's address toward the router; both come from Config.Host (default
-// SystemHost). SystemHost reads /proc/net/route (the up IPv4 route to
-// 0.0.0.0/0 through a gateway with the lowest metric), which shows the
-// routes of the process's network namespace even from a thread switched
-// into another one, so code that runs the client inside a namespace
+// host's address toward the router; both come from Config.Host. The
+// default reads /proc/net/route (the up IPv4 route to 0.0.0.0/0 through a
+// gateway with the lowest metric), which shows the routes of the process's
+// network namespace even from a thread switched into another one, so code that runs the client inside a namespace
 // (through Config.DialContext and Config.ListenPacket) should also give it
 // a HostInfo that knows that namespace's gateway.
 package igd

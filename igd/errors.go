@@ -3,8 +3,8 @@ package igd
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"time"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Sentinel errors that callers branch on with errors.Is. Errors returned by a
@@ -30,8 +30,11 @@ var (
 	ErrNotAuthorized = errors.New("igd: action not authorized (606)")
 	// ErrNoPortMapsAvailable is UPnP 728: the router's table is full.
 	ErrNoPortMapsAvailable = errors.New("igd: no port maps available (728)")
-	// ErrNoGateway means no usable Internet Gateway Device was found.
-	ErrNoGateway = errors.New("igd: no gateway found")
+	// ErrNoGateway means no usable Internet Gateway Device was found. The
+	// error lists what discovery looked for, everything it found and why
+	// each was rejected, and unwraps to the context's error when the
+	// caller's context ended the discovery.
+	ErrNoGateway = igderr.ErrNoGateway
 	// ErrNotSupported means the router (or the client) cannot do what was
 	// asked, for example list its table in one call; it matches
 	// errors.ErrUnsupported too.
@@ -54,42 +57,27 @@ var (
 	// UNSUPP_OPTION; miniupnpd with pcp_allow_thirdparty off): such a
 	// router maps, and deletes, only for this host (see SelfOnlyReporter).
 	ErrThirdPartyRefused = errors.New("igd: the router refuses to map for another host")
-	// ErrInvalidMapping is matched by every *FieldError from Mapping.Validate.
-	ErrInvalidMapping = errors.New("igd: invalid mapping")
+	// ErrInvalidMapping is matched by every error of Mapping.Validate, whose
+	// message names the field, its value and what is wrong with it.
+	ErrInvalidMapping = igderr.ErrInvalidMapping
 	// ErrAnswerTooLarge is matched by every *answerTooLargeError: an answer
 	// from a router or LAN host was larger than the client reads.
 	ErrAnswerTooLarge = errors.New("igd: answer too large")
-	// ErrInvalidExternalIP is matched by every *ExternalIPError: the router
-	// answered GetExternalIPAddress with something that is no usable IPv4
-	// host address.
-	ErrInvalidExternalIP = errors.New("igd: invalid external IP address")
-)
-
-// UPnP error codes this package gives meaning to.
-const (
-	CodeInvalidAction             = 401
-	CodeInvalidArgs               = 402
-	CodeActionFailed              = 501
-	CodeOptionalActionNotImpl     = 602
-	CodeNotAuthorized             = 606
-	CodeInvalidArrayIndex         = 713
-	CodeNoSuchEntry               = 714
-	CodeWildCardNotPermittedInExt = 716
-	CodeConflict                  = 718
-	CodeSamePortValuesRequired    = 724
-	CodeOnlyPermanentLeases       = 725
-	CodeNoPortMapsAvailable       = 728
-	CodePortMappingNotFound       = 730
+	// ErrInvalidExternalIP is matched by an error whose router answered
+	// GetExternalIPAddress with something that is no usable IPv4 host
+	// address; the message quotes the answer. An address that is valid but
+	// not public is no error (see IsPublic).
+	ErrInvalidExternalIP = igderr.ErrInvalidExternalIP
 )
 
 var codeSentinels = map[int]error{
-	CodeNotAuthorized:          ErrNotAuthorized,
-	CodeInvalidArrayIndex:      ErrInvalidArrayIndex,
-	CodeNoSuchEntry:            ErrNoSuchEntry,
-	CodeConflict:               ErrConflict,
-	CodeSamePortValuesRequired: ErrSamePortValuesRequired,
-	CodeOnlyPermanentLeases:    ErrOnlyPermanentLeases,
-	CodeNoPortMapsAvailable:    ErrNoPortMapsAvailable,
+	upnp.CodeNotAuthorized:          ErrNotAuthorized,
+	upnp.CodeInvalidArrayIndex:      ErrInvalidArrayIndex,
+	upnp.CodeNoSuchEntry:            ErrNoSuchEntry,
+	upnp.CodeConflict:               ErrConflict,
+	upnp.CodeSamePortValuesRequired: ErrSamePortValuesRequired,
+	upnp.CodeOnlyPermanentLeases:    ErrOnlyPermanentLeases,
+	upnp.CodeNoPortMapsAvailable:    ErrNoPortMapsAvailable,
 }
 
 // UPnPError is an error answer (a SOAP fault) from the router.
@@ -130,68 +118,5 @@ func Code(err error) int {
 	return 0
 }
 
-// NoGatewayError reports a discovery that found no usable router: what it
-// looked for, everything it found and why each was rejected. It matches
-// ErrNoGateway, and unwraps to the context's error when the caller's context
-// ended the discovery.
-type NoGatewayError struct {
-	// Searched says how discovery looked: "SSDP search" or
-	// "root description URL".
-	Searched string
-	// Timeout is the discovery bound that was in force.
-	Timeout time.Duration
-	// Found lists every service discovery saw, each with its Rejected reason.
-	Found []Candidate
-	// Err is what ended discovery early or kept it from accepting any
-	// router, if anything: the caller's context error, the error that kept
-	// the search from being sent, or why the host has no default gateway
-	// (then every answer is listed, none probed).
-	Err error
-}
-
-// Error lists what was found and why each candidate was rejected.
-func (e *NoGatewayError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "igd: no gateway found by %s within %s", e.Searched, e.Timeout)
-	if len(e.Found) == 0 {
-		b.WriteString(": no device answered")
-	} else {
-		fmt.Fprintf(&b, ": found %d, none usable: ", len(e.Found))
-		for i, c := range e.Found {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(c.String())
-		}
-	}
-	if e.Err != nil {
-		fmt.Fprintf(&b, " (%v)", e.Err)
-	}
-	return b.String()
-}
-
-// Is makes errors.Is(err, ErrNoGateway) true.
-func (e *NoGatewayError) Is(target error) bool { return target == ErrNoGateway }
-
-// Unwrap returns what ended discovery early, if anything.
-func (e *NoGatewayError) Unwrap() error { return e.Err }
-
-// ExternalIPError reports a router external address that cannot be used: an
-// answer to GetExternalIPAddress that is no IPv4 host address. It matches
-// ErrInvalidExternalIP. An address that is valid but not public is no error
-// (the client returns it; see IsPublic).
-type ExternalIPError struct {
-	// Value is what the router answered.
-	Value string
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-// Error quotes the answer and says what is wrong with it. It has no "igd:"
-// prefix: callers wrap it with the operation and the router.
-func (e *ExternalIPError) Error() string {
-	return fmt.Sprintf("router answered GetExternalIPAddress with %q: %s", e.Value, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidExternalIP) true.
-func (e *ExternalIPError) Is(target error) bool { return target == ErrInvalidExternalIP }
+// noGatewayError is the error of a discovery that found no usable router.
+type noGatewayError = igderr.NoGatewayError[Candidate]

@@ -179,9 +179,9 @@ func TestFailedDiscoveryBackoff(t *testing.T) {
 		g, c := down(t, time.Hour)
 		g.SetDescDown(false)
 		_, err := c.ExternalIP(testCtx(t))
-		var nge *NoGatewayError
+		var nge *noGatewayError
 		if !errors.As(err, &nge) || !strings.Contains(err.Error(), "not discovering again for") {
-			t.Errorf("ExternalIP() during the back-off = %v, want the earlier NoGatewayError saying so", err)
+			t.Errorf("ExternalIP() during the back-off = %v, want the earlier noGatewayError saying so", err)
 		}
 		if n := g.DescFetches(); n != 1 {
 			t.Errorf("description fetches = %d, want 1 (no discovery during the back-off)", n)

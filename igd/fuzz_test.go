@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/huin/goupnp"
 )
 
@@ -67,7 +69,7 @@ func soapSeeds(f *testing.F) [][]byte {
 	const head = `<?xml version="1.0"?>` + "\n" + `<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/" s:encodingStyle="http://schemas.xmlsoap.org/soap/encoding/"><s:Body>`
 	const tail = `</s:Body></s:Envelope>`
 	answer := func(action, args string) []byte {
-		return []byte(fmt.Sprintf(`%s<u:%sResponse xmlns:u="%s">%s</u:%sResponse>%s`, head, action, ServiceWANIPConnection2, args, action, tail))
+		return []byte(fmt.Sprintf(`%s<u:%sResponse xmlns:u="%s">%s</u:%sResponse>%s`, head, action, upnp.ServiceWANIPConnection2, args, action, tail))
 	}
 	return [][]byte{
 		readFixture(f, "miniupnpd-2.3.1-GetListOfPortMappings-TCP.xml"),
@@ -94,7 +96,7 @@ func FuzzSOAPAnswer(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv := &goupnp.Service{ServiceType: ServiceWANIPConnection2}
+	srv := &goupnp.Service{ServiceType: upnp.ServiceWANIPConnection2}
 	srv.ControlURL.Str = "/ctl/IPConn"
 	srv.ControlURL.SetURLBase(loc)
 	f.Fuzz(func(t *testing.T, body []byte, ok bool) {
@@ -170,9 +172,9 @@ func checkExternalIP(t *testing.T, s string) {
 	t.Helper()
 	a, err := parseExternalIP(s)
 	if err != nil {
-		var eie *ExternalIPError
+		var eie *igderr.ExternalIPError
 		if !errors.As(err, &eie) || !errors.Is(err, ErrInvalidExternalIP) || eie.Value != s {
-			t.Fatalf("parseExternalIP(%q) error = %#v, want an *ExternalIPError quoting it", s, err)
+			t.Fatalf("parseExternalIP(%q) error = %#v, want an *igderr.ExternalIPError quoting it", s, err)
 		}
 		return
 	}

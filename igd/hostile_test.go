@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -179,9 +180,9 @@ func TestEndlessAnswersAreCapped(t *testing.T) {
 			}
 			text := ""
 			if tt.discovery {
-				var nge *NoGatewayError
+				var nge *noGatewayError
 				if !errors.As(err, &nge) || len(nge.Found) != 1 {
-					t.Fatalf("Discover() = %v, want a NoGatewayError with one candidate", err)
+					t.Fatalf("Discover() = %v, want a noGatewayError with one candidate", err)
 				}
 				text = nge.Found[0].Rejected
 			} else {
@@ -243,7 +244,7 @@ func TestCapTransportBoundary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header["SOAPACTION"] = []string{`"` + ServiceWANIPConnection2 + `#GetExternalIPAddress"`}
+			req.Header["SOAPACTION"] = []string{`"` + upnp.ServiceWANIPConnection2 + `#GetExternalIPAddress"`}
 			var n int64
 			resp, err := capTransport{next: next}.RoundTrip(req)
 			if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"net/netip"
 	"time"
 )
@@ -82,9 +83,9 @@ func (k Key) String() string { return fmt.Sprintf("%s/%d", k.Protocol, k.Externa
 func (k Key) validate() error {
 	switch {
 	case !k.Protocol.Valid():
-		return &FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
+		return &igderr.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", k.Protocol), Reason: "must be TCP or UDP"}
 	case k.ExternalPort == 0:
-		return &FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
+		return &igderr.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be 1-65535"}
 	}
 	return nil
 }
@@ -94,49 +95,32 @@ func (m Mapping) String() string {
 	return fmt.Sprintf("%s -> %s:%d (%q, lease %s)", m.Key(), m.InternalClient, m.InternalPort, m.Description, m.Lease)
 }
 
-// FieldError reports a Mapping field that a router would refuse or misread.
-type FieldError struct {
-	// Field is the Go field name, for example "ExternalPort".
-	Field string
-	// Value is the offending value as text.
-	Value string
-	// Reason says what is wrong.
-	Reason string
-}
-
-// Error names the field, its value and what is wrong with it.
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("igd: invalid mapping field %s=%s: %s", e.Field, e.Value, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidMapping) true for every FieldError.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalidMapping }
-
 // Validate checks m before it is sent to a router: routers answer some bad
 // values with confusing codes (an empty internal client is 501 on miniupnpd)
 // and silently rewrite others (SCTP becomes TCP). The returned error is a
-// *FieldError naming the field and matches ErrInvalidMapping.
+// error naming the field, its value and what is wrong with it, and matches
+// ErrInvalidMapping.
 func (m Mapping) Validate() error {
 	if err := m.Key().validate(); err != nil {
 		return err
 	}
 	switch {
 	case m.InternalPort == 0:
-		return &FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
+		return &igderr.FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
 	case !m.InternalClient.IsValid():
-		return &FieldError{Field: "InternalClient", Value: "<none>", Reason: "is required"}
+		return &igderr.FieldError{Field: "InternalClient", Value: "<none>", Reason: "is required"}
 	case !m.InternalClient.Unmap().Is4():
-		return &FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be an IPv4 address"}
+		return &igderr.FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be an IPv4 address"}
 	case m.InternalClient.Unmap().IsUnspecified():
-		return &FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be a host address"}
+		return &igderr.FieldError{Field: "InternalClient", Value: m.InternalClient.String(), Reason: "must be a host address"}
 	case len(m.Description) > MaxDescriptionLen:
-		return &FieldError{Field: "Description", Value: fmt.Sprintf("%q", m.Description), Reason: fmt.Sprintf("is %d bytes, routers keep at most %d", len(m.Description), MaxDescriptionLen)}
+		return &igderr.FieldError{Field: "Description", Value: fmt.Sprintf("%q", m.Description), Reason: fmt.Sprintf("is %d bytes, routers keep at most %d", len(m.Description), MaxDescriptionLen)}
 	case m.Lease < 0:
-		return &FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must not be negative"}
+		return &igderr.FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must not be negative"}
 	case m.Lease%time.Second != 0:
-		return &FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must be whole seconds"}
+		return &igderr.FieldError{Field: "Lease", Value: m.Lease.String(), Reason: "must be whole seconds"}
 	case m.RemoteHost.IsValid() && !m.RemoteHost.Unmap().Is4():
-		return &FieldError{Field: "RemoteHost", Value: m.RemoteHost.String(), Reason: "must be an IPv4 address or unset"}
+		return &igderr.FieldError{Field: "RemoteHost", Value: m.RemoteHost.String(), Reason: "must be an IPv4 address or unset"}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // These tests run the client against a real miniupnpd (igdtest). They need
@@ -117,10 +118,10 @@ func TestLabDiscovery(t *testing.T) {
 		byURL   bool
 		service string
 	}{
-		{"IGD2 by SSDP", false, false, igd.ServiceWANIPConnection2},
-		{"IGD2 by URL", false, true, igd.ServiceWANIPConnection2},
-		{"IGD1 by SSDP", true, false, igd.ServiceWANIPConnection1},
-		{"IGD1 by URL", true, true, igd.ServiceWANIPConnection1},
+		{"IGD2 by SSDP", false, false, upnp.ServiceWANIPConnection2},
+		{"IGD2 by URL", false, true, upnp.ServiceWANIPConnection2},
+		{"IGD1 by SSDP", true, false, upnp.ServiceWANIPConnection1},
+		{"IGD1 by URL", true, true, upnp.ServiceWANIPConnection1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			lab := igdtest.Start(t, igdtest.Options{ForceIGDv1: tt.v1})
@@ -136,7 +137,7 @@ func TestLabDiscovery(t *testing.T) {
 			if gw.ControlURL != "http://192.0.2.1:5000/ctl/IPConn" || gw.Addr != lab.RouterLAN {
 				t.Errorf("ControlURL, Addr = %s, %s", gw.ControlURL, gw.Addr)
 			}
-			if !gw.Connected() || gw.ExternalIP != lab.ExternalIP || !gw.PublicExternalIP || !gw.OnDefaultGateway {
+			if gw.Status != "Connected" || gw.ExternalIP != lab.ExternalIP || !gw.PublicExternalIP || !gw.OnDefaultGateway {
 				t.Errorf("gateway = %+v; want connected, external IP %s (public), on the default gateway", gw, lab.ExternalIP)
 			}
 			ip, err := c.ExternalIP(ctx)
@@ -163,7 +164,7 @@ func TestLabMappings(t *testing.T) {
 			}
 			// IGD:1 has no GetListOfPortMappings: listing below walks the
 			// table entry by entry.
-			if wantService := map[bool]string{false: igd.ServiceWANIPConnection2, true: igd.ServiceWANIPConnection1}[v1]; gw.ServiceType != wantService {
+			if wantService := map[bool]string{false: upnp.ServiceWANIPConnection2, true: upnp.ServiceWANIPConnection1}[v1]; gw.ServiceType != wantService {
 				t.Fatalf("service = %s, want %s", gw.ServiceType, wantService)
 			}
 			node := lab.Nodes[0].Addr
@@ -225,7 +226,7 @@ func TestLabMappings(t *testing.T) {
 				if err := c.DeletePortMapping(ctx, m.Protocol, m.ExternalPort); err != nil {
 					t.Fatalf("DeletePortMapping(%s): %v", m.Key(), err)
 				}
-				if _, err := c.GetPortMapping(ctx, m.Protocol, m.ExternalPort); !errors.Is(err, igd.ErrNoSuchEntry) || igd.Code(err) != igd.CodeNoSuchEntry {
+				if _, err := c.GetPortMapping(ctx, m.Protocol, m.ExternalPort); !errors.Is(err, igd.ErrNoSuchEntry) || igd.Code(err) != upnp.CodeNoSuchEntry {
 					t.Errorf("GetPortMapping(%s) after delete = %v, want 714", m.Key(), err)
 				}
 				// Deleting what is gone succeeds.
@@ -376,7 +377,7 @@ func TestLabErrorCodes(t *testing.T) {
 	if err := c1.DeletePortMapping(ctx, igd.UDP, 9999); err != nil {
 		t.Errorf("DeletePortMapping(missing) = %v, want nil", err)
 	}
-	if _, err := c1.GetPortMapping(ctx, igd.UDP, 9999); igd.Code(err) != igd.CodeNoSuchEntry {
+	if _, err := c1.GetPortMapping(ctx, igd.UDP, 9999); igd.Code(err) != upnp.CodeNoSuchEntry {
 		t.Errorf("GetPortMapping(missing) = %v, want 714", err)
 	}
 	// A port outside the allow rules: 606.
@@ -397,7 +398,7 @@ func TestLabSecureMode(t *testing.T) {
 	// Mapping to another host on a free port: 718, indistinguishable from a
 	// real conflict.
 	_, err = c.AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 9100, InternalClient: lab.Nodes[1].Addr, InternalPort: 30080})
-	if igd.Code(err) != igd.CodeConflict || !errors.Is(err, igd.ErrConflict) {
+	if igd.Code(err) != upnp.CodeConflict || !errors.Is(err, igd.ErrConflict) {
 		t.Fatalf("AddPortMapping(to another host) in secure mode = %v, want 718", err)
 	}
 	// Mapping to itself works.
@@ -537,7 +538,7 @@ func TestLabWorksAfterRouterReboot(t *testing.T) {
 }
 
 // miniupnpd 2.3.1 (nftables) dies when one GetListOfPortMappings range holds
-// more than igd.SafeListWidth mappings of its protocol (DESIGN.md).
+// more than upnp.SafeListWidth mappings of its protocol (DESIGN.md).
 // The client must list 300 mappings without ever sending such a range, and
 // the daemon must still be alive afterwards. The router runs daemonised, as
 // routers run: in the foreground its debug log (a line per rule on every

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"k8s.io/klog/v2"
 )
 
@@ -73,7 +74,7 @@ func listRefusal(err error) *UPnPError {
 		return nil
 	}
 	switch ue.Code {
-	case CodeInvalidAction, CodeOptionalActionNotImpl, CodeInvalidArgs, CodeActionFailed:
+	case upnp.CodeInvalidAction, upnp.CodeOptionalActionNotImpl, upnp.CodeInvalidArgs, upnp.CodeActionFailed:
 		return ue
 	}
 	return nil
@@ -139,7 +140,7 @@ func (c *UPnPClient) listByRange(ctx context.Context, gw *gateway, lister portMa
 			listing, err = lister.GetListOfPortMappingsCtx(ctx, r.First, r.Last, string(proto), true, uint16(c.listPage))
 			return err
 		})
-		if Code(err) == CodePortMappingNotFound {
+		if Code(err) == upnp.CodePortMappingNotFound {
 			continue // nothing in range
 		}
 		if err != nil {

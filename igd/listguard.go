@@ -8,26 +8,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"k8s.io/klog/v2"
 )
 
-// SafeListWidth is the widest range of external ports that is safe to list
-// in one GetListOfPortMappings call on every router, including those whose
-// daemon dies on longer listings (see DESIGN.md). UPnPClient.ListPortMappings
-// lists a range this narrow in one call; on such a router it lists a wider
-// one in guarded parts (Gateway.GuardedListing).
-const SafeListWidth = 128
-
 // On a guarded router every listing is kept to ranges the client knows to
 // hold at most listPlanned mappings of the protocol, leaving
-// SafeListWidth-listPlanned of margin for mappings other hosts add between
+// upnp.SafeListWidth-listPlanned of margin for mappings other hosts add between
 // two reads.
 const (
 	// listPlanned is the most known mappings one listed range holds.
 	listPlanned = 64
 	// listSurprise is an answer size that says the table grew much since it
 	// was learnt: the rest of the plan may no longer be safe.
-	listSurprise = listPlanned + (SafeListWidth-listPlanned)/2
+	listSurprise = listPlanned + (upnp.SafeListWidth-listPlanned)/2
 )
 
 // crashesOnLongLists reports whether a router whose HTTP server describes
@@ -75,7 +69,7 @@ func parseVersion(s string) ([]int, bool) {
 // long listings, never asking for a range the client does not know to hold
 // at most listPlanned of them (DESIGN.md tells why and the residual risk).
 //
-// A range at most SafeListWidth ports wide is listed at once. Otherwise,
+// A range at most upnp.SafeListWidth ports wide is listed at once. Otherwise,
 // what the client knows is the table's shape (gateway.known): the ports as
 // last read, with this client's own adds since counted and its own deletes
 // since uncounted (gateway.wrote), and this client's writes are held off
@@ -89,8 +83,8 @@ func parseVersion(s string) ([]int, bool) {
 // than listSurprise says the table grew fast, and the client walks again
 // rather than list the rest.
 func (c *UPnPClient) listGuarded(ctx context.Context, gw *gateway, lister portMappingLister, proto Protocol, whole PortRange) ([]Mapping, error) {
-	if whole.width() <= SafeListWidth {
-		// No more than SafeListWidth mappings of a protocol fit in a range
+	if whole.width() <= upnp.SafeListWidth {
+		// No more than upnp.SafeListWidth mappings of a protocol fit in a range
 		// this narrow: it is safe whatever the table holds. This client's
 		// writes go on meanwhile, so what it lists only adds to the shape.
 		out, err := c.listByRange(ctx, gw, lister, proto, whole)
@@ -287,7 +281,7 @@ func (c *UPnPClient) entryAt(ctx context.Context, gw *gateway, i int) (m Mapping
 		}
 		return nil
 	})
-	if errors.Is(err, ErrInvalidArrayIndex) || errors.Is(err, ErrNoSuchEntry) || Code(err) == CodeInvalidArgs {
+	if errors.Is(err, ErrInvalidArrayIndex) || errors.Is(err, ErrNoSuchEntry) || Code(err) == upnp.CodeInvalidArgs {
 		return Mapping{}, false, nil
 	}
 	if err != nil {

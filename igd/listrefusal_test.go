@@ -9,6 +9,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // A router that refuses GetListOfPortMappings (401 or 602: no such action;
@@ -17,7 +18,7 @@ import (
 // more, so that callers read keys with GetPortMapping and ReadTable walks.
 func TestListRefusalIsNotSupported(t *testing.T) {
 	for _, server := range []string{"", "OpenWrt UPnP/1.1 MiniUPnPd/2.3.6"} { // guarded and not
-		for _, code := range []int{igd.CodeInvalidAction, igd.CodeInvalidArgs, igd.CodeActionFailed, igd.CodeOptionalActionNotImpl} {
+		for _, code := range []int{upnp.CodeInvalidAction, upnp.CodeInvalidArgs, upnp.CodeActionFailed, upnp.CodeOptionalActionNotImpl} {
 			t.Run(fmt.Sprintf("%d %s", code, server), func(t *testing.T) {
 				r := fake.NewRouter(fake.RouterConfig{})
 				srv := fake.NewServer(r, fake.ServerOptions{ServerHeader: server})
@@ -68,17 +69,17 @@ func TestOtherActionsFailuresAreNotListRefusals(t *testing.T) {
 	seed(r, igd.TCP, ports(20000, 100, 1)...) // over 64: a wide listing reads entries first
 	failed := fake.RouterHooks{
 		AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "ActionFailed"}
 		},
 		GetGenericPortMappingEntry: func(context.Context, netip.Addr, int, fake.EntryFunc) (igd.Mapping, error) {
-			return igd.Mapping{}, &igd.UPnPError{Action: "GetGenericPortMappingEntry", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "GetGenericPortMappingEntry", Code: upnp.CodeActionFailed, Description: "ActionFailed"}
 		},
 	}
 	r.Intercept(failed)
-	if _, err := c.AddPortMapping(ctx, quirkMapping(igd.TCP, 8080)); igd.Code(err) != igd.CodeActionFailed || errors.Is(err, igd.ErrNotSupported) {
+	if _, err := c.AddPortMapping(ctx, quirkMapping(igd.TCP, 8080)); igd.Code(err) != upnp.CodeActionFailed || errors.Is(err, igd.ErrNotSupported) {
 		t.Errorf("AddPortMapping answered 501 = %v, want 501 and not ErrNotSupported", err)
 	}
-	if _, err := c.ListPortMappings(ctx, igd.TCP, igd.AllPorts); igd.Code(err) != igd.CodeActionFailed || errors.Is(err, igd.ErrNotSupported) {
+	if _, err := c.ListPortMappings(ctx, igd.TCP, igd.AllPorts); igd.Code(err) != upnp.CodeActionFailed || errors.Is(err, igd.ErrNotSupported) {
 		t.Errorf("ListPortMappings whose entry reads got 501 = %v, want 501 and not ErrNotSupported", err)
 	}
 	r.ClearHooks()

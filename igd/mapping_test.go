@@ -3,6 +3,7 @@ package igd
 import (
 	"errors"
 	"fmt"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"net/netip"
 	"strings"
 	"testing"
@@ -61,9 +62,9 @@ func TestMappingValidate(t *testing.T) {
 			if !errors.Is(err, ErrInvalidMapping) {
 				t.Errorf("Validate = %v, want an ErrInvalidMapping", err)
 			}
-			var fe *FieldError
+			var fe *igderr.FieldError
 			if !errors.As(err, &fe) {
-				t.Fatalf("Validate = %v, want a *FieldError", err)
+				t.Fatalf("Validate = %v, want a *igderr.FieldError", err)
 			}
 			if fe.Field != tt.field {
 				t.Errorf("FieldError.Field = %q, want %q", fe.Field, tt.field)

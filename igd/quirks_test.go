@@ -12,6 +12,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // These tests hold the client to the router quirks of the README's "Router
@@ -146,7 +147,7 @@ func TestListingNeverCrashesOldMiniupnpd(t *testing.T) {
 	}
 }
 
-// A range at most igd.SafeListWidth ports wide cannot hold the mappings that crash an old
+// A range at most upnp.SafeListWidth ports wide cannot hold the mappings that crash an old
 // miniupnpd: it is listed in one call, with no walk, even on a large table
 // the client has never read (the load balancer reads its keys this way).
 func TestNarrowRangeListedAtOnceOnOldMiniupnpd(t *testing.T) {
@@ -158,9 +159,9 @@ func TestNarrowRangeListedAtOnceOnOldMiniupnpd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := c.ListPortMappings(testContext(t), igd.TCP, igd.PortRange{First: 20010, Last: 20010 + igd.SafeListWidth - 1})
-	if err != nil || len(ms) != igd.SafeListWidth || r.Crashed() {
-		t.Fatalf("ListPortMappings = %d mappings, %v (crashed: %v); want %d", len(ms), err, r.Crashed(), igd.SafeListWidth)
+	ms, err := c.ListPortMappings(testContext(t), igd.TCP, igd.PortRange{First: 20010, Last: 20010 + upnp.SafeListWidth - 1})
+	if err != nil || len(ms) != upnp.SafeListWidth || r.Crashed() {
+		t.Fatalf("ListPortMappings = %d mappings, %v (crashed: %v); want %d", len(ms), err, r.Crashed(), upnp.SafeListWidth)
 	}
 	if n := r.CallCount(fake.MethodListPortMappings); n != 1 {
 		t.Errorf("%d GetListOfPortMappings calls, want 1", n)

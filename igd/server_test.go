@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -44,9 +45,9 @@ type device struct {
 }
 
 var (
-	igd2Device = device{"miniupnpd-2.3.1-igd2-rootDesc.xml", ServiceWANIPConnection2, "/ctl/IPConn"}
-	igd1Device = device{"miniupnpd-2.3.1-igd1-rootDesc.xml", ServiceWANIPConnection1, "/ctl/IPConn"}
-	pppDevice  = device{"wanppp1-rootDesc.xml", ServiceWANPPPConnection1, "/ctl/PPPConn"}
+	igd2Device = device{"miniupnpd-2.3.1-igd2-rootDesc.xml", upnp.ServiceWANIPConnection2, "/ctl/IPConn"}
+	igd1Device = device{"miniupnpd-2.3.1-igd1-rootDesc.xml", upnp.ServiceWANIPConnection1, "/ctl/IPConn"}
+	pppDevice  = device{"wanppp1-rootDesc.xml", upnp.ServiceWANPPPConnection1, "/ctl/PPPConn"}
 )
 
 type testIGD struct {
@@ -214,7 +215,7 @@ func listTable(t *testing.T, table []Mapping, order listOrder) action {
 		n, err3 := strconv.ParseUint(args["NewNumberOfPorts"], 10, 16)
 		if err := errors.Join(err1, err2, err3); err != nil || start > end {
 			t.Errorf("GetListOfPortMappings(%v): bad arguments (%v)", args, err)
-			return nil, CodeInvalidArgs
+			return nil, upnp.CodeInvalidArgs
 		}
 		if n == 0 || n > 1000 {
 			n = 1000
@@ -232,7 +233,7 @@ func listTable(t *testing.T, table []Mapping, order listOrder) action {
 			slices.SortStableFunc(in, func(a, b Mapping) int { return int(a.ExternalPort) - int(b.ExternalPort) })
 		}
 		if len(in) == 0 {
-			return nil, CodePortMappingNotFound
+			return nil, upnp.CodePortMappingNotFound
 		}
 		return [][2]string{{"NewPortListing", portListingXML(in[:min(len(in), int(n))])}}, 0
 	}
@@ -293,7 +294,7 @@ func (g *testIGD) serveSOAP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if a == nil {
-		a = fault(CodeInvalidAction)
+		a = fault(upnp.CodeInvalidAction)
 	}
 	out, code := a(args)
 	w.Header().Set("Content-Type", `text/xml; charset="utf-8"`)
@@ -319,21 +320,21 @@ func (g *testIGD) serveSOAP(w http.ResponseWriter, r *http.Request) {
 
 func faultText(code int) string {
 	switch code {
-	case CodeInvalidAction:
+	case upnp.CodeInvalidAction:
 		return "Invalid Action"
-	case CodeInvalidArgs:
+	case upnp.CodeInvalidArgs:
 		return "Invalid Args"
-	case CodeActionFailed:
+	case upnp.CodeActionFailed:
 		return "Action Failed"
-	case CodeInvalidArrayIndex:
+	case upnp.CodeInvalidArrayIndex:
 		return "SpecifiedArrayIndexInvalid"
-	case CodeNoSuchEntry:
+	case upnp.CodeNoSuchEntry:
 		return "NoSuchEntryInArray"
-	case CodeConflict:
+	case upnp.CodeConflict:
 		return "ConflictInMappingEntry"
-	case CodeOnlyPermanentLeases:
+	case upnp.CodeOnlyPermanentLeases:
 		return "OnlyPermanentLeasesSupported"
-	case CodePortMappingNotFound:
+	case upnp.CodePortMappingNotFound:
 		return "NoSuchEntryInArray"
 	}
 	return "Error"

@@ -5,30 +5,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
 	"github.com/huin/goupnp/soap"
-)
-
-// The UPnP service types this package speaks, in the order discovery prefers
-// them when one device offers several.
-const (
-	// ServiceWANIPConnection2 is the IGD:2 connection service. It is the only
-	// one with GetListOfPortMappings. miniupnpd's IGD:2 description holds only
-	// this type.
-	ServiceWANIPConnection2 = internetgateway2.URN_WANIPConnection_2
-	// ServiceWANIPConnection1 is the IGD:1 connection service most routers
-	// expose (miniupnpd with force_igd_desc_v1=yes, many consumer routers).
-	ServiceWANIPConnection1 = internetgateway2.URN_WANIPConnection_1
-	// ServiceWANPPPConnection1 is the connection service of routers that dial
-	// the internet over PPPoE (many DSL routers expose only this one).
-	ServiceWANPPPConnection1 = internetgateway2.URN_WANPPPConnection_1
 )
 
 // serviceTypes lists the supported service types, most preferred first.
 // serviceIPv6Firewall is IGD:2's IPv6 pinhole service, only reported.
 const serviceIPv6Firewall = "urn:schemas-upnp-org:service:WANIPv6FirewallControl:1"
 
-var serviceTypes = []string{ServiceWANIPConnection2, ServiceWANIPConnection1, ServiceWANPPPConnection1}
+var serviceTypes = []string{upnp.ServiceWANIPConnection2, upnp.ServiceWANIPConnection1, upnp.ServiceWANPPPConnection1}
 
 // wanConnection is the part of a WAN connection service this package uses.
 // Its methods are named after goupnp's generated *Ctx methods, so that

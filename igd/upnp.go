@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
+	"github.com/ccmkit/ccmkit/internal/igdmetrics"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"golang.org/x/sync/semaphore"
 	"k8s.io/klog/v2"
 )
@@ -98,8 +101,9 @@ type Config struct {
 	HTTPClient *http.Client
 
 	// DialContext opens connections for the default HTTP client and the UDP
-	// socket SystemHost.LocalAddr reads. Nil means a zero net.Dialer. Set it to
-	// pin the client to an interface or run it inside a network namespace.
+	// socket the default Host reads its local address from. Nil means a
+	// zero net.Dialer. Set it to pin the client to an interface or run it
+	// inside a network namespace.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// ListenPacket opens the UDP socket SSDP discovery searches from; it is
@@ -110,7 +114,8 @@ type Config struct {
 	ListenPacket func(ctx context.Context, network, addr string) (net.PacketConn, error)
 
 	// Host answers the questions about this host that discovery and LocalAddr
-	// depend on. Nil means SystemHost{DialContext: DialContext}.
+	// depend on. Nil reads the operating system (see HostInfo and the package
+	// documentation), with DialContext.
 	Host HostInfo
 }
 
@@ -150,7 +155,7 @@ func (cfg Config) withDefaults() Config {
 	}
 	cfg.HTTPClient = cappedClient(cfg.HTTPClient)
 	if cfg.Host == nil {
-		cfg.Host = SystemHost{DialContext: cfg.DialContext}
+		cfg.Host = hostinfo.System{DialContext: cfg.DialContext}
 	}
 	return cfg
 }
@@ -195,13 +200,15 @@ type Candidate struct {
 	Location string
 	// FriendlyName is the device's name from its description.
 	FriendlyName string
-	// ServiceType is the service's URN, one of the Service* constants.
+	// ServiceType is the service's URN: WANIPConnection:2, WANIPConnection:1
+	// or WANPPPConnection:1 (urn:schemas-upnp-org:service:...).
 	ServiceType string
 	// ControlURL is where the service's SOAP calls go.
 	ControlURL string
 	// Addr is the router's LAN address (the host of ControlURL).
 	Addr netip.Addr
-	// Status is what GetStatusInfo answered ("Connected", "Disconnected", …),
+	// Status is what GetStatusInfo answered ("Connected" when the WAN
+	// connection is up, "Disconnected", …),
 	// or empty when the router does not answer it.
 	Status string
 	// ExternalIP is what GetExternalIPAddress answered.
@@ -224,8 +231,8 @@ type Candidate struct {
 	IPv6Firewall bool
 }
 
-// Connected reports whether the router said its WAN connection is up.
-func (c Candidate) Connected() bool { return c.Status == "Connected" }
+// connected reports whether the router said its WAN connection is up.
+func (c Candidate) connected() bool { return c.Status == "Connected" }
 
 // String describes the candidate for logs and error messages.
 func (c Candidate) String() string {
@@ -252,7 +259,7 @@ type Gateway struct {
 	// its mappings are not reachable from the internet: tell the user.
 	PublicExternalIP bool
 	// GuardedListing reports whether this client lists the router's table
-	// only in ranges known to hold at most SafeListWidth mappings, because
+	// only in ranges known to hold at most 128 mappings, because
 	// its daemon may die on longer GetListOfPortMappings answers (DESIGN.md).
 	GuardedListing bool
 	// Accepted says which router discovery used and why: "the default
@@ -361,9 +368,8 @@ func NewClient(cfg Config) (*UPnPClient, error) {
 // searches by SSDP and chooses among the answers (see the package
 // documentation). A discovery already in flight is joined rather than
 // duplicated, and Config.DiscoveryBackoff does not apply. When no router
-// qualifies the error matches ErrNoGateway and is a *NoGatewayError listing
-// what was found and why each was rejected; a router cached earlier is then
-// kept.
+// qualifies the error matches ErrNoGateway and lists what was found and why
+// each was rejected; a router cached earlier is then kept.
 //
 // The discovery runs in its own goroutine, bounded by
 // Config.DiscoveryTimeout, so that the callers sharing it do not depend on
@@ -434,7 +440,7 @@ func (c *UPnPClient) awaitDiscovery(ctx context.Context, force bool) (*gateway, 
 	if d.err == nil {
 		return d.gw, nil
 	}
-	var nge *NoGatewayError
+	var nge *noGatewayError
 	if errors.As(d.err, &nge) {
 		cp := *nge
 		cp.Err = ctx.Err()
@@ -480,7 +486,7 @@ func (c *UPnPClient) runDiscovery(ctx context.Context, d *discovery) {
 	switch {
 	case err == nil:
 		if c.gw == nil {
-			known.Add(1)
+			igdmetrics.RouterKnown(1)
 		}
 		c.gw, c.failed = gw, nil
 	case c.gw == nil && ctx.Err() == nil:
@@ -504,7 +510,7 @@ func (c *UPnPClient) forget(ctx context.Context, gw *gateway, cause error) {
 	dropped := c.gw == gw
 	if dropped {
 		c.gw = nil
-		known.Add(-1)
+		igdmetrics.RouterKnown(-1)
 	}
 	c.mu.Unlock()
 	if dropped {
@@ -575,8 +581,8 @@ func (c *UPnPClient) call(ctx context.Context, gw *gateway, action string, timeo
 
 // ExternalIP implements Client. Every answer is validated: one that is no
 // IPv4 host address (empty, unparsable, unspecified, IPv6, loopback,
-// multicast, broadcast) gives an error matching ErrInvalidExternalIP (an
-// *ExternalIPError) that names the router, and the router stays cached. The
+// multicast, broadcast) gives an error matching ErrInvalidExternalIP that
+// quotes the answer and names the router, and the router stays cached. The
 // address may be non-public (see IsPublic and Gateway.PublicExternalIP); it
 // is returned all the same.
 func (c *UPnPClient) ExternalIP(ctx context.Context) (netip.Addr, error) {
@@ -619,7 +625,7 @@ func (c *UPnPClient) AddPortMapping(ctx context.Context, m Mapping) (Mapping, er
 	}
 	defer done()
 	err = c.addPortMapping(ctx, gw, m)
-	if m.Lease != 0 && (errors.Is(err, ErrOnlyPermanentLeases) || Code(err) == CodeInvalidArgs) {
+	if m.Lease != 0 && (errors.Is(err, ErrOnlyPermanentLeases) || Code(err) == upnp.CodeInvalidArgs) {
 		m.Lease = 0
 		err = c.addPortMapping(ctx, gw, m)
 	}
@@ -664,7 +670,7 @@ func (c *UPnPClient) DeletePortMapping(ctx context.Context, proto Protocol, exte
 	defer done()
 	err = c.call(ctx, gw, "DeletePortMapping", c.cfg.CallTimeout, func(ctx context.Context) error {
 		err := gw.conn.DeletePortMappingCtx(ctx, "", externalPort, string(proto))
-		if err == nil || Code(err) == CodeNoSuchEntry {
+		if err == nil || Code(err) == upnp.CodeNoSuchEntry {
 			// Uncounted only once the router said it is gone, and before the
 			// next call to it (c.sem is held), so that counts follow the
 			// order the router saw this client's writes in.

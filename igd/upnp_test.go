@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/huin/goupnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
 	"github.com/huin/goupnp/soap"
@@ -82,7 +84,7 @@ func TestDiscoverByURL(t *testing.T) {
 			if gw.Location != g.URL || gw.FriendlyName != "Debian router" {
 				t.Errorf("Location, FriendlyName = %q, %q", gw.Location, gw.FriendlyName)
 			}
-			if !gw.Connected() || gw.ExternalIP != netip.MustParseAddr("198.51.101.7") || !gw.PublicExternalIP || !gw.OnDefaultGateway {
+			if !gw.connected() || gw.ExternalIP != netip.MustParseAddr("198.51.101.7") || !gw.PublicExternalIP || !gw.OnDefaultGateway {
 				t.Errorf("gateway = %+v, want connected, public 198.51.101.7, on the default gateway", gw)
 			}
 			if gw.Addr != g.addr() {
@@ -113,7 +115,7 @@ func TestDiscoverRejects(t *testing.T) {
 			g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", ""))
 		}, "no external IP address"},
 		{"external IP fault", pppDevice, func(g *testIGD) {
-			g.handle("GetExternalIPAddress", fault(CodeActionFailed))
+			g.handle("GetExternalIPAddress", fault(upnp.CodeActionFailed))
 		}, "UPnP error 501"},
 	}
 	for _, tt := range tests {
@@ -125,7 +127,7 @@ func TestDiscoverRejects(t *testing.T) {
 			if !errors.Is(err, ErrNoGateway) {
 				t.Fatalf("Discover() error = %v, want ErrNoGateway", err)
 			}
-			var nge *NoGatewayError
+			var nge *noGatewayError
 			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, tt.reject) {
 				t.Fatalf("Discover() error = %#v, want one candidate rejected with %q", err, tt.reject)
 			}
@@ -141,7 +143,7 @@ func TestDiscoverRejects(t *testing.T) {
 
 func TestDiscoverUnknownStatusStillUsable(t *testing.T) {
 	g := newTestIGD(t, igd1Device, "")
-	g.handle("GetStatusInfo", fault(CodeInvalidAction))
+	g.handle("GetStatusInfo", fault(upnp.CodeInvalidAction))
 	c := newTestClient(t, g, nil)
 	gw, err := c.Discover(testCtx(t))
 	if err != nil {
@@ -241,9 +243,9 @@ func TestInvalidInputReachesNoRouter(t *testing.T) {
 			g.handle("AddPortMapping", reply())
 			c := newTestClient(t, g, nil)
 			err := tt.call(testCtx(t), c)
-			var fe *FieldError
+			var fe *igderr.FieldError
 			if !errors.Is(err, ErrInvalidMapping) || !errors.As(err, &fe) || fe.Field != tt.field {
-				t.Fatalf("error = %v, want a FieldError for %s", err, tt.field)
+				t.Fatalf("error = %v, want a igderr.FieldError for %s", err, tt.field)
 			}
 			if g.DescFetches() != 0 || len(g.Calls()) != 0 {
 				t.Errorf("invalid input reached the router: %d description fetches, calls %v", g.DescFetches(), g.Calls())
@@ -279,12 +281,12 @@ func TestAddPortMappingLeaseFallback(t *testing.T) {
 		wantErr   error
 		wantCode  int
 	}{
-		{"725 retried permanent", leaseFault(CodeOnlyPermanentLeases), time.Hour, 0, []string{"3600", "0"}, nil, 0},
-		{"402 retried permanent", leaseFault(CodeInvalidArgs), time.Hour, 0, []string{"3600", "0"}, nil, 0},
+		{"725 retried permanent", leaseFault(upnp.CodeOnlyPermanentLeases), time.Hour, 0, []string{"3600", "0"}, nil, 0},
+		{"402 retried permanent", leaseFault(upnp.CodeInvalidArgs), time.Hour, 0, []string{"3600", "0"}, nil, 0},
 		{"finite lease accepted", reply(), time.Hour, time.Hour, []string{"3600"}, nil, 0},
-		{"402 to lease 0 not retried", fault(CodeInvalidArgs), 0, 0, []string{"0"}, nil, CodeInvalidArgs},
-		{"725 twice gives up", fault(CodeOnlyPermanentLeases), time.Minute, 0, []string{"60", "0"}, ErrOnlyPermanentLeases, CodeOnlyPermanentLeases},
-		{"718 conflict not retried", fault(CodeConflict), time.Hour, 0, []string{"3600"}, ErrConflict, CodeConflict},
+		{"402 to lease 0 not retried", fault(upnp.CodeInvalidArgs), 0, 0, []string{"0"}, nil, upnp.CodeInvalidArgs},
+		{"725 twice gives up", fault(upnp.CodeOnlyPermanentLeases), time.Minute, 0, []string{"60", "0"}, ErrOnlyPermanentLeases, upnp.CodeOnlyPermanentLeases},
+		{"718 conflict not retried", fault(upnp.CodeConflict), time.Hour, 0, []string{"3600"}, ErrConflict, upnp.CodeConflict},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,8 +332,8 @@ func TestDeletePortMappingIsIdempotent(t *testing.T) {
 		wantErr int
 	}{
 		{"deleted", reply(), 0},
-		{"714 missing is success", fault(CodeNoSuchEntry), 0},
-		{"606 is an error", fault(CodeNotAuthorized), CodeNotAuthorized},
+		{"714 missing is success", fault(upnp.CodeNoSuchEntry), 0},
+		{"606 is an error", fault(upnp.CodeNotAuthorized), upnp.CodeNotAuthorized},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,7 +344,7 @@ func TestDeletePortMappingIsIdempotent(t *testing.T) {
 			if Code(err) != tt.wantErr || (tt.wantErr == 0 && err != nil) {
 				t.Fatalf("DeletePortMapping() = %v, want code %d", err, tt.wantErr)
 			}
-			if tt.wantErr == CodeNotAuthorized && !errors.Is(err, ErrNotAuthorized) {
+			if tt.wantErr == upnp.CodeNotAuthorized && !errors.Is(err, ErrNotAuthorized) {
 				t.Errorf("error %v does not match ErrNotAuthorized", err)
 			}
 			calls := g.CallsOf("DeletePortMapping")
@@ -358,7 +360,7 @@ func TestGetPortMapping(t *testing.T) {
 	g := newTestIGD(t, igd2Device, "")
 	g.handle("GetSpecificPortMappingEntry", func(args map[string]string) ([][2]string, int) {
 		if args["NewExternalPort"] != "8080" || args["NewProtocol"] != "TCP" {
-			return nil, CodeNoSuchEntry
+			return nil, upnp.CodeNoSuchEntry
 		}
 		return reply("NewInternalPort", "30080", "NewInternalClient", "192.0.2.10", "NewEnabled", "1",
 			"NewPortMappingDescription", "ccmkit web", "NewLeaseDuration", "604800")(args)
@@ -395,62 +397,6 @@ func TestExternalIPAndLocalAddr(t *testing.T) {
 	g.handle("GetExternalIPAddress", reply("NewExternalIPAddress", "not-an-ip"))
 	if _, err := c.ExternalIP(testCtx(t)); err == nil || !strings.Contains(err.Error(), "not-an-ip") {
 		t.Errorf("ExternalIP(garbage) = %v, want an error quoting the answer", err)
-	}
-}
-
-func TestSystemHostLocalAddr(t *testing.T) {
-	got, err := SystemHost{}.LocalAddr(testCtx(t), netip.MustParseAddr("127.0.0.1"))
-	if err != nil || got != netip.MustParseAddr("127.0.0.1") {
-		t.Fatalf("LocalAddr(127.0.0.1) = %s, %v", got, err)
-	}
-	if _, err := (SystemHost{}).LocalAddr(testCtx(t), netip.Addr{}); err == nil {
-		t.Error("LocalAddr(no router) succeeded")
-	}
-}
-
-func TestSystemHostDefaultGateway(t *testing.T) {
-	tests := []struct {
-		name, file string
-		want       string
-	}{
-		{"default via 192.0.2.1", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
-			"eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n" +
-			"eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", "192.0.2.1"},
-		{"no default route", "Iface\tDestination\tGateway \tFlags\n" +
-			"eth0\t000200C0\t00000000\t0001\n", ""},
-		// OpenVPN's redirect-gateway def1 adds 0.0.0.0/1 and 128.0.0.0/1:
-		// destination 0, but not the default route.
-		{"a VPN's 0.0.0.0/1 is not the default route", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
-			"tun0\t00000000\t0100080A\t0003\t0\t0\t0\t00000080\t0\t0\t0\n" +
-			"tun0\t00000080\t0100080A\t0003\t0\t0\t0\t00000080\t0\t0\t0\n" +
-			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
-		{"the lowest metric wins", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
-			"wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n" +
-			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
-		{"a route that is down is skipped", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
-			"wlan0\t00000000\t0101A8C0\t0002\t0\t0\t0\t00000000\t0\t0\t0\n" +
-			"eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n", "192.0.2.1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			name := filepath.Join(t.TempDir(), "route")
-			if err := os.WriteFile(name, []byte(tt.file), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			got, err := SystemHost{RouteFile: name}.DefaultGateway(testCtx(t))
-			if tt.want == "" {
-				if err == nil {
-					t.Fatalf("DefaultGateway() = %s, want an error", got)
-				}
-				return
-			}
-			if err != nil || got != netip.MustParseAddr(tt.want) {
-				t.Fatalf("DefaultGateway() = %s, %v; want %s", got, err, tt.want)
-			}
-		})
-	}
-	if _, err := (SystemHost{RouteFile: filepath.Join(t.TempDir(), "missing")}).DefaultGateway(testCtx(t)); err == nil {
-		t.Error("DefaultGateway(missing file) succeeded")
 	}
 }
 
@@ -594,7 +540,7 @@ func TestListPortMappingsPaging(t *testing.T) {
 			var calls []string
 			g.handle("GetListOfPortMappings", func(args map[string]string) ([][2]string, int) {
 				if args["NewProtocol"] == "UDP" {
-					return nil, CodePortMappingNotFound
+					return nil, upnp.CodePortMappingNotFound
 				}
 				mu.Lock()
 				calls = append(calls, args["NewStartPort"]+"-"+args["NewEndPort"])
@@ -602,13 +548,13 @@ func TestListPortMappingsPaging(t *testing.T) {
 				mu.Unlock()
 				if n > 100 {
 					t.Errorf("GetListOfPortMappings called %d times: the listing is not bounded", n)
-					return nil, CodePortMappingNotFound
+					return nil, upnp.CodePortMappingNotFound
 				}
 				start, _ := strconv.Atoi(args["NewStartPort"])
 				end, _ := strconv.Atoi(args["NewEndPort"])
 				first, count := tt.page(start, end)
 				if count == 0 {
-					return nil, CodePortMappingNotFound
+					return nil, upnp.CodePortMappingNotFound
 				}
 				listing := entries("TCP", first, count)
 				if count == 1 {
@@ -663,7 +609,7 @@ func TestListPortMappingsMiniupnpdFixture(t *testing.T) {
 		if args["NewProtocol"] == "TCP" {
 			return [][2]string{{"NewPortListing", listing}}, 0
 		}
-		return nil, CodePortMappingNotFound
+		return nil, upnp.CodePortMappingNotFound
 	})
 	c := newTestClient(t, g, nil)
 	ms, err := ReadTable(testCtx(t), c)
@@ -731,12 +677,12 @@ func TestListPortMappingsWalk(t *testing.T) {
 		endCode  int
 		wantList int // GetListOfPortMappings calls over two listings
 	}{
-		{"IGD:1 713 at end", igd1Device, 0, CodeInvalidArrayIndex, 0},
-		{"PPP 714 at end", pppDevice, 0, CodeNoSuchEntry, 0},
-		{"402 at end", igd1Device, 0, CodeInvalidArgs, 0},
-		{"IGD:2 without the list action (401) walks, and remembers", igd2Device, CodeInvalidAction, CodeInvalidArrayIndex, 1},
-		{"IGD:2 list refused (501) walks, and remembers", igd2Device, CodeActionFailed, CodeInvalidArrayIndex, 1},
-		{"IGD:2 list refused (402) walks, and remembers", igd2Device, CodeInvalidArgs, CodeInvalidArrayIndex, 1},
+		{"IGD:1 713 at end", igd1Device, 0, upnp.CodeInvalidArrayIndex, 0},
+		{"PPP 714 at end", pppDevice, 0, upnp.CodeNoSuchEntry, 0},
+		{"402 at end", igd1Device, 0, upnp.CodeInvalidArgs, 0},
+		{"IGD:2 without the list action (401) walks, and remembers", igd2Device, upnp.CodeInvalidAction, upnp.CodeInvalidArrayIndex, 1},
+		{"IGD:2 list refused (501) walks, and remembers", igd2Device, upnp.CodeActionFailed, upnp.CodeInvalidArrayIndex, 1},
+		{"IGD:2 list refused (402) walks, and remembers", igd2Device, upnp.CodeInvalidArgs, upnp.CodeInvalidArrayIndex, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -784,9 +730,9 @@ func TestListPortMappingsWalkIsBounded(t *testing.T) {
 
 func TestListPortMappingsOtherFaultIsError(t *testing.T) {
 	g := newTestIGD(t, igd2Device, "")
-	g.handle("GetListOfPortMappings", fault(CodeNotAuthorized+1))
+	g.handle("GetListOfPortMappings", fault(upnp.CodeNotAuthorized+1))
 	c := newTestClient(t, g, nil)
-	if _, err := ReadTable(testCtx(t), c); Code(err) != CodeNotAuthorized+1 {
+	if _, err := ReadTable(testCtx(t), c); Code(err) != upnp.CodeNotAuthorized+1 {
 		t.Fatalf("ListPortMappings() = %v, want the router's 607", err)
 	}
 }
@@ -804,7 +750,7 @@ func TestParsePortListingRejectsGarbage(t *testing.T) {
 
 func TestCallTimeoutWrapsDeadlineAndRediscovers(t *testing.T) {
 	g := newTestIGD(t, igd2Device, "")
-	g.handle("GetSpecificPortMappingEntry", fault(CodeNoSuchEntry))
+	g.handle("GetSpecificPortMappingEntry", fault(upnp.CodeNoSuchEntry))
 	c := newTestClient(t, g, func(cfg *Config) { cfg.CallTimeout = 200 * time.Millisecond })
 	ctx := testCtx(t)
 	if _, err := c.Discover(ctx); err != nil {
@@ -877,7 +823,7 @@ func TestCallsToTheRouterAreSerialised(t *testing.T) {
 	g := newTestIGD(t, igd2Device, "")
 	g.handle("GetSpecificPortMappingEntry", func(args map[string]string) ([][2]string, int) {
 		time.Sleep(5 * time.Millisecond) // give overlapping calls a chance to show
-		return nil, CodeNoSuchEntry
+		return nil, upnp.CodeNoSuchEntry
 	})
 	c := newTestClient(t, g, nil)
 	var wg sync.WaitGroup
@@ -940,7 +886,7 @@ func TestDiscoverByURLUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.ExternalIP(testCtx(t))
-	var nge *NoGatewayError
+	var nge *noGatewayError
 	if !errors.Is(err, ErrNoGateway) || !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, "fetch description") {
 		t.Fatalf("ExternalIP() with the router down = %v, want ErrNoGateway saying the fetch failed", err)
 	}
@@ -974,7 +920,7 @@ func TestDiscoverByURLBadDescriptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = c.Discover(testCtx(t))
-			var nge *NoGatewayError
+			var nge *noGatewayError
 			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, tt.reject) {
 				t.Fatalf("Discover() = %v, want the candidate rejected with %q", err, tt.reject)
 			}
@@ -1132,9 +1078,9 @@ func TestExternalIPIsValidatedOnEveryCall(t *testing.T) {
 			if !errors.Is(err, ErrInvalidExternalIP) {
 				t.Fatalf("ExternalIP() = %s, %v; want ErrInvalidExternalIP", ip, err)
 			}
-			var eie *ExternalIPError
+			var eie *igderr.ExternalIPError
 			if !errors.As(err, &eie) || eie.Value != tt.answer {
-				t.Errorf("ExternalIP() error = %#v, want an *ExternalIPError with Value %q", err, tt.answer)
+				t.Errorf("ExternalIP() error = %#v, want an *igderr.ExternalIPError with Value %q", err, tt.answer)
 			}
 			if ip.IsValid() {
 				t.Errorf("ExternalIP() returned %s with the error", ip)
@@ -1147,7 +1093,7 @@ func TestExternalIPIsValidatedOnEveryCall(t *testing.T) {
 
 			// Discovery rejects such a router too.
 			_, err = c.Discover(ctx)
-			var nge *NoGatewayError
+			var nge *noGatewayError
 			if !errors.As(err, &nge) || len(nge.Found) != 1 || !strings.Contains(nge.Found[0].Rejected, fmt.Sprintf("%q", tt.answer)) {
 				t.Errorf("Discover() = %v, want the router rejected for answering %q", err, tt.answer)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 )
 
 // These tests act as the adversary: someone acts between the LoadBalancer's
@@ -583,7 +584,7 @@ func TestUnusableExternalIPWarnedOnce(t *testing.T) {
 	web.Status.LoadBalancer = *e.mustEnsure(t, web, nodes)
 	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], web)
 	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
-		return netip.Addr{}, &igd.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}
+		return netip.Addr{}, &igderr.ExternalIPError{Value: "0.0.0.0", Reason: "unspecified"}
 	}})
 	for range 3 {
 		r.tick(t)

@@ -12,13 +12,14 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // refuseBelow1024 answers 606 to every add of an external port below 1024,
 // as miniupnpd's and OpenWrt's default permission rules do.
 var refuseBelow1024 = fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 	if m.ExternalPort < 1024 {
-		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 	}
 	return next(ctx, m)
 }}

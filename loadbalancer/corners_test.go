@@ -17,6 +17,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Corners where the router or the cluster misbehaves: a refused listing, a
@@ -27,7 +28,7 @@ import (
 // (some reject its arguments) is read one key at a time, as one that lacks
 // the action is: a refused listing is a fallback, never a failure.
 func TestRefusedListingFallsBackToGets(t *testing.T) {
-	for _, code := range []int{igd.CodeInvalidArgs, igd.CodeActionFailed} {
+	for _, code := range []int{upnp.CodeInvalidArgs, upnp.CodeActionFailed} {
 		t.Run(fmt.Sprint("UPnP ", code), func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{})
 			var lists atomic.Int32
@@ -172,7 +173,7 @@ func TestFailedHintDoesNotStopThePass(t *testing.T) {
 	e.router.Reboot()
 	e.router.Intercept(fake.RouterHooks{ListPortMappings: func(ctx context.Context, _ netip.Addr, proto igd.Protocol, ports igd.PortRange, next fake.ListFunc) ([]igd.Mapping, error) {
 		if ports == igd.AllPorts {
-			return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+			return nil, &igd.UPnPError{Action: "GetListOfPortMappings", Code: upnp.CodeActionFailed, Description: "ActionFailed"}
 		}
 		return next(ctx, proto, ports)
 	}})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Adds whose outcome the router does not report faithfully: a reply lost
@@ -33,7 +34,7 @@ func TestUnstoredAddIsNotTakenAsWhatTheRouterHolds(t *testing.T) {
 		err  error
 	}{
 		{"reply lost", context.DeadlineExceeded},
-		{"fault", &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}},
+		{"fault", &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "ActionFailed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{ReportInternalPortZero: true})
@@ -79,7 +80,7 @@ func TestFaultAnsweredAddIsReadBackByTheSameReadAsTheOtherKeys(t *testing.T) {
 		AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			stored, err := next(ctx, m)
 			if err == nil && m.ExternalPort == 81 && lied() {
-				return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+				return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "ActionFailed"}
 			}
 			return stored, err
 		},
@@ -189,7 +190,7 @@ func TestFaultAnsweredAddThatWasStoredLeavesNothingBehind(t *testing.T) {
 	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		stored, err := next(ctx, m)
 		if err == nil && m.ExternalPort == 81 && lied() {
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "ActionFailed"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "ActionFailed"}
 		}
 		return stored, err
 	}})

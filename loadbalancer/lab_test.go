@@ -19,6 +19,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // These tests run the LoadBalancer with the real igd client against a real
@@ -212,7 +213,7 @@ func TestLabRouterRefusesLowPort(t *testing.T) {
 	}
 	err = notForwarded(lb, svc, nil)
 	var pe *PortError
-	if !errors.As(err, &pe) || pe.Key.ExternalPort != 80 || igd.Code(err) != igd.CodeNotAuthorized {
+	if !errors.As(err, &pe) || pe.Key.ExternalPort != 80 || igd.Code(err) != upnp.CodeNotAuthorized {
 		t.Fatalf("error = %v; want a PortError for TCP/80 with the router's 606", err)
 	}
 	t.Logf("router refused: %v", err)
@@ -339,7 +340,7 @@ func TestLabSecureMode(t *testing.T) {
 		svc := newService("default", "old", withPorts(port("http", v1.ProtocolTCP, 44000, 30080)))
 		_, err = lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
 		var re *api.RetryError
-		if !errors.As(err, &re) || igd.Code(err) != igd.CodeNotAuthorized || re.RetryAfter() > 121*time.Second {
+		if !errors.As(err, &re) || igd.Code(err) != upnp.CodeNotAuthorized || re.RetryAfter() > 121*time.Second {
 			t.Fatalf("error = %v; want a RetryError within the old lease, carrying the router's 606", err)
 		}
 		t.Logf("secure-mode fail-over: %v", err)

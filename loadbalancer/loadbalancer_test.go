@@ -17,6 +17,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -582,7 +583,7 @@ func TestRouterRefusedPortNamesReason(t *testing.T) {
 	// miniupnpd answers 606 for ports outside its allow rules (below 1024 in the lab).
 	e.router.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if m.ExternalPort < 1024 {
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 		}
 		return next(ctx, m)
 	}})

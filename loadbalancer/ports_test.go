@@ -14,6 +14,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // portErrors returns each port of st as "TCP/80" -> its error value ("" when none).
@@ -53,9 +54,9 @@ func TestOnePortNotForwardedOthersAre(t *testing.T) {
 		want  string
 	}{
 		{"held by a LAN host", func(e *env) { e.router.Put(stranger) }, PortErrorInUse},
-		{"refused by the router's rules (606)", func(e *env) { e.router.Intercept(refuse81(igd.CodeNotAuthorized)) }, PortErrorNotAuthorized},
-		{"refused as in secure mode (718, port free)", func(e *env) { e.router.Intercept(refuse81(igd.CodeConflict)) }, PortErrorSecureMode},
-		{"table full (728)", func(e *env) { e.router.Intercept(refuse81(igd.CodeNoPortMapsAvailable)) }, PortErrorRouterRefused},
+		{"refused by the router's rules (606)", func(e *env) { e.router.Intercept(refuse81(upnp.CodeNotAuthorized)) }, PortErrorNotAuthorized},
+		{"refused as in secure mode (718, port free)", func(e *env) { e.router.Intercept(refuse81(upnp.CodeConflict)) }, PortErrorSecureMode},
+		{"table full (728)", func(e *env) { e.router.Intercept(refuse81(upnp.CodeNoPortMapsAvailable)) }, PortErrorRouterRefused},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, Config{}, fake.RouterConfig{})

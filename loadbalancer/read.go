@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // reading is what a read found at a Service's keys, and when it was sent: a
@@ -87,7 +88,7 @@ func (lb *LoadBalancer) leaseLeft(o owner, m igd.Mapping, at time.Time) (time.Du
 }
 
 // list fills got with the mappings at keys (sorted by compareKeys): one
-// listing per run of keys of one protocol at most igd.SafeListWidth ports
+// listing per run of keys of one protocol at most upnp.SafeListWidth ports
 // wide, which the igd client lists at once, with no walk to learn the table.
 func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, got map[igd.Key]igd.Mapping) error {
 	want := make(map[igd.Key]bool, len(keys))
@@ -97,7 +98,7 @@ func (lb *LoadBalancer) list(ctx context.Context, l igd.Lister, keys []igd.Key, 
 	for i := 0; i < len(keys); {
 		first := keys[i]
 		j := i
-		for j+1 < len(keys) && keys[j+1].Protocol == first.Protocol && int(keys[j+1].ExternalPort)-int(first.ExternalPort) < igd.SafeListWidth {
+		for j+1 < len(keys) && keys[j+1].Protocol == first.Protocol && int(keys[j+1].ExternalPort)-int(first.ExternalPort) < upnp.SafeListWidth {
 			j++
 		}
 		r := igd.PortRange{First: first.ExternalPort, Last: keys[j].ExternalPort}

@@ -10,7 +10,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 )
 
-// No listing of a Service's keys spans more than igd.SafeListWidth ports
+// No listing of a Service's keys spans more than upnp.SafeListWidth ports
 // (why: igd/DESIGN.md).
 func TestReadListsNarrowRanges(t *testing.T) {
 	for _, tt := range []struct {

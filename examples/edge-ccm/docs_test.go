@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // OpenWrt's upnpd init script reads a perm_rule's ext_ports as one port or
@@ -34,7 +34,7 @@ func TestOpenWrtHintsAreOneRangePerRule(t *testing.T) {
 }
 
 // The README tells one figure for miniupnpd's listing crash, the one the
-// client guards against (igd.SafeListWidth), and no other.
+// client guards against (upnp.SafeListWidth), and no other.
 func TestListingCrashIsOneFigure(t *testing.T) {
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -49,10 +49,10 @@ func TestListingCrashIsOneFigure(t *testing.T) {
 	if row == "" {
 		t.Fatal("README.md has no row for the listing crash")
 	}
-	want := strconv.Itoa(igd.SafeListWidth)
+	want := strconv.Itoa(upnp.SafeListWidth)
 	for _, m := range regexp.MustCompile(`(?:[<>≤≥] |under |more than |at most )(\d+) mappings`).FindAllStringSubmatch(row, -1) {
 		if m[1] != want {
-			t.Errorf("the listing-crash row says %q; the crash is past %s mappings (igd.SafeListWidth)", m[0], want)
+			t.Errorf("the listing-crash row says %q; the crash is past %s mappings (upnp.SafeListWidth)", m[0], want)
 		}
 	}
 }

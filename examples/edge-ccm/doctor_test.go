@@ -22,6 +22,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // The doctor on the lab router, configured as routers are shipped, with the
@@ -247,7 +248,7 @@ func TestDoctorProbesTheServicesPorts(t *testing.T) {
 	r := fake.NewRouter(fake.RouterConfig{})
 	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		if m.ExternalPort < 1024 { // OpenWrt's default rules
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 		}
 		return next(ctx, m)
 	}})

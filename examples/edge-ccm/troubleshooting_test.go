@@ -19,6 +19,8 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
@@ -86,9 +88,9 @@ func routerMessages(t *testing.T) []string {
 	r.Intercept(fake.RouterHooks{AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 		switch m.ExternalPort {
 		case 80: // miniupnpd's permission rules
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 		case 82: // miniupnpd in secure mode, to another host
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeConflict, Description: "ConflictInMappingEntry"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeConflict, Description: "ConflictInMappingEntry"}
 		}
 		return next(ctx, m)
 	}})
@@ -147,7 +149,7 @@ func routerMessages(t *testing.T) []string {
 	}
 	// What a discovery that found no router returns (SSDP is not sent from
 	// a test: it would leave the machine).
-	nge := &igd.NoGatewayError{Searched: "SSDP search", Timeout: 2 * time.Second}
+	nge := &igderr.NoGatewayError[igd.Candidate]{Searched: "SSDP search", Timeout: 2 * time.Second}
 	msgs = append(msgs, "SyncLoadBalancerFailed ... loadbalancer: ensure service default/web: "+nge.Error())
 	if _, err := edge.ParseConfig(strings.NewReader("loadBalancer:\n  secureMod: true\n")); err != nil {
 		msgs = append(msgs, "Cloud provider could not be initialized: "+err.Error()) // main.go's initCloud

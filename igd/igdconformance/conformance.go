@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Config is the router a case asks a Backend for.
@@ -221,7 +223,7 @@ func mustList(t *testing.T, c igd.Client) []igd.Mapping {
 func wantGone(t *testing.T, r Router, k igd.Key) {
 	t.Helper()
 	_, err := r.A.GetPortMapping(ctx(t), k.Protocol, k.ExternalPort)
-	wantCode(t, "GetPortMapping("+k.String()+")", err, igd.ErrNoSuchEntry, igd.CodeNoSuchEntry)
+	wantCode(t, "GetPortMapping("+k.String()+")", err, igd.ErrNoSuchEntry, upnp.CodeNoSuchEntry)
 	for _, m := range mustList(t, r.A) {
 		if m.Key() == k {
 			t.Errorf("ListPortMappings holds %s, want it gone", m)
@@ -234,11 +236,11 @@ func wantGone(t *testing.T, r Router, k igd.Key) {
 // the lab). A router's text is only for people, but the fakes promise
 // miniupnpd's.
 var errorTexts = map[int]string{
-	igd.CodeNotAuthorized:       "Action not authorized",
-	igd.CodeNoSuchEntry:         "NoSuchEntryInArray",
-	igd.CodeConflict:            "ConflictInMappingEntry",
-	igd.CodeOnlyPermanentLeases: "OnlyPermanentLeasesSupported",
-	igd.CodeNoPortMapsAvailable: "NoPortMapsAvailable",
+	upnp.CodeNotAuthorized:       "Action not authorized",
+	upnp.CodeNoSuchEntry:         "NoSuchEntryInArray",
+	upnp.CodeConflict:            "ConflictInMappingEntry",
+	upnp.CodeOnlyPermanentLeases: "OnlyPermanentLeasesSupported",
+	upnp.CodeNoPortMapsAvailable: "NoPortMapsAvailable",
 }
 
 // wantCode checks that err matches sentinel and is a *igd.UPnPError with
@@ -438,7 +440,7 @@ func testConflict(t *testing.T, r Router) {
 	mustAdd(t, r.A, mine)
 	theirs := mapping(igd.TCP, portA, r.AddrB, 30080, "B", time.Hour)
 	_, err := r.B.AddPortMapping(ctx(t), theirs)
-	wantCode(t, "B re-adding A's key", err, igd.ErrConflict, igd.CodeConflict)
+	wantCode(t, "B re-adding A's key", err, igd.ErrConflict, upnp.CodeConflict)
 	// A's mapping is untouched.
 	sameMapping(t, "GetPortMapping after conflict", mustGet(t, r.A, mine.Key()), mine)
 	wantTable(t, r.A, mine)
@@ -482,12 +484,12 @@ func testDeleteMissing(t *testing.T, r Router) {
 func testGetMissing(t *testing.T, r Router) {
 	for _, proto := range []igd.Protocol{igd.TCP, igd.UDP} {
 		_, err := r.A.GetPortMapping(ctx(t), proto, portB)
-		wantCode(t, fmt.Sprintf("GetPortMapping(%s/%d) of a missing mapping", proto, portB), err, igd.ErrNoSuchEntry, igd.CodeNoSuchEntry)
+		wantCode(t, fmt.Sprintf("GetPortMapping(%s/%d) of a missing mapping", proto, portB), err, igd.ErrNoSuchEntry, upnp.CodeNoSuchEntry)
 	}
 	// A mapping on the other protocol does not answer for this one.
 	mustAdd(t, r.A, mapping(igd.TCP, portB, r.AddrA, 30080, "tcp only", time.Hour))
 	_, err := r.A.GetPortMapping(ctx(t), igd.UDP, portB)
-	wantCode(t, "GetPortMapping(UDP) with only TCP mapped", err, igd.ErrNoSuchEntry, igd.CodeNoSuchEntry)
+	wantCode(t, "GetPortMapping(UDP) with only TCP mapped", err, igd.ErrNoSuchEntry, upnp.CodeNoSuchEntry)
 }
 
 func testLeaseZero(t *testing.T, r Router) {
@@ -566,12 +568,12 @@ func testInvalidInput(t *testing.T, r Router) {
 		m := good
 		tc.edit(&m)
 		_, err := r.A.AddPortMapping(ctx(t), m)
-		var fe *igd.FieldError
+		var fe *igderr.FieldError
 		switch {
 		case !errors.Is(err, igd.ErrInvalidMapping):
 			t.Errorf("AddPortMapping(%s): error %v, want igd.ErrInvalidMapping", m, err)
 		case !errors.As(err, &fe):
-			t.Errorf("AddPortMapping(%s): error %v is not a *igd.FieldError", m, err)
+			t.Errorf("AddPortMapping(%s): error %v is not a *igderr.FieldError", m, err)
 		case fe.Field != tc.field:
 			t.Errorf("AddPortMapping(%s): FieldError names %s, want %s", m, fe.Field, tc.field)
 		}
@@ -638,7 +640,7 @@ func testSecureMapOther(t *testing.T, r Router) {
 	// caller cannot tell it from a real conflict.
 	m := mapping(igd.TCP, portA, r.AddrB, 30080, "A for B", time.Hour)
 	_, err := r.A.AddPortMapping(ctx(t), m)
-	wantCode(t, "secure mode: A mapping to B", err, igd.ErrConflict, igd.CodeConflict)
+	wantCode(t, "secure mode: A mapping to B", err, igd.ErrConflict, upnp.CodeConflict)
 	wantTable(t, r.A)
 }
 
@@ -659,7 +661,7 @@ func testSecureDeleteOther(t *testing.T, r Router) {
 	a := mapping(igd.TCP, portA, r.AddrA, 30080, "A", time.Hour)
 	mustAdd(t, r.A, a)
 	err := r.B.DeletePortMapping(ctx(t), a.Protocol, a.ExternalPort)
-	wantCode(t, "secure mode: B deleting A's mapping", err, igd.ErrNotAuthorized, igd.CodeNotAuthorized)
+	wantCode(t, "secure mode: B deleting A's mapping", err, igd.ErrNotAuthorized, upnp.CodeNotAuthorized)
 	// Still there, and still readable by B.
 	sameMapping(t, "GetPortMapping from B", mustGet(t, r.B, a.Key()), a)
 	// Deleting a missing mapping is still fine.
@@ -672,7 +674,7 @@ func testSecureConflict(t *testing.T, r Router) {
 	a := mapping(igd.TCP, portA, r.AddrA, 30080, "A", time.Hour)
 	mustAdd(t, r.A, a)
 	_, err := r.B.AddPortMapping(ctx(t), mapping(igd.TCP, portA, r.AddrB, 30080, "B", time.Hour))
-	wantCode(t, "secure mode: B taking A's key", err, igd.ErrConflict, igd.CodeConflict)
+	wantCode(t, "secure mode: B taking A's key", err, igd.ErrConflict, upnp.CodeConflict)
 	wantTable(t, r.A, a)
 }
 
@@ -805,7 +807,7 @@ func testCapacity(t *testing.T, r Router) {
 	mustAdd(t, r.A, b)
 	c := mapping(igd.TCP, portB, r.AddrA, 30080, "3", time.Hour)
 	_, err := r.A.AddPortMapping(ctx(t), c)
-	wantCode(t, "AddPortMapping to a full table", err, igd.ErrNoPortMapsAvailable, igd.CodeNoPortMapsAvailable)
+	wantCode(t, "AddPortMapping to a full table", err, igd.ErrNoPortMapsAvailable, upnp.CodeNoPortMapsAvailable)
 	a.InternalPort = 30081 // replaced, not only renewed: see testReAddSameInternalPort
 	a.Description = "1 replaced"
 	mustAdd(t, r.A, a)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 )
 
 // ClientConfig returns an igd.Config that acts from node i: the client's
@@ -18,7 +19,7 @@ func (l *Lab) ClientConfig(i int) igd.Config {
 		RootDescURL:  l.RootDescURL,
 		DialContext:  n.DialContext,
 		ListenPacket: n.ListenPacket,
-		Host:         nodeHost{SystemHost: igd.SystemHost{DialContext: n.DialContext}, gateway: l.RouterLAN},
+		Host:         nodeHost{System: hostinfo.System{DialContext: n.DialContext}, gateway: l.RouterLAN},
 	}
 }
 
@@ -27,7 +28,7 @@ func (l *Lab) ClientConfig(i int) igd.Config {
 // the local address is found the ordinary way, by a UDP socket made in the
 // node.
 type nodeHost struct {
-	igd.SystemHost
+	hostinfo.System
 	gateway netip.Addr
 }
 

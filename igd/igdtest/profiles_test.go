@@ -13,6 +13,8 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // refused asserts that `upnpc -a` with args fails with the UPnP error code.
@@ -42,8 +44,8 @@ func TestOpenWrtDefault(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; miniupnpd log:\n%s", err, lab.Log())
 	}
-	if gw.ServiceType != igd.ServiceWANIPConnection1 {
-		t.Fatalf("service type %s, want %s: OpenWrt sets igdv1, an IGD:1 description", gw.ServiceType, igd.ServiceWANIPConnection1)
+	if gw.ServiceType != upnp.ServiceWANIPConnection1 {
+		t.Fatalf("service type %s, want %s: OpenWrt sets igdv1, an IGD:1 description", gw.ServiceType, upnp.ServiceWANIPConnection1)
 	}
 
 	refused(t, lab, "718", "192.0.2.11", "30081", "8081", "TCP") // secure mode: another node
@@ -124,7 +126,7 @@ func TestBehindCGNAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Discover(ctx)
-	var nge *igd.NoGatewayError
+	var nge *igderr.NoGatewayError[igd.Candidate]
 	if !errors.Is(err, igd.ErrNoGateway) {
 		t.Fatalf("Discover = %v, want igd.ErrNoGateway", err)
 	}
@@ -135,7 +137,7 @@ func TestBehindCGNAT(t *testing.T) {
 		t.Fatalf("%d candidates found, want 1: %+v", len(nge.Found), nge.Found)
 	}
 	cand := nge.Found[0]
-	if !cand.Connected() {
+	if cand.Status != "Connected" {
 		t.Fatalf("miniupnpd still says Connected: %+v", cand)
 	}
 	if cand.ExternalIP.IsValid() {

@@ -26,9 +26,9 @@ type Config struct {
 	// (from Gateway) on Port, looked up again at every call.
 	Server netip.AddrPort
 	// Gateway returns this host's IPv4 default gateway; used only when
-	// Server is zero. Nil means igd.SystemHost{}.DefaultGateway, which reads
-	// /proc/net/route of the process's network namespace (see
-	// igd.SystemHost).
+	// Server is zero. Nil reads /proc/net/route, which shows the routes of
+	// the process's network namespace even from a thread switched into
+	// another one (see igd's package documentation).
 	Gateway func(ctx context.Context) (netip.Addr, error)
 	// CallTimeout bounds one request to the server, retransmissions
 	// included, in addition to the caller's context. Zero means

@@ -11,6 +11,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // The check on a real miniupnpd in the configurations the lab has, with the
@@ -31,19 +32,19 @@ func TestLabRun(t *testing.T) {
 	}{
 		{"daemon defaults", igdtest.Options{}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: ok, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection2, "THIRD_PARTY refused"},
+			upnp.ServiceWANIPConnection2, "THIRD_PARTY refused"},
 		{"secure mode, not configured", igdtest.Options{SecureMode: true}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: fail, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection2, "THIRD_PARTY refused"},
+			upnp.ServiceWANIPConnection2, "THIRD_PARTY refused"},
 		{"PCP with THIRD_PARTY", igdtest.Options{PCPAllowThirdParty: true}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckPCP: ok},
-			igd.ServiceWANIPConnection2, "THIRD_PARTY allowed"},
+			upnp.ServiceWANIPConnection2, "THIRD_PARTY allowed"},
 		{"no PCP", igdtest.Options{DisableNATPMP: true}, routercheck.Options{},
 			map[string]routercheck.Status{routercheck.CheckPCP: ok},
-			igd.ServiceWANIPConnection2, "no PCP server answered"},
+			upnp.ServiceWANIPConnection2, "no PCP server answered"},
 		{"secure mode, IGD:1, configured", igdtest.Options{SecureMode: true, ForceIGDv1: true}, routercheck.Options{SecureMode: true},
 			map[string]routercheck.Status{routercheck.CheckSecureMode: ok, routercheck.CheckLowPorts: warn, routercheck.CheckLease: ok, routercheck.CheckListing: ok},
-			igd.ServiceWANIPConnection1, "THIRD_PARTY refused"},
+			upnp.ServiceWANIPConnection1, "THIRD_PARTY refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lab := igdtest.Start(t, tc.lab)
@@ -74,7 +75,7 @@ func TestLabRun(t *testing.T) {
 					t.Errorf("%s: %q, want it to say %q", f.Check, f.Detail, tc.pcp)
 				}
 			}
-			if want := tc.service == igd.ServiceWANIPConnection2; rep.Gateway.IPv6Firewall != want {
+			if want := tc.service == upnp.ServiceWANIPConnection2; rep.Gateway.IPv6Firewall != want {
 				t.Errorf("IPv6Firewall %v, want %v: miniupnpd describes it in IGD:2 only", rep.Gateway.IPv6Firewall, want)
 			}
 			if rep.Gateway.ServiceType != tc.service {

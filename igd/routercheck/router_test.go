@@ -12,6 +12,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // gatewayHost is the igd.HostInfo of a host whose default gateway is gw.
@@ -43,7 +44,7 @@ type answer struct {
 func (c *ssdpAnswers) WriteTo(b []byte, _ net.Addr) (int, error) {
 	c.mu.Lock()
 	for from, loc := range c.from {
-		c.queue = append(c.queue, answer{from, []byte("HTTP/1.1 200 OK\r\nST: " + igd.ServiceWANIPConnection2 + "\r\nLOCATION: " + loc + "\r\n\r\n")})
+		c.queue = append(c.queue, answer{from, []byte("HTTP/1.1 200 OK\r\nST: " + upnp.ServiceWANIPConnection2 + "\r\nLOCATION: " + loc + "\r\n\r\n")})
 	}
 	c.mu.Unlock()
 	select {

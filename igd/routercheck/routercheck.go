@@ -44,7 +44,9 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // Status is the outcome of one check.
@@ -174,7 +176,7 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 		}
 	}
 	gw, err := c.Discover(ctx)
-	var nge *igd.NoGatewayError
+	var nge *igderr.NoGatewayError[igd.Candidate]
 	if errors.As(err, &nge) && len(nge.Found) > 0 {
 		return unusable(nge, o.ServicePorts), nil
 	}
@@ -227,8 +229,8 @@ func Run(ctx context.Context, c *igd.UPnPClient, o Options) (Report, error) {
 // use: one without an external address fails CheckExternalIP (miniupnpd
 // answers an empty one when its WAN address is private or shared, as
 // behind a carrier's NAT), any other CheckRouter; the ports are not probed.
-func unusable(nge *igd.NoGatewayError, ports []igd.Key) Report {
-	noIP := slices.ContainsFunc(nge.Found, func(c igd.Candidate) bool { return c.Connected() && !c.ExternalIP.IsValid() })
+func unusable(nge *igderr.NoGatewayError[igd.Candidate], ports []igd.Key) Report {
+	noIP := slices.ContainsFunc(nge.Found, func(c igd.Candidate) bool { return c.Status == "Connected" && !c.ExternalIP.IsValid() })
 	var rep Report
 	for _, name := range checks {
 		f := Finding{Check: name, Status: Skipped, Detail: "not probed: no usable router"}
@@ -280,7 +282,7 @@ func router(gw igd.Gateway) Finding {
 		d += "; not used: " + strings.Join(ignored, "; ")
 	}
 	if gw.GuardedListing {
-		d += fmt.Sprintf("; a daemon that dies when one table listing holds more than %d mappings of a protocol (miniupnpd before 2.3.4, or no version): listed only in parts that stay under that", igd.SafeListWidth)
+		d += fmt.Sprintf("; a daemon that dies when one table listing holds more than %d mappings of a protocol (miniupnpd before 2.3.4, or no version): listed only in parts that stay under that", upnp.SafeListWidth)
 	}
 	return Finding{Check: CheckRouter, Status: OK, Detail: d}
 }
@@ -296,7 +298,7 @@ func service(gw igd.Gateway) Finding {
 	if len(others) > 0 {
 		d += "; also found on it: " + strings.Join(others, "; ")
 	}
-	if gw.ServiceType != igd.ServiceWANIPConnection2 {
+	if gw.ServiceType != upnp.ServiceWANIPConnection2 {
 		d += "; an IGD:1 service: the table is read entry by entry"
 	}
 	return Finding{Check: CheckService, Status: OK, Detail: d}
@@ -523,8 +525,8 @@ func (r *run) removeIfOurs(ctx context.Context, m igd.Mapping) error {
 // what is there is another's.
 func refusedStoringNothing(err error) bool {
 	switch igd.Code(err) {
-	case igd.CodeInvalidArgs, igd.CodeNotAuthorized, igd.CodeConflict, igd.CodeSamePortValuesRequired,
-		igd.CodeOnlyPermanentLeases, igd.CodeNoPortMapsAvailable:
+	case upnp.CodeInvalidArgs, upnp.CodeNotAuthorized, upnp.CodeConflict, upnp.CodeSamePortValuesRequired,
+		upnp.CodeOnlyPermanentLeases, upnp.CodeNoPortMapsAvailable:
 		return true
 	}
 	return false

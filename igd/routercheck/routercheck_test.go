@@ -15,6 +15,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 var lanHost = netip.MustParseAddr("192.0.2.99")
@@ -23,7 +24,7 @@ var lanHost = netip.MustParseAddr("192.0.2.99")
 // miniupnpd's default permission rules do.
 var refuseLowPorts = fake.RouterHooks{AddPortMapping: func(ctx context.Context, _ netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 	if m.ExternalPort < 1024 {
-		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 	}
 	return next(ctx, m)
 }}
@@ -31,7 +32,7 @@ var refuseLowPorts = fake.RouterHooks{AddPortMapping: func(ctx context.Context, 
 // refuseAll makes the router answer 606 to every add, as one whose
 // permission rules leave this host out does.
 var refuseAll = fake.RouterHooks{AddPortMapping: func(context.Context, netip.Addr, igd.Mapping, fake.AddFunc) (igd.Mapping, error) {
-	return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeNotAuthorized, Description: "Action not authorized"}
+	return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeNotAuthorized, Description: "Action not authorized"}
 }}
 
 // statuses is each finding's status by check.
@@ -325,7 +326,7 @@ func TestRunRemovesItsProbeWhenTheRouterStoresItButAnswersAnError(t *testing.T) 
 		if _, err := next(ctx, m); err != nil {
 			return igd.Mapping{}, err
 		}
-		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeActionFailed, Description: "Action Failed"}
+		return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeActionFailed, Description: "Action Failed"}
 	}})
 	if _, err := routercheck.Run(t.Context(), c, routercheck.Options{OtherHost: lanHost, PermanentLease: true}); err != nil {
 		t.Fatal(err)
@@ -360,7 +361,7 @@ func TestRunSparesAMappingAtARefusedProbesKeyWhoseDescriptionIsAPrefixOfTheTag(t
 			refuse = true
 		})
 		if refuse {
-			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: igd.CodeConflict, Description: "ConflictInMappingEntry"}
+			return igd.Mapping{}, &igd.UPnPError{Action: "AddPortMapping", Code: upnp.CodeConflict, Description: "ConflictInMappingEntry"}
 		}
 		return next(ctx, m)
 	}})

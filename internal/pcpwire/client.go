@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
+	"github.com/ccmkit/ccmkit/internal/igderr"
+	"github.com/ccmkit/ccmkit/internal/igdmetrics"
 )
 
 // Port is the UDP port PCP servers listen on (RFC 6887 §19.1).
@@ -47,7 +50,7 @@ const (
 type Config struct {
 	// Server is the PCP server; zero: the default gateway on Port.
 	Server netip.AddrPort
-	// Gateway returns the default gateway; nil: igd.SystemHost's.
+	// Gateway returns the default gateway; nil: hostinfo.System's.
 	Gateway func(ctx context.Context) (netip.Addr, error)
 	// CallTimeout bounds one call; zero: DefaultCallTimeout.
 	CallTimeout time.Duration
@@ -61,7 +64,7 @@ type Config struct {
 // place defaults are set.
 func (cfg Config) withDefaults() Config {
 	if cfg.Gateway == nil {
-		cfg.Gateway = igd.SystemHost{}.DefaultGateway
+		cfg.Gateway = hostinfo.System{}.DefaultGateway
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = DefaultCallTimeout
@@ -172,17 +175,17 @@ type MapResult struct {
 func (r MapRequest) validate() error {
 	switch {
 	case !r.Protocol.Valid():
-		return &igd.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", r.Protocol), Reason: "must be TCP or UDP"}
+		return &igderr.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", r.Protocol), Reason: "must be TCP or UDP"}
 	case r.InternalAddr.IsValid() && !r.InternalAddr.Unmap().Is4():
-		return &igd.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be IPv4"}
+		return &igderr.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be IPv4"}
 	case r.InternalAddr.IsValid() && r.InternalAddr.Unmap().IsUnspecified():
-		return &igd.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be a host address or the zero Addr"}
+		return &igderr.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be a host address or the zero Addr"}
 	case r.InternalPort == 0:
-		return &igd.FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
+		return &igderr.FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
 	case r.Lifetime < time.Second || r.Lifetime/time.Second > math.MaxUint32:
-		return &igd.FieldError{Field: "Lifetime", Value: r.Lifetime.String(), Reason: "must be 1s to 2^32-1 s (Delete removes a mapping)"}
+		return &igderr.FieldError{Field: "Lifetime", Value: r.Lifetime.String(), Reason: "must be 1s to 2^32-1 s (Delete removes a mapping)"}
 	case r.PreferFailure && r.ExternalPort == 0:
-		return &igd.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be set with PreferFailure"}
+		return &igderr.FieldError{Field: "ExternalPort", Value: "0", Reason: "must be set with PreferFailure"}
 	}
 	return nil
 }
@@ -259,7 +262,7 @@ func wireProto(p igd.Protocol) uint8 {
 // another host, THIRD_PARTY) until the matching answer comes or ctx or
 // CallTimeout ends, and returns the answer when its result is SUCCESS.
 func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr) (_ mapMessage, err error) {
-	defer func(start time.Time) { igd.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
+	defer func(start time.Time) { igdmetrics.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	conn, server, err := c.dial(ctx, op)
@@ -307,7 +310,7 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 // Restarts: the caller acts on the result. A server that refuses the
 // request answers a *ResultError.
 func (c *Client) EpochLost(ctx context.Context) (_ bool, err error) {
-	defer func(start time.Time) { igd.ObserveRequest("ANNOUNCE", start, errorCode(err)) }(time.Now())
+	defer func(start time.Time) { igdmetrics.ObserveRequest("ANNOUNCE", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	const op = "ask epoch"
@@ -386,7 +389,7 @@ func exchange(ctx context.Context, conn net.Conn, server netip.AddrPort, op stri
 	return fmt.Errorf("pcp: %s: no answer from %s: %w", op, server, ctx.Err())
 }
 
-// errorCode is the code label of a failed call (see igd.ObserveRequest): the
+// errorCode is the code label of a failed call (see igdmetrics.ObserveRequest): the
 // result code's name, or timeout, canceled or transport; "" for none.
 func errorCode(err error) string {
 	var re *ResultError

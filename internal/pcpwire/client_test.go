@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igderr"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -426,7 +427,7 @@ func TestMapValidates(t *testing.T) {
 		r := ok
 		tt.edit(&r)
 		_, err := c.Map(context.Background(), r)
-		var fe *igd.FieldError
+		var fe *igderr.FieldError
 		if !errors.As(err, &fe) || fe.Field != tt.field {
 			t.Errorf("Map(%+v) = %v, want a FieldError for %s", r, err, tt.field)
 		}

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/igdmetrics"
 )
 
 // ExternalAddr asks the server for its external IPv4 address with NAT-PMP's
@@ -17,7 +17,7 @@ import (
 // it). A result other than success is a *ResultError with the NAT-PMP
 // result code; retransmissions and the timeout are Map's.
 func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
-	defer func(start time.Time) { igd.ObserveRequest("NATPMP_ADDRESS", start, errorCode(err)) }(time.Now())
+	defer func(start time.Time) { igdmetrics.ObserveRequest("NATPMP_ADDRESS", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	conn, server, err := c.dial(ctx, "external address")
