@@ -272,6 +272,7 @@ func (r *restartRepairs) repair(logger klog.Logger, msg string) {
 	r.until = r.lb.cfg.Clock.Now().Add(r.quiet)
 	repairsTotal.Inc()
 	r.lb.mode.routerRestarted()
+	r.lb.expirePinholes()
 }
 
 // handlers returns the informers' event handlers: node changes are seen
@@ -333,7 +334,7 @@ func untomb(obj any) any {
 func nodeChanged(o, n *v1.Node) bool {
 	ot, owhy := nodeTarget(o)
 	nt, nwhy := nodeTarget(n)
-	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
+	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n)) || !slices.Equal(globalIPv6(o), globalIPv6(n))
 }
 
 // pass refreshes the external IP, serves every Service again as
@@ -506,6 +507,7 @@ func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	if ok && lb.mode.lost(ctx, want, false) {
 		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", want.Key(), "want", want)
 		repairsTotal.Inc()
+		lb.expirePinholes() // a router that lost its table lost them too
 		return true
 	}
 	return false

@@ -6,9 +6,16 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
 )
@@ -58,4 +65,297 @@ type pinholeKey struct {
 	Protocol igd.Protocol
 	Addr     netip.Addr
 	Port     uint16
+}
+
+// minPinholePort is the lowest port a client that opens pinholes only for
+// its own host (UPnP) may open: miniupnpd refuses lower ones with 606.
+const minPinholePort = 1024
+
+// servePinholes serves svc's IPv6 family in turn t: one pinhole per port of
+// plans that Config.Admit admits, to one node's global address
+// (ipv6Target), opened when this process holds none there and renewed when
+// due; then every other pinhole this process holds for o or svc's status
+// records is closed (a port or node left). It returns the IPv6 ingress,
+// each port that could not be opened with its reason, or why the family
+// cannot be served: no node, every port refused, or a router that failed.
+func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+	o := t.owner
+	admitted, failed := lb.admit(o, svc, plans)
+	if failed == nil {
+		failed = make(map[igd.Key]*PortError)
+	}
+	tgt, err := lb.ipv6Target(ctx, o, svc, nodes)
+	if err != nil {
+		return nil, err // its pinholes stay until a node is eligible, or their leases end
+	}
+	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
+	keep := make(map[pinholeKey]bool)
+	var errs []error
+	for _, p := range admitted {
+		k := pinholeKey{Protocol: p.key.Protocol, Addr: tgt.addr, Port: p.key.ExternalPort}
+		if !anyHost && k.Port < minPinholePort {
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key,
+				Err: fmt.Errorf("%w: the router opens IPv6 pinholes from port %d only (UPnP)", igd.ErrNotAuthorized, minPinholePort)}
+			continue
+		}
+		due, pe := lb.reservePinhole(o, k)
+		if pe != nil {
+			failed[p.key] = pe
+			continue
+		}
+		keep[k] = true
+		if !due {
+			continue
+		}
+		if err := lb.openPinhole(ctx, o, k); err != nil {
+			if pe := portRefusal(&PortError{Service: o.key(), Key: p.key, Err: err}); pe != nil {
+				failed[p.key] = pe
+				delete(keep, k)
+				continue
+			}
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, lb.closePinholes(ctx, t, svc, keep))
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("loadbalancer: service %s on IPv6: %w", o.key(), err)
+	}
+	if len(plans) > 0 && len(failed) == len(plans) {
+		return nil, joinPortErrors(failed)
+	}
+	return &status(tgt.addr, plans, portReasons(failed)).Ingress[0], nil
+}
+
+// ipv6Target returns the node svc's pinholes go to, with its address: among
+// the eligible nodes with a global IPv6 address (through a client that opens
+// pinholes only for its own host, this process's node only; for Local, those
+// with a ready endpoint), the one they go to now (held or recorded), else
+// the highest rendezvous hash, as for IPv4. A node's address is the one its
+// pinholes go to while it reports it, else its first global address
+// (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
+	current := lb.pinholeAddrs(o, svc)
+	reasons := make(map[string]string)
+	var cands []target
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		guas := globalIPv6(n)
+		switch why := unfit(n); {
+		case why != "":
+			reasons[n.Name] = why
+		case len(guas) == 0:
+			reasons[n.Name] = "has no global IPv6 address (InternalIP or ExternalIP; not ULA or link-local)"
+		default:
+			i := slices.IndexFunc(guas, func(a netip.Addr) bool { return slices.Contains(current, a) })
+			cands = append(cands, target{name: n.Name, addr: guas[max(i, 0)]})
+		}
+	}
+	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		withEndpoints, err := lb.localNodes(svc, nil)
+		if err != nil {
+			return target{}, err
+		}
+		cands = slices.DeleteFunc(cands, func(t target) bool {
+			if !withEndpoints[t.name] {
+				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
+			}
+			return !withEndpoints[t.name]
+		})
+	}
+	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
+		name, _, err := lb.selfNode(ctx, nodes)
+		if err != nil {
+			return target{}, fmt.Errorf("loadbalancer: service %s on IPv6: %w", o.key(), err)
+		}
+		cands = slices.DeleteFunc(cands, func(t target) bool { return t.name != name })
+		if len(cands) == 0 {
+			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
+			return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: the router opens pinholes only to this node (UPnP), %s, which %s",
+				ErrNoEligibleNode, o.key(), name, why))
+		}
+	}
+	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
+	tgt, ok := chooseTarget(o.key(), cands, current)
+	if !ok {
+		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
+	}
+	return tgt, nil
+}
+
+// reservePinhole makes o the holder of k in this process, unless another
+// Service holds it (ErrPortInUse naming it), and reports whether k is due to
+// be opened: not held yet, or due for renewal.
+func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *PortError) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return false, &PortError{Service: o.key(), Key: igd.Key{Protocol: k.Protocol, ExternalPort: k.Port}, Claimant: s.name,
+				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
+		}
+	}
+	s := lb.stateLocked(o)
+	if s.pinholes == nil {
+		s.pinholes = make(map[pinholeKey]time.Time)
+	}
+	renewAt, held := s.pinholes[k]
+	if !held {
+		s.pinholes[k] = time.Time{}
+	}
+	return !held || !lb.cfg.Clock.Now().Before(renewAt), nil
+}
+
+// openPinhole opens (or renews) k for o: one router call. Done, it is due
+// for renewal when less than half its lease and half a renewal interval is
+// left, counted from when the call was sent; refused, o no longer holds it;
+// failed otherwise, o holds it (a lost reply may have opened it), due at once.
+func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) error {
+	lease := lb.cfg.pinholeLease()
+	sent := lb.cfg.Clock.Now()
+	err := lb.cfg.Pinholes.OpenPinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lease})
+	refused := err != nil && portRefusal(&PortError{Err: err}) != nil
+	lb.update(o, func(s *serviceState) {
+		switch {
+		case err == nil:
+			s.pinholes[k] = sent.Add(lease/2 - lb.cfg.RenewInterval/2)
+		case refused:
+			delete(s.pinholes, k)
+		default:
+			s.pinholes[k] = time.Time{}
+		}
+	})
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Opened IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	}
+	return err
+}
+
+// closePinholes closes, in turn t, every pinhole of svc not in keep: those
+// this process holds for it and those its status records (an IPv6 ingress
+// and its ports: what another process, or this one before a restart,
+// opened), but none another Service of this process holds. One it fails to
+// close is held, and closed again by the next operation. Without
+// Config.Pinholes, or with none to close, it calls nothing.
+func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Service, keep map[pinholeKey]bool) error {
+	if lb.cfg.Pinholes == nil {
+		return nil
+	}
+	o := t.owner
+	recorded := recordedPinholes(svc)
+	var stale []pinholeKey
+	lb.mu.Lock()
+	if s := lb.services[o.token]; s != nil {
+		for k := range s.pinholes {
+			recorded = append(recorded, k)
+		}
+	}
+	for _, k := range recorded {
+		if !keep[k] && !slices.Contains(stale, k) && !lb.pinholeHeldByOtherLocked(o, k) {
+			stale = append(stale, k)
+		}
+	}
+	lb.mu.Unlock()
+	slices.SortFunc(stale, comparePinholes)
+	var errs []error
+	for _, k := range stale {
+		err := lb.cfg.Pinholes.ClosePinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+		lb.update(o, func(s *serviceState) {
+			if err == nil {
+				delete(s.pinholes, k)
+				return
+			}
+			if s.pinholes == nil {
+				s.pinholes = make(map[pinholeKey]time.Time)
+			}
+			s.pinholes[k] = time.Time{}
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("close IPv6 pinhole %s %s: %w", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Closed IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
+	}
+	return nil
+}
+
+// pinholeHeldByOtherLocked reports whether a Service of this process other
+// than o holds k. The caller holds lb.mu.
+func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return true
+		}
+	}
+	return false
+}
+
+// recordedPinholes returns the pinholes svc's status records: each port of
+// an ingress whose IP is a global IPv6 address.
+func recordedPinholes(svc *v1.Service) []pinholeKey {
+	var out []pinholeKey
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || !isGlobalIPv6(ip) {
+			continue
+		}
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
+			}
+		}
+	}
+	return out
+}
+
+// pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
+// in svc's status.
+func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, k := range recordedPinholes(svc) {
+		out = append(out, k.Addr)
+	}
+	lb.mu.Lock()
+	if s := lb.services[o.token]; s != nil {
+		for k := range s.pinholes {
+			out = append(out, k.Addr)
+		}
+	}
+	lb.mu.Unlock()
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// holdsPinholes reports whether o may have pinholes open: this process holds
+// some, or svc's status records some (with Config.Pinholes set).
+func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
+	if lb.cfg.Pinholes == nil {
+		return false
+	}
+	lb.mu.Lock()
+	s := lb.services[o.token]
+	held := s != nil && len(s.pinholes) > 0
+	lb.mu.Unlock()
+	return held || len(recordedPinholes(svc)) > 0
+}
+
+// expirePinholes makes every pinhole this process holds due at once: the
+// router restarted (a probe found a mapping lost, or it announced so), and
+// the pass that follows opens them again.
+func (lb *LoadBalancer) expirePinholes() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, s := range lb.services {
+		for k := range s.pinholes {
+			s.pinholes[k] = time.Time{}
+		}
+	}
+}
+
+func comparePinholes(a, b pinholeKey) int {
+	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 }
