@@ -1,0 +1,210 @@
+package loadbalancer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// dualService is a dual-stack Service (IPv4 first) with ports TCP 8080 and UDP 5353.
+func dualService(name string, opts ...svcOpt) *v1.Service {
+	return lbService("default", name, append([]svcOpt{withFamilies(v1.IPv4Protocol, v1.IPv6Protocol),
+		withPorts(port("http", v1.ProtocolTCP, 8080, 30080), port("dns", v1.ProtocolUDP, 5353, 30053))}, opts...)...)
+}
+
+func diffStrings(t *testing.T, what string, want, got []string) {
+	t.Helper()
+	if want == nil {
+		want = []string{}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// Each port's pinhole is opened with one router call when the Service is
+// created; an Ensure that changes nothing calls nothing.
+func TestPinholesOpenedOncePerPort(t *testing.T) {
+	for _, mode := range []pinholeMode{ownNodePinholes, anyHostPinhole} {
+		t.Run([]string{"", "own node", "any host"}[mode], func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
+			svc := dualService("web")
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			diffStrings(t, "calls of the first Ensure", []string{"open " + pin(igd.TCP, guaA, 8080), "open " + pin(igd.UDP, guaA, 5353)}, f.Calls())
+			e.mustEnsure(t, svc, dualNodes())
+			diffStrings(t, "calls of an Ensure that changes nothing", nil, f.Calls())
+		})
+	}
+}
+
+// The background work renews every pinhole before its lease ends: after
+// more than a lease, it is still open, renewed twice an hour.
+func TestPinholesRenewedBeforeTheirLeaseEnds(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	diffStrings(t, "calls of the first pass", []string{"open " + pin(igd.TCP, guaA, 8080)}, f.Calls())
+	for range 13 { // 65 minutes
+		r.tick(t)
+	}
+	diffStrings(t, "calls in the next 65 minutes", []string{"open " + pin(igd.TCP, guaA, 8080), "open " + pin(igd.TCP, guaA, 8080)}, f.Calls())
+	diffStrings(t, "pinholes open after 65 minutes", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// A router that restarted (found by the probe of a mapping, or announced)
+// lost its pinholes too: the repair opens every one again.
+func TestPinholesReopenedAfterRouterRestart(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := dualService("web")
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	want := []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}
+	diffStrings(t, "pinholes open", want, f.Open())
+	f.Wipe()
+	e.router.Reboot()
+	r.probe(t)
+	eventually(t, "the pinholes open again", func() bool { return cmp.Equal(want, f.Open()) })
+}
+
+// A pinhole is closed within the operation that ends its reason: the
+// Service deleted, its port removed, IPv6 dropped from its families, the
+// Service opting out or becoming invalid.
+func TestPinholesClosedWhenTheirServiceOrPortGoes(t *testing.T) {
+	tests := []struct {
+		name     string
+		change   func(t *testing.T, e *env, svc *v1.Service) error
+		wantOpen []string
+	}{
+		{"Service deleted", func(t *testing.T, e *env, svc *v1.Service) error {
+			return e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc)
+		}, nil},
+		{"port removed", func(t *testing.T, e *env, svc *v1.Service) error {
+			svc.Spec.Ports = svc.Spec.Ports[:1]
+			_, err := e.ensure(t, svc, dualNodes())
+			return err
+		}, []string{pin(igd.TCP, guaA, 8080)}},
+		{"IPv6 dropped from the families", func(t *testing.T, e *env, svc *v1.Service) error {
+			svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+			_, err := e.ensure(t, svc, dualNodes())
+			return err
+		}, nil},
+		{"Service opts out", func(t *testing.T, e *env, svc *v1.Service) error {
+			unannotated(svc)
+			_, err := e.ensure(t, svc, dualNodes())
+			if err == cloudprovider.ImplementedElsewhere { //nolint:errorlint // upstream compares it with ==
+				return nil
+			}
+			return err
+		}, nil},
+		{"Service becomes invalid", func(t *testing.T, e *env, svc *v1.Service) error {
+			svc.Spec.LoadBalancerSourceRanges = []string{"2001:db8:9::/48"}
+			if _, err := e.ensure(t, svc, dualNodes()); !errors.Is(err, ErrInvalidService) {
+				return err
+			}
+			return nil
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+			svc := dualService("web")
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			if err := tt.change(t, e, svc); err != nil {
+				t.Fatal(err)
+			}
+			diffStrings(t, "pinholes open", tt.wantOpen, f.Open())
+		})
+	}
+}
+
+// A node whose IPv6 prefix changes moves the Service's IPv6 ingress and its
+// pinholes in one operation: the new one opened, then the old one closed.
+func TestPinholesMoveWithTheNodesPrefix(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	f.Calls()
+	renumbered := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA2)), newNode("node-b", addrB, withIPv6(ulaB))}
+	st := e.mustEnsure(t, svc, renumbered)
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA2.String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Errorf("status after the prefix changed (-want +got):\n%s", diff)
+	}
+	diffStrings(t, "calls", []string{"open " + pin(igd.TCP, guaA2, 8080), "close " + pin(igd.TCP, guaA, 8080)}, f.Calls())
+	diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA2, 8080)}, f.Open())
+}
+
+// A process that did not open a Service's pinholes (it restarted, or took
+// over from another) closes them from the Service's status: a port removed,
+// and the Service deleted. GetLoadBalancer reports such a Service as
+// existing.
+func TestRestartedProcessClosesPinholesFromTheStatus(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol),
+		withPorts(port("http", v1.ProtocolTCP, 8080, 30080), port("alt", v1.ProtocolTCP, 9090, 30090)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.seeNodes(dualNodes())
+	_, exists, err := restarted.GetLoadBalancer(context.Background(), testCluster, svc)
+	if err != nil || !exists {
+		t.Errorf("GetLoadBalancer after a restart = exists %v, %v; want it to exist", exists, err)
+	}
+	oneLess := svc.DeepCopy()
+	oneLess.Spec.Ports = oneLess.Spec.Ports[:1]
+	oneLess.Status.LoadBalancer = *must(restarted.EnsureLoadBalancer(context.Background(), testCluster, oneLess, dualNodes()))
+	diffStrings(t, "pinholes open after the restarted process removed a port", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+
+	again, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.seeNodes(dualNodes())
+	if err := again.EnsureLoadBalancerDeleted(context.Background(), testCluster, oneLess); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes open after a restarted process deleted the Service", nil, f.Open())
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Pinholes neither this process opened nor a Service's status records are
+// never closed: another host's at the node's address, and another
+// Service's of this process at the same address and port (which the second
+// Service is refused).
+func TestPinholesOfOthersAreNeverClosed(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	if err := f.OpenPinhole(context.Background(), Pinhole{Protocol: igd.TCP, Addr: guaA, Port: 9999, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	first := lbService("default", "first", withFamilies(v1.IPv6Protocol))
+	first.Status.LoadBalancer = *e.mustEnsure(t, first, dualNodes())
+	second := lbService("default", "second", withFamilies(v1.IPv6Protocol))
+	if _, err := e.ensure(t, second, dualNodes()); !errors.Is(err, ErrPortInUse) {
+		t.Errorf("Ensure of a second Service wanting the same pinhole: %v, want ErrPortInUse", err)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, second); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes open after the second Service was deleted", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaA, 9999)}, f.Open())
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, first); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes open after the first Service was deleted", []string{pin(igd.TCP, guaA, 9999)}, f.Open())
+}
