@@ -185,9 +185,9 @@ func must[T any](v T, err error) T {
 }
 
 // Pinholes neither this process opened nor a Service's status records are
-// never closed: another host's at the node's address, and another
-// Service's of this process at the same address and port (which the second
-// Service is refused).
+// never closed: another host's at the node's address. Nor is another
+// Service's of this process at the same address and port, which the second
+// Service is refused, even when its status claims it.
 func TestPinholesOfOthersAreNeverClosed(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
 	if err := f.OpenPinhole(context.Background(), Pinhole{Protocol: igd.TCP, Addr: guaA, Port: 9999, Lease: time.Hour}); err != nil {
@@ -199,6 +199,7 @@ func TestPinholesOfOthersAreNeverClosed(t *testing.T) {
 	if _, err := e.ensure(t, second, dualNodes()); !errors.Is(err, ErrPortInUse) {
 		t.Errorf("Ensure of a second Service wanting the same pinhole: %v, want ErrPortInUse", err)
 	}
+	second.Status.LoadBalancer = first.Status.LoadBalancer // a stale status claims it too
 	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, second); err != nil {
 		t.Fatal(err)
 	}
