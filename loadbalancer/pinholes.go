@@ -113,12 +113,12 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 				delete(keep, k)
 				continue
 			}
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 		}
 	}
 	errs = append(errs, lb.closePinholes(ctx, t, svc, keep))
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("loadbalancer: service %s on IPv6: %w", o.key(), err)
+		return nil, err
 	}
 	if len(plans) > 0 && len(failed) == len(plans) {
 		return nil, joinPortErrors(failed)
@@ -236,7 +236,8 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 // this process holds for it and those its status records (an IPv6 ingress
 // and its ports: what another process, or this one before a restart,
 // opened), but none another Service of this process holds. One it fails to
-// close is held, and closed again by the next operation. Without
+// close is held, and closed again by the next operation; one the router
+// refuses to close (UPnP: not this host's) is left to its lease. Without
 // Config.Pinholes, or with none to close, it calls nothing.
 func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Service, keep map[pinholeKey]bool) error {
 	if lb.cfg.Pinholes == nil {
@@ -261,6 +262,12 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Serv
 	var errs []error
 	for _, k := range stale {
 		err := lb.cfg.Pinholes.ClosePinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+		if err != nil && portRefusal(&PortError{Err: err}) != nil {
+			// The router will not close it for this host (UPnP: another
+			// node's, opened by a process that ran there): its lease ends it.
+			klog.FromContext(ctx).V(2).Info("Router refused to close an IPv6 pinhole; left to its lease", "service", o.key(), "address", k.Addr, "port", k.Port, "err", err)
+			err = nil
+		}
 		lb.update(o, func(s *serviceState) {
 			if err == nil {
 				delete(s.pinholes, k)

@@ -90,11 +90,22 @@ func (f *fakePinholes) openFor(p Pinhole, anyHost bool) error {
 }
 
 func (f *fakePinholes) ClosePinhole(_ context.Context, p Pinhole) error {
+	return f.closeFor(p, false)
+}
+
+func (a anyHostPinholes) ClosePinhole(_ context.Context, p Pinhole) error {
+	return a.closeFor(p, true)
+}
+
+func (f *fakePinholes) closeFor(p Pinhole, anyHost bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "close "+pinholeRow(p))
-	if f.fail != nil {
+	switch {
+	case f.fail != nil:
 		return f.fail
+	case !anyHost && p.Addr != f.self:
+		return fmt.Errorf("close pinhole %s: %w", pinholeRow(p), igd.ErrNotAuthorized)
 	}
 	delete(f.open, keyOf(p))
 	return nil

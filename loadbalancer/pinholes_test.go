@@ -60,19 +60,37 @@ func TestPinholesRenewedBeforeTheirLeaseEnds(t *testing.T) {
 	diffStrings(t, "pinholes open after 65 minutes", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
 
-// A router that restarted (found by the probe of a mapping, or announced)
-// lost its pinholes too: the repair opens every one again.
+// A router that restarted lost its pinholes too: the repair opens every one
+// again, whether a probe of a mapping found the restart or the router
+// announced it (an IPv6-only Service holds no mapping to probe).
 func TestPinholesReopenedAfterRouterRestart(t *testing.T) {
-	e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute}, fake.RouterConfig{}, anyHostPinhole)
-	nodes := dualNodes()
-	svc := dualService("web")
-	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
-	want := []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}
-	diffStrings(t, "pinholes open", want, f.Open())
-	f.Wipe()
-	e.router.Reboot()
-	r.probe(t)
-	eventually(t, "the pinholes open again", func() bool { return cmp.Equal(want, f.Open()) })
+	tests := []struct {
+		name     string
+		svc      *v1.Service
+		want     []string
+		announce bool
+	}{
+		{"found by a probe", dualService("web"), []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, false},
+		{"announced", lbService("default", "web", withFamilies(v1.IPv6Protocol)), []string{pin(igd.TCP, guaA, 8080)}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &announcer{restarts: make(chan struct{})}
+			e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{}, anyHostPinhole)
+			nodes := dualNodes()
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], tt.svc)
+			eventually(t, "the announcement listener", func() bool { return a.listening.Load() == 1 })
+			diffStrings(t, "pinholes open", tt.want, f.Open())
+			f.Wipe()
+			e.router.Reboot()
+			if tt.announce {
+				a.restarts <- struct{}{}
+			} else {
+				r.probe(t)
+			}
+			eventually(t, "the pinholes open again", func() bool { return cmp.Equal(tt.want, f.Open()) })
+		})
+	}
 }
 
 // A pinhole is closed within the operation that ends its reason: the
@@ -208,4 +226,27 @@ func TestPinholesOfOthersAreNeverClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	diffStrings(t, "pinholes open after the first Service was deleted", []string{pin(igd.TCP, guaA, 9999)}, f.Open())
+}
+
+// Through UPnP a process opens and closes pinholes for its own node only. A
+// process that takes over on another node serves the Service there; the
+// pinholes its status records at the previous node's address, which the
+// router will not close for this host, are left to their lease and do not
+// stop the Service being served on IPv6.
+func TestTakeOverOnAnotherNodeLeavesThePreviousNodesPinholesToTheirLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{ingress(guaB.String(), tcp(8080))} // served from node-b before
+	nodes := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))}
+	st, err := e.ensure(t, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	diffStrings(t, "calls", []string{"open " + pin(igd.TCP, guaA, 8080), "close " + pin(igd.TCP, guaB, 8080)}, f.Calls())
+	svc.Status.LoadBalancer = *st
+	e.mustEnsure(t, svc, nodes)
+	diffStrings(t, "calls of the next Ensure", nil, f.Calls())
 }

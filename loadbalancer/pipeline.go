@@ -1,10 +1,12 @@
 // This file is the load balancer's pipeline, read top-down: the
 // cloudprovider.LoadBalancer calls, then the steps every Ensure, Update and
-// Delete takes a Service through: select it, plan its ports, prove what the
-// router holds, write, report its status. What a step asks of other files
-// is named where it is called: owner.go (the owner token and description),
-// read.go and the router mode (mode.go), converge.go (the writes), admit.go
-// and ports.go (admission and per-port errors), state.go (what this process
+// Delete takes a Service through: select it, serve each of its IP families
+// (the family step: IPv4 as mappings, IPv6 as pinholes), plan its ports,
+// prove what the router holds, write, report its status. What a step asks
+// of other files is named where it is called: owner.go (the owner token and
+// description), families.go and pinholes.go (the families and IPv6), read.go
+// and the router mode (mode.go), converge.go (the writes), admit.go and
+// ports.go (admission and per-port errors), state.go (what this process
 // holds).
 
 package loadbalancer
@@ -356,7 +358,10 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
 			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
 		}
-		return st, errors.Join(err, lb.closePinholes(ctx, t, svc, nil)) // none recorded: no call
+		if cerr := lb.closePinholes(ctx, t, svc, nil); cerr != nil { // none recorded: no call
+			return st, errors.Join(err, cerr)
+		}
+		return st, err
 	}
 	return lb.serveFamilies(ctx, t, svc, nodes, op, fams)
 }
