@@ -197,12 +197,9 @@ func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *Port
 		}
 	}
 	s := lb.stateLocked(o)
-	if s.pinholes == nil {
-		s.pinholes = make(map[pinholeKey]time.Time)
-	}
 	renewAt, held := s.pinholes[k]
 	if !held {
-		s.pinholes[k] = time.Time{}
+		s.holdPinhole(k, time.Time{})
 	}
 	return !held || !lb.cfg.Clock.Now().Before(renewAt), nil
 }
@@ -219,11 +216,11 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 	lb.update(o, func(s *serviceState) {
 		switch {
 		case err == nil:
-			s.pinholes[k] = sent.Add(lease/2 - lb.cfg.RenewInterval/2)
+			s.holdPinhole(k, sent.Add(lease/2-lb.cfg.RenewInterval/2))
 		case refused:
 			delete(s.pinholes, k)
 		default:
-			s.pinholes[k] = time.Time{}
+			s.holdPinhole(k, time.Time{})
 		}
 	})
 	if err == nil {
@@ -273,10 +270,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Serv
 				delete(s.pinholes, k)
 				return
 			}
-			if s.pinholes == nil {
-				s.pinholes = make(map[pinholeKey]time.Time)
-			}
-			s.pinholes[k] = time.Time{}
+			s.holdPinhole(k, time.Time{})
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("close IPv6 pinhole %s %s: %w", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
@@ -365,4 +359,12 @@ func (lb *LoadBalancer) expirePinholes() {
 
 func comparePinholes(a, b pinholeKey) int {
 	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+}
+
+// holdPinhole records that s holds k, due for renewal at renewAt (zero: at once).
+func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
+	if s.pinholes == nil {
+		s.pinholes = make(map[pinholeKey]time.Time)
+	}
+	s.pinholes[k] = renewAt
 }

@@ -395,6 +395,9 @@ func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Serv
 		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
 	ing6, err6 := lb.servePinholes(ctx, t, svc, plans, nodes)
+	if errors.Is(err6, ErrInvalidService) { // Local without background work
+		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
+	}
 	return lb.joinFamilies(o, svc, fams, st4, err4, ing6, err6)
 }
 
