@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -81,6 +82,7 @@ func TestStatusHasOneIngressPerFamilyServed(t *testing.T) {
 		want     []v1.LoadBalancerIngress
 		wantOpen []string
 		wantErr  error
+		failing  error // every pinhole call fails so
 	}{
 		{name: "IPv6 single stack", mode: anyHostPinhole, families: []v1.IPFamily{v6}, nodes: dualNodes(),
 			want: []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, wantOpen: []string{pin(igd.TCP, guaA, 8080)}},
@@ -105,12 +107,17 @@ func TestStatusHasOneIngressPerFamilyServed(t *testing.T) {
 			wantErr: ErrExternalIPNotUsable},
 		{name: "IPv6 single stack, no node with a global IPv6 address: fails", mode: anyHostPinhole, families: []v1.IPFamily{v6}, nodes: noGUA,
 			wantErr: ErrNoEligibleNode},
+		{name: "dual stack, pinhole calls failing: IPv4 only", mode: anyHostPinhole, families: []v1.IPFamily{v4, v6}, nodes: dualNodes(),
+			failing: errRouterDown, want: []v1.LoadBalancerIngress{ingress(ext, tcp(8080))}},
+		{name: "IPv6 single stack, pinhole calls failing: fails", mode: anyHostPinhole, families: []v1.IPFamily{v6}, nodes: dualNodes(),
+			failing: errRouterDown, wantErr: errRouterDown},
 		{name: "IPv6 single stack without a PinholeClient: invalid as today", mode: noPinholes, families: []v1.IPFamily{v6}, nodes: dualNodes(),
 			wantErr: ErrInvalidService},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, f := newDualEnv(t, Config{}, fake.RouterConfig{ExternalIP: tt.external}, tt.mode)
+			f.Fail(tt.failing)
 			opts := []svcOpt{withFamilies(tt.families...)}
 			if tt.ports != nil {
 				opts = append(opts, withPorts(tt.ports...))
@@ -128,8 +135,35 @@ func TestStatusHasOneIngressPerFamilyServed(t *testing.T) {
 			if tt.wantOpen == nil {
 				tt.wantOpen = []string{}
 			}
+			f.Fail(nil)
 			if diff := cmp.Diff(tt.wantOpen, f.Open()); diff != "" {
 				t.Errorf("pinholes open (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+var errRouterDown = errors.New("router unreachable")
+
+// With Config.Pinholes, the renewal interval must renew a pinhole before its
+// lease (at most MaxPinholeLease) ends, also when mappings are permanent.
+func TestNewValidatesRenewIntervalAgainstPinholeLease(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	f := newFakePinholes(nil, guaA)
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr bool
+	}{
+		{"permanent leases, default renewal", Config{Client: r.Client(addrA), Pinholes: f, Lease: PermanentLease}, false},
+		{"permanent leases, renewal past half a pinhole's lease", Config{Client: r.Client(addrA), Pinholes: f, Lease: PermanentLease, RenewInterval: 13 * time.Hour}, true},
+		{"permanent leases, same renewal without pinholes", Config{Client: r.Client(addrA), Lease: PermanentLease, RenewInterval: 13 * time.Hour}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg)
+			if got := err != nil && strings.Contains(err.Error(), "Config.RenewInterval"); got != tt.wantErr {
+				t.Errorf("New error = %v; want an error naming Config.RenewInterval: %v", err, tt.wantErr)
 			}
 		})
 	}
