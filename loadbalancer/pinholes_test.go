@@ -3,11 +3,13 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
@@ -249,4 +251,37 @@ func TestTakeOverOnAnotherNodeLeavesThePreviousNodesPinholesToTheirLease(t *test
 	svc.Status.LoadBalancer = *st
 	e.mustEnsure(t, svc, nodes)
 	diffStrings(t, "calls of the next Ensure", nil, f.Calls())
+}
+
+// A Service with externalTrafficPolicy Local is served on IPv6 only at a
+// node with a ready endpoint, as on IPv4: its pinholes follow the endpoint.
+func TestLocalServicePinholesFollowTheReadyEndpoint(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))}
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol),
+		func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal })
+	r := startBackground(t, e, nodes[0], nodes[1], endpointSlice(svc, "node-b", true))
+	for i, at := range []struct {
+		node string
+		addr netip.Addr
+	}{{"node-b", guaB}, {"node-a", guaA}} {
+		if i > 0 {
+			if _, err := r.client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), endpointSlice(svc, at.node, true), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the endpoint on "+at.node+" in the cache", func() bool {
+				got, err := e.lb.endpointNodes(svc)
+				return err == nil && got[at.node]
+			})
+		}
+		st, err := e.ensure(t, svc, nodes)
+		if err != nil {
+			t.Fatalf("Ensure with the endpoint on %s: %v", at.node, err)
+		}
+		if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(at.addr.String(), tcp(8080))}, st.Ingress); diff != "" {
+			t.Errorf("status with the endpoint on %s (-want +got):\n%s", at.node, diff)
+		}
+		diffStrings(t, "pinholes open with the endpoint on "+at.node, []string{pin(igd.TCP, at.addr, 8080)}, f.Open())
+		svc.Status.LoadBalancer = *st
+	}
 }
