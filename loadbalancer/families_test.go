@@ -23,6 +23,7 @@ const (
 	noPinholes      pinholeMode = iota // Config.Pinholes nil
 	ownNodePinholes                    // UPnP: node-a's GUA only, ports from 1024
 	anyHostPinhole                     // PCP with THIRD_PARTY
+	checkingPinhole                    // any host, and a PinholeProber
 )
 
 // newDualEnv is newEnv with a fake PinholeClient as mode says (nil for
@@ -37,6 +38,8 @@ func newDualEnv(t *testing.T, cfg Config, rc fake.RouterConfig, mode pinholeMode
 		cfg.Pinholes = f
 	case anyHostPinhole:
 		cfg.Pinholes = anyHostPinholes{f}
+	case checkingPinhole:
+		cfg.Pinholes = checkingPinholes{anyHostPinholes{f}}
 	}
 	cfg.Client = e.router.Client(addrA)
 	cfg.Clock = e.clock

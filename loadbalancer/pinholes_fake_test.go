@@ -120,6 +120,21 @@ func pinholeRow(p Pinhole) string {
 	return fmt.Sprintf("%s %s", p.Protocol, netip.AddrPortFrom(p.Addr, p.Port))
 }
 
+// checkingPinholes is a fakePinholes that answers PinholeHeld (UPnP's
+// GetPinholePackets by the pinhole's ID).
+type checkingPinholes struct{ anyHostPinholes }
+
+func (c checkingPinholes) PinholeHeld(_ context.Context, p Pinhole) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, "check "+pinholeRow(p))
+	if c.fail != nil {
+		return false, c.fail
+	}
+	end, ok := c.open[keyOf(p)]
+	return ok && c.clock.Now().Before(end), nil
+}
+
 // Open returns the pinholes whose lease has not ended, sorted.
 func (f *fakePinholes) Open() []string {
 	f.mu.Lock()

@@ -63,22 +63,29 @@ func TestPinholesRenewedBeforeTheirLeaseEnds(t *testing.T) {
 }
 
 // A router that restarted lost its pinholes too: the repair opens every one
-// again, whether a probe of a mapping found the restart or the router
-// announced it (an IPv6-only Service holds no mapping to probe).
+// again, whether a probe of a mapping found the restart, a probe of a
+// pinhole (an IPv6-only Service holds no mapping to probe; through a client
+// that can check one, PinholeProber) or the router announced it.
 func TestPinholesReopenedAfterRouterRestart(t *testing.T) {
 	tests := []struct {
 		name     string
 		svc      *v1.Service
 		want     []string
 		announce bool
+		checks   bool // the client is a PinholeProber
 	}{
-		{"found by a probe", dualService("web"), []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, false},
-		{"announced", lbService("default", "web", withFamilies(v1.IPv6Protocol)), []string{pin(igd.TCP, guaA, 8080)}, true},
+		{"found by a probe of a mapping", dualService("web"), []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, false, false},
+		{"found by a probe of a pinhole", lbService("default", "web", withFamilies(v1.IPv6Protocol)), []string{pin(igd.TCP, guaA, 8080)}, false, true},
+		{"announced", lbService("default", "web", withFamilies(v1.IPv6Protocol)), []string{pin(igd.TCP, guaA, 8080)}, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &announcer{restarts: make(chan struct{})}
-			e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{}, anyHostPinhole)
+			mode := anyHostPinhole
+			if tt.checks {
+				mode = checkingPinhole
+			}
+			e, f := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute, Announcer: a}, fake.RouterConfig{}, mode)
 			nodes := dualNodes()
 			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], tt.svc)
 			eventually(t, "the announcement listener", func() bool { return a.listening.Load() == 1 })
