@@ -502,6 +502,7 @@ const minRestartCheckInterval = time.Second
 
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
+// With no mapping written, it checks a pinhole instead (probePinhole).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	want, ok := lb.nextProbe()
 	if ok && lb.mode.lost(ctx, want, false) {
@@ -510,7 +511,7 @@ func (lb *LoadBalancer) probe(ctx context.Context) bool {
 		lb.expirePinholes() // a router that lost its table lost them too
 		return true
 	}
-	return false
+	return !ok && lb.probePinhole(ctx) // IPv6 only: a pinhole, where the client can check one
 }
 
 // epochChecker is an Announcer that can ask the router whether its epoch

@@ -20,6 +20,7 @@ type LoadBalancer struct {
 	bg             background      // the background work's lifecycle (lifecycle.go)
 	mode           routerMode      // chosen in New from what cfg.Client declares (mode.go)
 	pinholeScope   AnyHostPinholes // cfg.Pinholes, when it says whom it opens for (nil: its own host only)
+	pinholeProber  PinholeProber   // cfg.Pinholes, when it can check a pinhole (nil: it cannot)
 
 	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
@@ -42,6 +43,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}
 	lb.mode = newMode(lb)
 	lb.pinholeScope, _ = cfg.Pinholes.(AnyHostPinholes)
+	lb.pinholeProber, _ = cfg.Pinholes.(PinholeProber)
 	return lb, nil
 }
 

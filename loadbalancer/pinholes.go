@@ -46,6 +46,17 @@ type AnyHostPinholes interface {
 	PinholesForAnyHost() bool
 }
 
+// PinholeProber is a PinholeClient that can ask the router whether it still
+// holds a pinhole (UPnP: GetPinholePackets by the pinhole's UniqueID). When
+// this process holds no mapping to probe (IPv6-only Services), the
+// background probe then checks one pinhole it opened, in turn: one router
+// call per Config.ProbeInterval, and a router restart that lost it is
+// repaired at once instead of at the next renewal.
+type PinholeProber interface {
+	// PinholeHeld reports whether the router holds p (its lease unused).
+	PinholeHeld(ctx context.Context, p Pinhole) (bool, error)
+}
+
 // Pinhole is one opening of the router's IPv6 firewall.
 type Pinhole struct {
 	Protocol igd.Protocol
@@ -367,4 +378,44 @@ func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
 		s.pinholes = make(map[pinholeKey]time.Time)
 	}
 	s.pinholes[k] = renewAt
+}
+
+// probePinhole asks the router, through a PinholeProber, whether it still
+// holds a pinhole this process opened (a different one each time), and
+// reports whether it lost it: every pinhole is then due at once. Without a
+// PinholeProber, or with no pinhole opened, it calls nothing and reports
+// false; a failed call reports nothing lost.
+func (lb *LoadBalancer) probePinhole(ctx context.Context) bool {
+	if lb.pinholeProber == nil {
+		return false
+	}
+	lb.mu.Lock()
+	var opened []pinholeKey
+	for _, s := range lb.services {
+		for k, renewAt := range s.pinholes {
+			if !renewAt.IsZero() {
+				opened = append(opened, k)
+			}
+		}
+	}
+	if len(opened) == 0 {
+		lb.mu.Unlock()
+		return false
+	}
+	slices.SortFunc(opened, comparePinholes)
+	lb.probeSeq++
+	k := opened[lb.probeSeq%len(opened)]
+	lb.mu.Unlock()
+	held, err := lb.pinholeProber.PinholeHeld(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Probe of an IPv6 pinhole failed", "address", k.Addr, "port", k.Port, "err", err)
+		return false
+	}
+	if held {
+		return false
+	}
+	klog.FromContext(ctx).Info("Router lost an IPv6 pinhole; repairing", "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	repairsTotal.Inc()
+	lb.expirePinholes()
+	return true
 }
