@@ -43,6 +43,9 @@ type PinholeClient interface {
 // from 1024 (UPnP: miniupnpd refuses others with 606): its Services are
 // then served on IPv6 only through this process's node.
 type AnyHostPinholes interface {
+	// PinholesForAnyHost reports whether the client opens pinholes for any
+	// LAN host's address now; it is asked at each use, so a client may
+	// answer false once the router refused THIRD_PARTY.
 	PinholesForAnyHost() bool
 }
 
