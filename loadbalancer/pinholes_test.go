@@ -292,3 +292,19 @@ func TestLocalServicePinholesFollowTheReadyEndpoint(t *testing.T) {
 		svc.Status.LoadBalancer = *st
 	}
 }
+
+// An IPv4-only Service never calls the PinholeClient: created, served
+// again, read and deleted, with Config.Pinholes set.
+func TestIPv4OnlyServiceMakesNoPinholeCall(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web")
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	e.mustEnsure(t, svc, dualNodes())
+	if _, exists, err := e.lb.GetLoadBalancer(context.Background(), testCluster, svc); err != nil || !exists {
+		t.Fatalf("GetLoadBalancer = exists %v, %v", exists, err)
+	}
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinhole calls", nil, f.Calls())
+}
