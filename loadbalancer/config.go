@@ -119,10 +119,13 @@ type Config struct {
 
 	// Pinholes, when set, opens the router's IPv6 firewall to a node's
 	// global address (no NAT): Services whose spec.ipFamilies include IPv6
-	// are then served on that family too (see pinholes.go). Nil: the router
-	// opens no IPv6, and the IPv6 family is not served. Through a client
-	// that does not declare AnyHostPinholes (UPnP), pinholes are opened only
-	// to this process's own node (see NodeName) and only for ports from 1024.
+	// are then served on that family too, their IPv6 ingress the chosen
+	// node's global address. Nil: the router opens no IPv6, and the IPv6
+	// family is not served (an IPv6-only Service is invalid). Through a
+	// client that does not declare AnyHostPinholes (UPnP), pinholes are
+	// opened only to this process's own node (see NodeName), from port
+	// 1024. With Pinholes, RenewInterval must be at most half a pinhole's
+	// lease (Lease, at most MaxPinholeLease).
 	Pinholes PinholeClient
 
 	// AllowNonPublicExternalIP lets Services report a private or CGNAT
