@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -307,4 +308,46 @@ func TestIPv4OnlyServiceMakesNoPinholeCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	diffStrings(t, "pinhole calls", nil, f.Calls())
+}
+
+// Many dual-stack Services created, changed and deleted at once leave no
+// pinhole open, and another host's untouched.
+func TestNoPinholeLeftAfterConcurrentServicesGo(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	stranger := Pinhole{Protocol: igd.TCP, Addr: guaA, Port: 40000, Lease: time.Hour}
+	if err := f.OpenPinhole(context.Background(), stranger); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))}
+	const n = 12
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			p := int32(20000 + 10*i)
+			svc := lbService("default", fmt.Sprintf("s%d", i), withFamilies(v1.IPv6Protocol, v1.IPv4Protocol),
+				withPorts(port("a", v1.ProtocolTCP, p, 30000+p%1000), port("b", v1.ProtocolUDP, p+1, 31000+p%1000)))
+			st, err := e.lb.EnsureLoadBalancer(context.Background(), testCluster, svc, nodes)
+			if err != nil {
+				errs <- err
+				return
+			}
+			svc.Status.LoadBalancer = *st
+			svc.Spec.Ports = svc.Spec.Ports[1:]
+			if st, err = e.lb.EnsureLoadBalancer(context.Background(), testCluster, svc, nodes[i%2:]); err != nil {
+				errs <- err
+				return
+			}
+			svc.Status.LoadBalancer = *st
+			errs <- e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc)
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	diffStrings(t, "pinholes open after every Service went", []string{pin(igd.TCP, guaA, 40000)}, f.Open())
+	if got := e.table(); len(got) != 0 {
+		t.Errorf("mappings left: %q", got)
+	}
 }
