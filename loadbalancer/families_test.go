@@ -240,3 +240,25 @@ func TestUnservedFamilyGetsWarningEvent(t *testing.T) {
 		})
 	}
 }
+
+// A family not served while the other is, is retried in the background as
+// ports not forwarded are (every 30 s at least), not only at the next
+// renewal: once the router's IPv4 address is public, the status gains it.
+func TestUnservedFamilyIsRetriedInTheBackground(t *testing.T) {
+	e, _ := newDualEnv(t, Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute},
+		fake.RouterConfig{ExternalIP: netip.MustParseAddr("100.64.1.1")}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv4Protocol, v1.IPv6Protocol))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	eventually(t, "the IPv6 ingress in the status", func() bool {
+		return len(r.service(t, "default", "web").Status.LoadBalancer.Ingress) == 1
+	})
+	e.router.SetExternalIP(fake.DefaultExternalIP)
+	before := e.lb.passes.Load()
+	e.clock.Step(portRetryInterval)
+	eventually(t, "a retry pass", func() bool { return e.lb.passes.Load() > before })
+	want := []v1.LoadBalancerIngress{ingress(fake.DefaultExternalIP.String(), tcp(8080)), ingress(guaA.String(), tcp(8080))}
+	if diff := cmp.Diff(want, r.service(t, "default", "web").Status.LoadBalancer.Ingress); diff != "" {
+		t.Errorf("status 30 s after the IPv4 address became public (-want +got):\n%s", diff)
+	}
+}
