@@ -388,7 +388,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
-		if onlyFailed && len(lb.failedPorts(o)) == 0 {
+		if onlyFailed && len(lb.failedPorts(o)) == 0 && !lb.familyDown(o) {
 			continue
 		}
 		if err := lb.passService(ctx, w, o, svc, nodes, hints.of(lb, o)); err != nil {

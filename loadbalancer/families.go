@@ -53,6 +53,7 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 	served6 := err6 == nil && ing6 != nil
 	switch {
 	case !served4 && !served6:
+		lb.update(o, func(s *serviceState) { s.familyDown = false }) // the caller retries
 		if hasV4 {
 			return st4, errors.Join(err4, err6)
 		}
@@ -62,13 +63,18 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 	case hasV4 && !served4:
 		lb.familyNotServed(o, svc, v1.IPv4Protocol, err4)
 	}
+	down := hasV4 && !served4 || !served6
 	lb.update(o, func(s *serviceState) {
+		s.familyDown = down
 		for _, f := range fams {
 			if f == v1.IPv4Protocol && served4 || f == v1.IPv6Protocol && served6 {
 				delete(s.familyWarned, f)
 			}
 		}
 	})
+	if down {
+		lb.bg.poke() // retried in the background
+	}
 	st := &v1.LoadBalancerStatus{}
 	for _, f := range fams {
 		switch {
@@ -79,6 +85,15 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 		}
 	}
 	return st, nil
+}
+
+// familyDown reports whether o's last operation served one of its families
+// and not the other (retried in the background as failed ports are).
+func (lb *LoadBalancer) familyDown(o owner) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	return s != nil && s.familyDown
 }
 
 // familyNotServed records on svc a Warning event that family fam is not

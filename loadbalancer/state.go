@@ -42,6 +42,9 @@ type serviceState struct {
 	// last warned as not served with.
 	pinholes     map[pinholeKey]time.Time
 	familyWarned map[v1.IPFamily]string
+	// familyDown says the last operation served one family of the Service
+	// and not the other: retried in the background as failed ports are.
+	familyDown bool
 }
 
 // sweep is a sweep of a key's mappings to nodePort, made at at.
@@ -149,7 +152,7 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		close(ch)
 		maps.DeleteFunc(s.swept, func(_ igd.Key, w sweep) bool { return lb.cfg.Clock.Since(w.at) >= lb.cfg.effectiveLease() })
 		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 &&
-			len(s.pinholes) == 0 && len(s.familyWarned) == 0 {
+			len(s.pinholes) == 0 && len(s.familyWarned) == 0 && !s.familyDown {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil
