@@ -351,3 +351,31 @@ func TestNoPinholeLeftAfterConcurrentServicesGo(t *testing.T) {
 		t.Errorf("mappings left: %q", got)
 	}
 }
+
+// Of two Services of the cluster that want one pinhole (one node, one port),
+// the one whose status records it keeps it, as for an IPv4 port, whichever
+// this process serves first (after a restart, or a fail-over).
+func TestPinholeRecordedInAnotherServicesStatusIsNotTaken(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, ownNodePinholes)
+	nodes := dualNodes()
+	holder := newService("default", "holder", withFamilies(v1.IPv6Protocol)) // served before; no pass serves it
+	holder.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], holder)
+	eventually(t, "the holder in the cache", func() bool {
+		_, w := e.lb.bg.now()
+		s, err := w.services.Services("default").Get("holder")
+		return err == nil && len(s.Status.LoadBalancer.Ingress) == 1
+	})
+
+	taker := lbService("default", "taker", withFamilies(v1.IPv6Protocol))
+	_, err := e.ensure(t, taker, nodes)
+	var pe *PortError
+	if !errors.Is(err, ErrPortInUse) || !errors.As(err, &pe) || pe.Claimant != "default/holder" {
+		t.Errorf("Ensure of a Service wanting a pinhole another's status records: %v, want ErrPortInUse naming default/holder", err)
+	}
+	diffStrings(t, "pinhole calls for the taker", nil, f.Calls())
+	st := e.mustEnsure(t, holder, nodes)
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Errorf("holder's status (-want +got):\n%s", diff)
+	}
+}
