@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -103,6 +104,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 		return nil, err // its pinholes stay until a node is eligible, or their leases end
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
+	claims := lb.pinholeClaims(svc)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
 	for _, p := range admitted {
@@ -110,6 +112,11 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 		if !anyHost && k.Port < minPinholePort {
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key,
 				Err: fmt.Errorf("%w: the router opens IPv6 pinholes from port %d only (UPnP)", igd.ErrNotAuthorized, minPinholePort)}
+			continue
+		}
+		if other, ok := claims[k]; ok {
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Claimant: other,
+				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
 			continue
 		}
 		due, pe := lb.reservePinhole(o, k)
@@ -196,6 +203,38 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
 	return tgt, nil
+}
+
+// pinholeClaims returns the pinholes the statuses of the cluster's other
+// Services record, to the first such Service by namespace/name: those
+// handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
+// for an IPv4 port, a Service whose status records a pinhole keeps it; svc
+// is not served one another's status records, unless its own records it
+// too. Only running background work knows the Services: before, none.
+func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
+	ph, w := lb.bg.now()
+	if ph != phaseRunning {
+		return nil
+	}
+	svcs, err := w.services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	own := recordedPinholes(svc)
+	claims := make(map[pinholeKey]string)
+	for _, s := range svcs {
+		if s.Namespace == svc.Namespace && s.Name == svc.Name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
+			!slices.Contains(families(s), v1.IPv6Protocol) {
+			continue
+		}
+		name := s.Namespace + "/" + s.Name
+		for _, k := range recordedPinholes(s) {
+			if c, ok := claims[k]; !slices.Contains(own, k) && (!ok || name < c) {
+				claims[k] = name
+			}
+		}
+	}
+	return claims
 }
 
 // reservePinhole makes o the holder of k in this process, unless another
