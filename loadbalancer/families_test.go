@@ -262,3 +262,35 @@ func TestUnservedFamilyIsRetriedInTheBackground(t *testing.T) {
 		t.Errorf("status 30 s after the IPv4 address became public (-want +got):\n%s", diff)
 	}
 }
+
+// A Service that drops the family it was not served on is no longer
+// retried in the background for it.
+func TestDroppedFamilyIsNoLongerRetried(t *testing.T) {
+	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
+	tests := []struct {
+		name     string
+		external netip.Addr
+		nodes    []*v1.Node
+		from, to []v1.IPFamily
+	}{
+		{"IPv4 behind CGNAT dropped", netip.MustParseAddr("100.64.1.1"), dualNodes(),
+			[]v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}, []v1.IPFamily{v1.IPv6Protocol}},
+		{"IPv6 without a global address dropped", netip.Addr{}, noGUA,
+			[]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, []v1.IPFamily{v1.IPv4Protocol}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := newDualEnv(t, Config{}, fake.RouterConfig{ExternalIP: tt.external}, anyHostPinhole)
+			svc := lbService("default", "web", withFamilies(tt.from...))
+			e.mustEnsure(t, svc, tt.nodes)
+			if !e.lb.anyFailedPorts() {
+				t.Fatal("a Service served on one family of two is not retried")
+			}
+			svc.Spec.IPFamilies = tt.to
+			e.mustEnsure(t, svc, tt.nodes)
+			if e.lb.anyFailedPorts() {
+				t.Error("a Service that dropped its unserved family is still retried")
+			}
+		})
+	}
+}

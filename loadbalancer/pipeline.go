@@ -355,6 +355,9 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	fams := families(svc)
 	if !slices.Contains(fams, v1.IPv6Protocol) || lb.cfg.Pinholes == nil {
 		st, err := lb.serveIPv4(ctx, t, svc, nodes, op)
+		if lb.familyDown(t.owner) { // it had IPv6 and no longer has
+			lb.update(t.owner, func(s *serviceState) { s.familyDown = false })
+		}
 		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
 			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
 		}
