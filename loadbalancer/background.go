@@ -272,6 +272,7 @@ func (r *restartRepairs) repair(logger klog.Logger, msg string) {
 	r.until = r.lb.cfg.Clock.Now().Add(r.quiet)
 	repairsTotal.Inc()
 	r.lb.mode.routerRestarted()
+	r.lb.expirePinholes()
 }
 
 // handlers returns the informers' event handlers: node changes are seen
@@ -333,7 +334,7 @@ func untomb(obj any) any {
 func nodeChanged(o, n *v1.Node) bool {
 	ot, owhy := nodeTarget(o)
 	nt, nwhy := nodeTarget(n)
-	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n))
+	return ot != nt || owhy != nwhy || !slices.Equal(nodeAddrs(o), nodeAddrs(n)) || !slices.Equal(globalIPv6(o), globalIPv6(n))
 }
 
 // pass refreshes the external IP, serves every Service again as
@@ -387,7 +388,7 @@ func (lb *LoadBalancer) passOver(ctx context.Context, w *watch, onlyFailed bool)
 			continue
 		}
 		o := newOwner(cluster, svc.Namespace, svc.Name)
-		if onlyFailed && len(lb.failedPorts(o)) == 0 {
+		if onlyFailed && len(lb.failedPorts(o)) == 0 && !lb.familyDown(o) {
 			continue
 		}
 		if err := lb.passService(ctx, w, o, svc, nodes, hints.of(lb, o)); err != nil {
@@ -501,14 +502,16 @@ const minRestartCheckInterval = time.Second
 
 // probe reads one mapping this process wrote, a different one each time, and
 // reports whether the router lost or changed it (a reboot, a wiped table).
+// With no mapping written, it checks a pinhole instead (probePinhole).
 func (lb *LoadBalancer) probe(ctx context.Context) bool {
 	want, ok := lb.nextProbe()
 	if ok && lb.mode.lost(ctx, want, false) {
 		klog.FromContext(ctx).Info("Router lost or changed a port mapping; repairing", "key", want.Key(), "want", want)
 		repairsTotal.Inc()
+		lb.expirePinholes() // a router that lost its table lost them too
 		return true
 	}
-	return false
+	return !ok && lb.probePinhole(ctx) // IPv6 only: a pinhole, where the client can check one
 }
 
 // epochChecker is an Announcer that can ask the router whether its epoch

@@ -117,6 +117,17 @@ type Config struct {
 	// for routers that announce nothing and announcements that are lost.
 	Announcer Announcer
 
+	// Pinholes, when set, opens the router's IPv6 firewall to a node's
+	// global address (no NAT): Services whose spec.ipFamilies include IPv6
+	// are then served on that family too, their IPv6 ingress the chosen
+	// node's global address. Nil: the router opens no IPv6, and the IPv6
+	// family is not served (an IPv6-only Service is invalid). Through a
+	// client that does not declare AnyHostPinholes (UPnP), pinholes are
+	// opened only to this process's own node (see NodeName), from port
+	// 1024. With Pinholes, RenewInterval must be at most half a pinhole's
+	// lease (Lease, at most MaxPinholeLease).
+	Pinholes PinholeClient
+
 	// AllowNonPublicExternalIP lets Services report a private or CGNAT
 	// external IP (a router itself behind NAT). False makes them wait for a
 	// public one, with a Warning event.
@@ -145,8 +156,9 @@ type Config struct {
 	Finalizer string
 
 	// NodeName is the node this process runs on (the downward API's
-	// spec.nodeName), used only with SecureMode: mappings target its
-	// InternalIP. Empty means the one node reporting this host's address
+	// spec.nodeName), used only with SecureMode (mappings target its
+	// InternalIP) and with a Pinholes client that opens pinholes only to
+	// this host (they go to its global IPv6 address). Empty means the one node reporting this host's address
 	// toward the router (Client.LocalAddr) as InternalIP or ExternalIP, found
 	// on first need and kept, and mappings target that address; until one
 	// matches, Services fail with ErrOwnNodeUnknown and an api.RetryError.
@@ -220,6 +232,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.RenewInterval = min(eff/2, DefaultMaxRenewInterval)
 	case c.RenewInterval < 0 || c.RenewInterval > eff/2:
 		bad("RenewInterval", fmt.Sprintf("%s must be positive and at most half the lease (%s)", c.RenewInterval, eff/2))
+	}
+	if c.Pinholes != nil && c.RenewInterval > c.pinholeLease()/2 {
+		bad("RenewInterval", fmt.Sprintf("%s must be at most half a pinhole's lease (%s) with Pinholes set", c.RenewInterval, c.pinholeLease()/2))
 	}
 	switch {
 	case c.ProbeInterval == 0:

@@ -16,9 +16,11 @@ var _ cloudprovider.LoadBalancer = (*LoadBalancer)(nil)
 type LoadBalancer struct {
 	cfg            Config // read-only after New, defaults filled in
 	permanentOnce  sync.Once
-	passes, probes atomic.Int64 // finished background passes and probes
-	bg             background   // the background work's lifecycle (lifecycle.go)
-	mode           routerMode   // chosen in New from what cfg.Client declares (mode.go)
+	passes, probes atomic.Int64    // finished background passes and probes
+	bg             background      // the background work's lifecycle (lifecycle.go)
+	mode           routerMode      // chosen in New from what cfg.Client declares (mode.go)
+	pinholeScope   AnyHostPinholes // cfg.Pinholes, when it says whom it opens for (nil: its own host only)
+	pinholeProber  PinholeProber   // cfg.Pinholes, when it can check a pinhole (nil: it cannot)
 
 	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
@@ -40,6 +42,8 @@ func New(cfg Config) (*LoadBalancer, error) {
 	lb := &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
 		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}
 	lb.mode = newMode(lb)
+	lb.pinholeScope, _ = cfg.Pinholes.(AnyHostPinholes)
+	lb.pinholeProber, _ = cfg.Pinholes.(PinholeProber)
 	return lb, nil
 }
 

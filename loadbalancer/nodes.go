@@ -24,15 +24,8 @@ type target struct {
 
 // nodeTarget returns n as a target, or why it cannot be one.
 func nodeTarget(n *v1.Node) (t target, reason string) {
-	switch {
-	case n.DeletionTimestamp != nil:
-		return target{}, "is being deleted"
-	case excluded(n):
-		return target{}, "is labelled " + v1.LabelNodeExcludeBalancers
-	case slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == toBeDeletedTaint }):
-		return target{}, "is tainted " + toBeDeletedTaint
-	case !ready(n):
-		return target{}, "is not Ready"
+	if why := unfit(n); why != "" {
+		return target{}, why
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type != v1.NodeInternalIP {
@@ -43,6 +36,45 @@ func nodeTarget(n *v1.Node) (t target, reason string) {
 		}
 	}
 	return target{}, "has no IPv4 InternalIP"
+}
+
+// unfit returns why n cannot receive a Service's traffic, whatever the
+// family ("" when it can).
+func unfit(n *v1.Node) string {
+	switch {
+	case n.DeletionTimestamp != nil:
+		return "is being deleted"
+	case excluded(n):
+		return "is labelled " + v1.LabelNodeExcludeBalancers
+	case slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == toBeDeletedTaint }):
+		return "is tainted " + toBeDeletedTaint
+	case !ready(n):
+		return "is not Ready"
+	}
+	return ""
+}
+
+// globalIPv6 returns the global unicast IPv6 addresses n reports: its
+// InternalIP ones, then its ExternalIP ones, each in ascending order. Unique
+// local (fc00::/7), link-local, multicast and loopback addresses are left out.
+func globalIPv6(n *v1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		var of []netip.Addr
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); a.Type == typ && err == nil && isGlobalIPv6(ip) && !slices.Contains(out, ip) {
+				of = append(of, ip.WithZone(""))
+			}
+		}
+		slices.SortFunc(of, netip.Addr.Compare)
+		out = append(out, slices.Compact(of)...)
+	}
+	return out
+}
+
+// isGlobalIPv6 reports whether a is a global unicast IPv6 address.
+func isGlobalIPv6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.IsGlobalUnicast() && !a.IsPrivate()
 }
 
 // nodeAddrs returns every IPv4 InternalIP and ExternalIP n reports.

@@ -1,10 +1,12 @@
 // This file is the load balancer's pipeline, read top-down: the
 // cloudprovider.LoadBalancer calls, then the steps every Ensure, Update and
-// Delete takes a Service through: select it, plan its ports, prove what the
-// router holds, write, report its status. What a step asks of other files
-// is named where it is called: owner.go (the owner token and description),
-// read.go and the router mode (mode.go), converge.go (the writes), admit.go
-// and ports.go (admission and per-port errors), state.go (what this process
+// Delete takes a Service through: select it, serve each of its IP families
+// (the family step: IPv4 as mappings, IPv6 as pinholes), plan its ports,
+// prove what the router holds, write, report its status. What a step asks
+// of other files is named where it is called: owner.go (the owner token and
+// description), families.go and pinholes.go (the families and IPv6), read.go
+// and the router mode (mode.go), converge.go (the writes), admit.go and
+// ports.go (admission and per-port errors), state.go (what this process
 // holds).
 
 package loadbalancer
@@ -177,6 +179,9 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		}
 	}
 	if len(plans) == 0 {
+		if lb.holdsPinholes(o, service) { // an IPv6 family's
+			return service.Status.LoadBalancer.DeepCopy(), true, nil
+		}
 		return nil, false, nil
 	}
 	return lb.getStatus(ctx, o, service, plans, ext.ip, ext.err), true, nil
@@ -283,7 +288,7 @@ func (lb *LoadBalancer) untouched(o owner, svc *v1.Service) bool {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	s := lb.services[o.token]
-	return s == nil || len(s.held) == 0
+	return s == nil || len(s.held) == 0 && len(s.pinholes) == 0
 }
 
 // goneSinceDelete reports whether an Ensure of svc, in o's turn, comes after
@@ -342,9 +347,67 @@ type operation struct {
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
-// one, in turn t. With every port refused, or with no node to map to and a
-// port another holds, it returns the status saying so beside the error.
+// one, in turn t: the family step. A Service of IPv4 only (or, with no
+// Config.Pinholes, any Service) is served by serveIPv4 alone, as it always
+// was; one whose spec.ipFamilies include IPv6 by serveFamilies. A family
+// dropped from the spec loses its pinholes here.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	fams := families(svc)
+	if !slices.Contains(fams, v1.IPv6Protocol) || lb.cfg.Pinholes == nil {
+		st, err := lb.serveIPv4(ctx, t, svc, nodes, op)
+		if lb.familyDown(t.owner) { // it had IPv6 and no longer has
+			lb.update(t.owner, func(s *serviceState) { s.familyDown = false })
+		}
+		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
+			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
+		}
+		if cerr := lb.closePinholes(ctx, t, svc, nil); cerr != nil { // none recorded: no call
+			return st, errors.Join(err, cerr)
+		}
+		return st, err
+	}
+	return lb.serveFamilies(ctx, t, svc, nodes, op, fams)
+}
+
+// serveFamilies serves svc, whose spec.ipFamilies include IPv6, on each of
+// its families: IPv4 through the router's mappings (serveIPv4), IPv6
+// through pinholes (servePinholes). The status has one ingress per family
+// served, in the order of spec.ipFamilies; a family not served gets a
+// Warning event (familyNotServed) while the other is served; with none
+// served it fails, with IPv4's error first.
+func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation, fams []v1.IPFamily) (*v1.LoadBalancerStatus, error) {
+	o := t.owner
+	plans, invalid := planServicePorts(o, svc)
+	if invalid != nil {
+		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc)) // pinholes too
+	}
+	var st4 *v1.LoadBalancerStatus
+	var err4 error
+	switch {
+	case slices.Contains(fams, v1.IPv4Protocol):
+		if st4, err4 = lb.serveIPv4(ctx, t, svc, nodes, op); errors.Is(err4, ErrInvalidService) {
+			return nil, err4 // it withdrew the mappings and the pinholes
+		}
+	case lb.recordsIPv4(o, svc):
+		// IPv6 only now: the mappings of its IPv4 family go.
+		if err := lb.withdrawMappings(ctx, t, svc); err != nil {
+			return nil, err
+		}
+	}
+	if !op.pass && !slices.Contains(fams, v1.IPv4Protocol) {
+		lb.update(o, func(s *serviceState) { s.deleted = false })
+	}
+	ing6, err6 := lb.servePinholes(ctx, t, svc, plans, nodes)
+	if errors.Is(err6, ErrInvalidService) { // Local without background work
+		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
+	}
+	return lb.joinFamilies(o, svc, fams, st4, err4, ing6, err6)
+}
+
+// serveIPv4 serves svc's IPv4 family: its ports mapped on the router. With
+// every port refused, or with no node to map to and a port another holds,
+// it returns the status saying so beside the error.
+func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planPorts(o, svc)
 	admitted, refused := lb.admit(o, svc, plans) // refused ports are withdrawn
@@ -429,14 +492,22 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 }
 
 // planPorts validates svc and returns the mappings it wants, sorted by key.
-// Every problem is reported, each as a *ServiceError naming the field.
+// Every problem is reported, each as a *ServiceError naming the field; a
+// Service without IPv4 is one (see planServicePorts for its other family).
 func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
+	plans, err := planServicePorts(o, svc)
+	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, v1.IPv4Protocol) {
+		bad := &ServiceError{Service: o.key(), Field: "spec.ipFamilies", Value: fmt.Sprint(svc.Spec.IPFamilies), Reason: "the router maps IPv4 only; an IPv6-only Service cannot be served"}
+		return nil, errors.Join(bad, err)
+	}
+	return plans, err
+}
+
+// planServicePorts is planPorts whatever svc's IP families.
+func planServicePorts(o owner, svc *v1.Service) ([]portPlan, error) {
 	var errs []error
 	bad := func(field, value, reason string) {
 		errs = append(errs, &ServiceError{Service: o.key(), Field: field, Value: value, Reason: reason})
-	}
-	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, v1.IPv4Protocol) {
-		bad("spec.ipFamilies", fmt.Sprint(svc.Spec.IPFamilies), "the router maps IPv4 only; an IPv6-only Service cannot be served")
 	}
 	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
 		bad("spec.loadBalancerSourceRanges", strings.Join(svc.Spec.LoadBalancerSourceRanges, ","), noSourceRanges)
@@ -652,8 +723,13 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 	return lb.withdrawIn(ctx, t, svc)
 }
 
-// withdrawIn removes every mapping of svc, in turn t.
+// withdrawIn removes every mapping and pinhole of svc, in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
+	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, svc, nil))
+}
+
+// withdrawMappings removes every mapping of svc, in turn t.
+func (lb *LoadBalancer) withdrawMappings(ctx context.Context, t *turn, svc *v1.Service) error {
 	keys := lb.knownKeys(t.owner, svc, nil)
 	// What this process did not write, at the spec's nodePorts (blind).
 	_, swept := lb.mode.sweep(ctx, t.owner, lb.specNodePorts(t.owner, svc, keys), netip.Addr{})

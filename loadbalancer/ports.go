@@ -127,12 +127,12 @@ func (lb *LoadBalancer) failedPorts(o owner) map[igd.Key]*PortError {
 	return nil
 }
 
-// anyFailedPorts reports whether some Service has ports to retry.
+// anyFailedPorts reports whether some Service has ports (or a family) to retry.
 func (lb *LoadBalancer) anyFailedPorts() bool {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for _, s := range lb.services {
-		if len(s.failed) > 0 {
+		if len(s.failed) > 0 || s.familyDown {
 			return true
 		}
 	}

@@ -36,6 +36,15 @@ type serviceState struct {
 	// key to a nodePort were swept off the other nodes (a refused add):
 	// what a sweep finds was written before it, so one a lease is enough.
 	swept map[igd.Key]sweep
+	// pinholes holds the IPv6 pinholes this process opened for the Service
+	// (or is opening, or failed to close), each with when it is due for
+	// renewal (zero: at once); familyWarned, the reason each IP family was
+	// last warned as not served with.
+	pinholes     map[pinholeKey]time.Time
+	familyWarned map[v1.IPFamily]string
+	// familyDown says the last operation served one family of the Service
+	// and not the other: retried in the background as failed ports are.
+	familyDown bool
 }
 
 // sweep is a sweep of a key's mappings to nodePort, made at at.
@@ -142,7 +151,8 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		s.gate = nil // s stays in lb.services while its gate is set
 		close(ch)
 		maps.DeleteFunc(s.swept, func(_ igd.Key, w sweep) bool { return lb.cfg.Clock.Since(w.at) >= lb.cfg.effectiveLease() })
-		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 {
+		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 &&
+			len(s.pinholes) == 0 && len(s.familyWarned) == 0 && !s.familyDown {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil

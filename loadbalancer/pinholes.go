@@ -1,0 +1,463 @@
+// This file is the IPv6 family of a Service: pinholes in the router's IPv6
+// firewall to one node's global address (no NAT), one per port, through
+// Config.Pinholes. pipeline.go's family step (serveFamilies) calls it
+// beside the IPv4 mappings; the background work renews and repairs them.
+
+package loadbalancer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/ccmkit/ccmkit/igd"
+)
+
+// MaxPinholeLease bounds a pinhole's lease: UPnP's WANIPv6FirewallControl
+// takes 1 s to 86400 s. A longer Config.Lease (or PermanentLease) opens
+// pinholes for this long, renewed as mappings are.
+const MaxPinholeLease = 24 * time.Hour
+
+// PinholeClient opens the router's IPv6 firewall to a node's global address
+// (no NAT): a host on the internet then reaches [Addr]:Port, where
+// kube-proxy takes the Service's traffic for its ingress address. Each call
+// should be bounded by the client itself, as igd's are.
+type PinholeClient interface {
+	// OpenPinhole opens p, or renews it when the router already has it:
+	// one router call.
+	OpenPinhole(ctx context.Context, p Pinhole) error
+	// ClosePinhole closes p; nil when the router no longer has it.
+	ClosePinhole(ctx context.Context, p Pinhole) error
+}
+
+// AnyHostPinholes is a PinholeClient that says whether it opens pinholes for
+// any LAN host (PCP with THIRD_PARTY). A client that does not implement it,
+// or answers false, opens them only for this host's own address and ports
+// from 1024 (UPnP: miniupnpd refuses others with 606): its Services are
+// then served on IPv6 only through this process's node.
+type AnyHostPinholes interface {
+	// PinholesForAnyHost reports whether the client opens pinholes for any
+	// LAN host's address now; it is asked at each use, so a client may
+	// answer false once the router refused THIRD_PARTY.
+	PinholesForAnyHost() bool
+}
+
+// PinholeProber is a PinholeClient that can ask the router whether it still
+// holds a pinhole (UPnP: GetPinholePackets by the pinhole's UniqueID). When
+// this process holds no mapping to probe (IPv6-only Services), the
+// background probe then checks one pinhole it opened, in turn: one router
+// call per Config.ProbeInterval, and a router restart that lost it is
+// repaired at once instead of at the next renewal.
+type PinholeProber interface {
+	// PinholeHeld reports whether the router holds p (its lease unused).
+	PinholeHeld(ctx context.Context, p Pinhole) (bool, error)
+}
+
+// Pinhole is one opening of the router's IPv6 firewall.
+type Pinhole struct {
+	Protocol igd.Protocol
+	Addr     netip.Addr // the node's global unicast IPv6 address, canonical
+	// Port is the Service port (spec.ports[].port): kube-proxy takes
+	// [Addr]:Port for a LoadBalancer ingress IP, so no nodePort is involved.
+	Port  uint16
+	Lease time.Duration // at most MaxPinholeLease
+}
+
+// pinholeLease is the lease of every pinhole: the mappings', at most
+// MaxPinholeLease.
+func (c Config) pinholeLease() time.Duration { return min(c.effectiveLease(), MaxPinholeLease) }
+
+// pinholeKey is a pinhole without its lease.
+type pinholeKey struct {
+	Protocol igd.Protocol
+	Addr     netip.Addr
+	Port     uint16
+}
+
+// minPinholePort is the lowest port a client that opens pinholes only for
+// its own host (UPnP) may open: miniupnpd refuses lower ones with 606.
+const minPinholePort = 1024
+
+// servePinholes serves svc's IPv6 family in turn t: one pinhole per port of
+// plans that Config.Admit admits, to one node's global address
+// (ipv6Target), opened when this process holds none there and renewed when
+// due; then every other pinhole this process holds for o or svc's status
+// records is closed (a port or node left). It returns the IPv6 ingress,
+// each port that could not be opened with its reason, or why the family
+// cannot be served: no node, every port refused, or a router that failed.
+func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+	o := t.owner
+	admitted, failed := lb.admit(o, svc, plans)
+	if failed == nil {
+		failed = make(map[igd.Key]*PortError)
+	}
+	tgt, err := lb.ipv6Target(ctx, o, svc, nodes)
+	if err != nil {
+		return nil, err // its pinholes stay until a node is eligible, or their leases end
+	}
+	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
+	claims := lb.pinholeClaims(svc)
+	keep := make(map[pinholeKey]bool)
+	var errs []error
+	for _, p := range admitted {
+		k := pinholeKey{Protocol: p.key.Protocol, Addr: tgt.addr, Port: p.key.ExternalPort}
+		if !anyHost && k.Port < minPinholePort {
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key,
+				Err: fmt.Errorf("%w: the router opens IPv6 pinholes from port %d only (UPnP)", igd.ErrNotAuthorized, minPinholePort)}
+			continue
+		}
+		if other, ok := claims[k]; ok {
+			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Claimant: other,
+				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
+			continue
+		}
+		due, pe := lb.reservePinhole(o, k)
+		if pe != nil {
+			failed[p.key] = pe
+			continue
+		}
+		keep[k] = true
+		if !due {
+			continue
+		}
+		if err := lb.openPinhole(ctx, o, k); err != nil {
+			if pe := portRefusal(&PortError{Service: o.key(), Key: p.key, Err: err}); pe != nil {
+				failed[p.key] = pe
+				delete(keep, k)
+				continue
+			}
+			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
+		}
+	}
+	errs = append(errs, lb.closePinholes(ctx, t, svc, keep))
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(plans) > 0 && len(failed) == len(plans) {
+		return nil, joinPortErrors(failed)
+	}
+	return &status(tgt.addr, plans, portReasons(failed)).Ingress[0], nil
+}
+
+// ipv6Target returns the node svc's pinholes go to, with its address: among
+// the eligible nodes with a global IPv6 address (through a client that opens
+// pinholes only for its own host, this process's node only; for Local, those
+// with a ready endpoint), the one they go to now (held or recorded), else
+// the highest rendezvous hash, as for IPv4. A node's address is the one its
+// pinholes go to while it reports it, else its first global address
+// (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
+	current := lb.pinholeAddrs(o, svc)
+	reasons := make(map[string]string)
+	var cands []target
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		guas := globalIPv6(n)
+		switch why := unfit(n); {
+		case why != "":
+			reasons[n.Name] = why
+		case len(guas) == 0:
+			reasons[n.Name] = "has no global IPv6 address (InternalIP or ExternalIP; not ULA or link-local)"
+		default:
+			i := slices.IndexFunc(guas, func(a netip.Addr) bool { return slices.Contains(current, a) })
+			cands = append(cands, target{name: n.Name, addr: guas[max(i, 0)]})
+		}
+	}
+	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		withEndpoints, err := lb.localNodes(svc, nil)
+		if err != nil {
+			return target{}, err
+		}
+		cands = slices.DeleteFunc(cands, func(t target) bool {
+			if !withEndpoints[t.name] {
+				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
+			}
+			return !withEndpoints[t.name]
+		})
+	}
+	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
+		name, _, err := lb.selfNode(ctx, nodes)
+		if err != nil {
+			return target{}, fmt.Errorf("loadbalancer: service %s on IPv6: %w", o.key(), err)
+		}
+		cands = slices.DeleteFunc(cands, func(t target) bool { return t.name != name })
+		if len(cands) == 0 {
+			why := cmp.Or(reasons[name], "is not among the cluster's nodes")
+			return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: the router opens pinholes only to this node (UPnP), %s, which %s",
+				ErrNoEligibleNode, o.key(), name, why))
+		}
+	}
+	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
+	tgt, ok := chooseTarget(o.key(), cands, current)
+	if !ok {
+		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
+	}
+	return tgt, nil
+}
+
+// pinholeClaims returns the pinholes the statuses of the cluster's other
+// Services record, to the first such Service by namespace/name: those
+// handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
+// for an IPv4 port, a Service whose status records a pinhole keeps it; svc
+// is not served one another's status records, unless its own records it
+// too. Only running background work knows the Services: before, none.
+func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
+	ph, w := lb.bg.now()
+	if ph != phaseRunning {
+		return nil
+	}
+	svcs, err := w.services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	own := recordedPinholes(svc)
+	claims := make(map[pinholeKey]string)
+	for _, s := range svcs {
+		if s.Namespace == svc.Namespace && s.Name == svc.Name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
+			!slices.Contains(families(s), v1.IPv6Protocol) {
+			continue
+		}
+		name := s.Namespace + "/" + s.Name
+		for _, k := range recordedPinholes(s) {
+			if c, ok := claims[k]; !slices.Contains(own, k) && (!ok || name < c) {
+				claims[k] = name
+			}
+		}
+	}
+	return claims
+}
+
+// reservePinhole makes o the holder of k in this process, unless another
+// Service holds it (ErrPortInUse naming it), and reports whether k is due to
+// be opened: not held yet, or due for renewal.
+func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *PortError) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return false, &PortError{Service: o.key(), Key: igd.Key{Protocol: k.Protocol, ExternalPort: k.Port}, Claimant: s.name,
+				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
+		}
+	}
+	s := lb.stateLocked(o)
+	renewAt, held := s.pinholes[k]
+	if !held {
+		s.holdPinhole(k, time.Time{})
+	}
+	return !held || !lb.cfg.Clock.Now().Before(renewAt), nil
+}
+
+// openPinhole opens (or renews) k for o: one router call. Done, it is due
+// for renewal when less than half its lease and half a renewal interval is
+// left, counted from when the call was sent; refused, o no longer holds it;
+// failed otherwise, o holds it (a lost reply may have opened it), due at once.
+func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) error {
+	lease := lb.cfg.pinholeLease()
+	sent := lb.cfg.Clock.Now()
+	err := lb.cfg.Pinholes.OpenPinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lease})
+	refused := err != nil && portRefusal(&PortError{Err: err}) != nil
+	lb.update(o, func(s *serviceState) {
+		switch {
+		case err == nil:
+			s.holdPinhole(k, sent.Add(lease/2-lb.cfg.RenewInterval/2))
+		case refused:
+			delete(s.pinholes, k)
+		default:
+			s.holdPinhole(k, time.Time{})
+		}
+	})
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Opened IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	}
+	return err
+}
+
+// closePinholes closes, in turn t, every pinhole of svc not in keep: those
+// this process holds for it and those its status records (an IPv6 ingress
+// and its ports: what another process, or this one before a restart,
+// opened), but none another Service of this process holds. One it fails to
+// close is held, and closed again by the next operation; one the router
+// refuses to close (UPnP: not this host's) is left to its lease. Without
+// Config.Pinholes, or with none to close, it calls nothing.
+func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Service, keep map[pinholeKey]bool) error {
+	if lb.cfg.Pinholes == nil {
+		return nil
+	}
+	o := t.owner
+	recorded := recordedPinholes(svc)
+	var stale []pinholeKey
+	lb.mu.Lock()
+	if s := lb.services[o.token]; s != nil {
+		for k := range s.pinholes {
+			recorded = append(recorded, k)
+		}
+	}
+	for _, k := range recorded {
+		if !keep[k] && !slices.Contains(stale, k) && !lb.pinholeHeldByOtherLocked(o, k) {
+			stale = append(stale, k)
+		}
+	}
+	lb.mu.Unlock()
+	slices.SortFunc(stale, comparePinholes)
+	var errs []error
+	for _, k := range stale {
+		err := lb.cfg.Pinholes.ClosePinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+		if err != nil && portRefusal(&PortError{Err: err}) != nil {
+			// The router will not close it for this host (UPnP: another
+			// node's, opened by a process that ran there): its lease ends it.
+			klog.FromContext(ctx).V(2).Info("Router refused to close an IPv6 pinhole; left to its lease", "service", o.key(), "address", k.Addr, "port", k.Port, "err", err)
+			err = nil
+		}
+		lb.update(o, func(s *serviceState) {
+			if err == nil {
+				delete(s.pinholes, k)
+				return
+			}
+			s.holdPinhole(k, time.Time{})
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("close IPv6 pinhole %s %s: %w", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Closed IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
+	}
+	return nil
+}
+
+// pinholeHeldByOtherLocked reports whether a Service of this process other
+// than o holds k. The caller holds lb.mu.
+func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return true
+		}
+	}
+	return false
+}
+
+// recordedPinholes returns the pinholes svc's status records: each port of
+// an ingress whose IP is a global IPv6 address.
+func recordedPinholes(svc *v1.Service) []pinholeKey {
+	var out []pinholeKey
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || !isGlobalIPv6(ip) {
+			continue
+		}
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
+			}
+		}
+	}
+	return out
+}
+
+// pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
+// in svc's status.
+func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, k := range recordedPinholes(svc) {
+		out = append(out, k.Addr)
+	}
+	lb.mu.Lock()
+	if s := lb.services[o.token]; s != nil {
+		for k := range s.pinholes {
+			out = append(out, k.Addr)
+		}
+	}
+	lb.mu.Unlock()
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// holdsPinholes reports whether o may have pinholes open: this process holds
+// some, or svc's status records some (with Config.Pinholes set).
+func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
+	if lb.cfg.Pinholes == nil {
+		return false
+	}
+	lb.mu.Lock()
+	s := lb.services[o.token]
+	held := s != nil && len(s.pinholes) > 0
+	lb.mu.Unlock()
+	return held || len(recordedPinholes(svc)) > 0
+}
+
+// expirePinholes makes every pinhole this process holds due at once: the
+// router restarted (a probe found a mapping lost, or it announced so), and
+// the pass that follows opens them again.
+func (lb *LoadBalancer) expirePinholes() {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, s := range lb.services {
+		for k := range s.pinholes {
+			s.pinholes[k] = time.Time{}
+		}
+	}
+}
+
+func comparePinholes(a, b pinholeKey) int {
+	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+}
+
+// holdPinhole records that s holds k, due for renewal at renewAt (zero: at once).
+func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
+	if s.pinholes == nil {
+		s.pinholes = make(map[pinholeKey]time.Time)
+	}
+	s.pinholes[k] = renewAt
+}
+
+// probePinhole asks the router, through a PinholeProber, whether it still
+// holds a pinhole this process opened (a different one each time), and
+// reports whether it lost it: every pinhole is then due at once. Without a
+// PinholeProber, or with no pinhole opened, it calls nothing and reports
+// false; a failed call reports nothing lost.
+func (lb *LoadBalancer) probePinhole(ctx context.Context) bool {
+	if lb.pinholeProber == nil {
+		return false
+	}
+	lb.mu.Lock()
+	var opened []pinholeKey
+	for _, s := range lb.services {
+		for k, renewAt := range s.pinholes {
+			if !renewAt.IsZero() {
+				opened = append(opened, k)
+			}
+		}
+	}
+	if len(opened) == 0 {
+		lb.mu.Unlock()
+		return false
+	}
+	slices.SortFunc(opened, comparePinholes)
+	lb.probeSeq++
+	k := opened[lb.probeSeq%len(opened)]
+	lb.mu.Unlock()
+	held, err := lb.pinholeProber.PinholeHeld(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Probe of an IPv6 pinhole failed", "address", k.Addr, "port", k.Port, "err", err)
+		return false
+	}
+	if held {
+		return false
+	}
+	klog.FromContext(ctx).Info("Router lost an IPv6 pinhole; repairing", "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+	repairsTotal.Inc()
+	lb.expirePinholes()
+	return true
+}
