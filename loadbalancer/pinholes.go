@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
 // MaxPinholeLease bounds a pinhole's lease: UPnP's WANIPv6FirewallControl
@@ -27,15 +28,16 @@ import (
 const MaxPinholeLease = 24 * time.Hour
 
 // PinholeClient opens the router's IPv6 firewall to a node's global address
-// (no NAT): a host on the internet then reaches [Addr]:Port, where
+// (no NAT): a host on the internet then reaches [InternalClient]:InternalPort
+// (the Service port, not a nodePort), where
 // kube-proxy takes the Service's traffic for its ingress address. Each call
 // should be bounded by the client itself, as igd's are.
 type PinholeClient interface {
 	// OpenPinhole opens p, or renews it when the router already has it:
 	// one router call.
-	OpenPinhole(ctx context.Context, p Pinhole) error
+	OpenPinhole(ctx context.Context, p pinhole.Pinhole) error
 	// ClosePinhole closes p; nil when the router no longer has it.
-	ClosePinhole(ctx context.Context, p Pinhole) error
+	ClosePinhole(ctx context.Context, p pinhole.Pinhole) error
 }
 
 // AnyHostPinholes is a PinholeClient that says whether it opens pinholes for
@@ -58,17 +60,7 @@ type AnyHostPinholes interface {
 // repaired at once instead of at the next renewal.
 type PinholeProber interface {
 	// PinholeHeld reports whether the router holds p (its lease unused).
-	PinholeHeld(ctx context.Context, p Pinhole) (bool, error)
-}
-
-// Pinhole is one opening of the router's IPv6 firewall.
-type Pinhole struct {
-	Protocol igd.Protocol
-	Addr     netip.Addr // the node's global unicast IPv6 address, canonical
-	// Port is the Service port (spec.ports[].port): kube-proxy takes
-	// [Addr]:Port for a LoadBalancer ingress IP, so no nodePort is involved.
-	Port  uint16
-	Lease time.Duration // at most MaxPinholeLease
+	PinholeHeld(ctx context.Context, p pinhole.Pinhole) (bool, error)
 }
 
 // pinholeLease is the lease of every pinhole: the mappings', at most
@@ -80,6 +72,11 @@ type pinholeKey struct {
 	Protocol igd.Protocol
 	Addr     netip.Addr
 	Port     uint16
+}
+
+// pinhole is k opened for lease.
+func (k pinholeKey) pinhole(lease time.Duration) pinhole.Pinhole {
+	return pinhole.Pinhole{Protocol: k.Protocol, InternalClient: k.Addr, InternalPort: k.Port, Lease: lease}
 }
 
 // minPinholePort is the lowest port a client that opens pinholes only for
@@ -264,7 +261,7 @@ func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *Port
 func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) error {
 	lease := lb.cfg.pinholeLease()
 	sent := lb.cfg.Clock.Now()
-	err := lb.cfg.Pinholes.OpenPinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lease})
+	err := lb.cfg.Pinholes.OpenPinhole(ctx, k.pinhole(lease))
 	refused := err != nil && portRefusal(&PortError{Err: err}) != nil
 	lb.update(o, func(s *serviceState) {
 		switch {
@@ -311,7 +308,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Serv
 	slices.SortFunc(stale, comparePinholes)
 	var errs []error
 	for _, k := range stale {
-		err := lb.cfg.Pinholes.ClosePinhole(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+		err := lb.cfg.Pinholes.ClosePinhole(ctx, k.pinhole(lb.cfg.pinholeLease()))
 		if err != nil && portRefusal(&PortError{Err: err}) != nil {
 			// The router will not close it for this host (UPnP: another
 			// node's, opened by a process that ran there): its lease ends it.
@@ -448,7 +445,7 @@ func (lb *LoadBalancer) probePinhole(ctx context.Context) bool {
 	lb.probeSeq++
 	k := opened[lb.probeSeq%len(opened)]
 	lb.mu.Unlock()
-	held, err := lb.pinholeProber.PinholeHeld(ctx, Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Lease: lb.cfg.pinholeLease()})
+	held, err := lb.pinholeProber.PinholeHeld(ctx, k.pinhole(lb.cfg.pinholeLease()))
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Probe of an IPv6 pinhole failed", "address", k.Addr, "port", k.Port, "err", err)
 		return false

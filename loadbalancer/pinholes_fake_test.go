@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
 // Global IPv6 addresses of the test nodes, and addresses that are not global.
@@ -65,22 +66,22 @@ func newFakePinholes(clk clock.Clock, self netip.Addr) *fakePinholes {
 	return &fakePinholes{clock: clk, self: self, open: make(map[pinholeKey]time.Time)}
 }
 
-func (f *fakePinholes) OpenPinhole(_ context.Context, p Pinhole) error {
+func (f *fakePinholes) OpenPinhole(_ context.Context, p pinhole.Pinhole) error {
 	return f.openFor(p, false)
 }
 
-func (a anyHostPinholes) OpenPinhole(_ context.Context, p Pinhole) error {
+func (a anyHostPinholes) OpenPinhole(_ context.Context, p pinhole.Pinhole) error {
 	return a.openFor(p, true)
 }
 
-func (f *fakePinholes) openFor(p Pinhole, anyHost bool) error {
+func (f *fakePinholes) openFor(p pinhole.Pinhole, anyHost bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "open "+pinholeRow(p))
 	switch {
 	case f.fail != nil:
 		return f.fail
-	case !anyHost && (p.Addr != f.self || p.Port < 1024):
+	case !anyHost && (p.InternalClient != f.self || p.InternalPort < 1024):
 		return fmt.Errorf("open pinhole %s: %w", pinholeRow(p), igd.ErrNotAuthorized)
 	case p.Lease <= 0 || p.Lease > MaxPinholeLease:
 		return fmt.Errorf("open pinhole %s: lease %s out of range", pinholeRow(p), p.Lease)
@@ -89,42 +90,42 @@ func (f *fakePinholes) openFor(p Pinhole, anyHost bool) error {
 	return nil
 }
 
-func (f *fakePinholes) ClosePinhole(_ context.Context, p Pinhole) error {
+func (f *fakePinholes) ClosePinhole(_ context.Context, p pinhole.Pinhole) error {
 	return f.closeFor(p, false)
 }
 
-func (a anyHostPinholes) ClosePinhole(_ context.Context, p Pinhole) error {
+func (a anyHostPinholes) ClosePinhole(_ context.Context, p pinhole.Pinhole) error {
 	return a.closeFor(p, true)
 }
 
-func (f *fakePinholes) closeFor(p Pinhole, anyHost bool) error {
+func (f *fakePinholes) closeFor(p pinhole.Pinhole, anyHost bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "close "+pinholeRow(p))
 	switch {
 	case f.fail != nil:
 		return f.fail
-	case !anyHost && p.Addr != f.self:
+	case !anyHost && p.InternalClient != f.self:
 		return fmt.Errorf("close pinhole %s: %w", pinholeRow(p), igd.ErrNotAuthorized)
 	}
 	delete(f.open, keyOf(p))
 	return nil
 }
 
-func keyOf(p Pinhole) pinholeKey {
-	return pinholeKey{Protocol: p.Protocol, Addr: p.Addr, Port: p.Port}
+func keyOf(p pinhole.Pinhole) pinholeKey {
+	return pinholeKey{Protocol: p.Protocol, Addr: p.InternalClient, Port: p.InternalPort}
 }
 
 // pinholeRow is "TCP [2001:db8::1]:8080".
-func pinholeRow(p Pinhole) string {
-	return fmt.Sprintf("%s %s", p.Protocol, netip.AddrPortFrom(p.Addr, p.Port))
+func pinholeRow(p pinhole.Pinhole) string {
+	return fmt.Sprintf("%s %s", p.Protocol, netip.AddrPortFrom(p.InternalClient, p.InternalPort))
 }
 
 // checkingPinholes is a fakePinholes that answers PinholeHeld (UPnP's
 // GetPinholePackets by the pinhole's ID).
 type checkingPinholes struct{ anyHostPinholes }
 
-func (c checkingPinholes) PinholeHeld(_ context.Context, p Pinhole) (bool, error) {
+func (c checkingPinholes) PinholeHeld(_ context.Context, p pinhole.Pinhole) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, "check "+pinholeRow(p))
@@ -142,7 +143,7 @@ func (f *fakePinholes) Open() []string {
 	out := []string{}
 	for k, end := range f.open {
 		if f.clock.Now().Before(end) {
-			out = append(out, pinholeRow(Pinhole{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port}))
+			out = append(out, pinholeRow(pinhole.Pinhole{Protocol: k.Protocol, InternalClient: k.Addr, InternalPort: k.Port}))
 		}
 	}
 	slices.Sort(out)
@@ -177,5 +178,5 @@ func (f *fakePinholes) Fail(err error) {
 
 // pin is the row of a pinhole for the tests' wants.
 func pin(proto igd.Protocol, addr netip.Addr, port uint16) string {
-	return pinholeRow(Pinhole{Protocol: proto, Addr: addr, Port: port})
+	return pinholeRow(pinhole.Pinhole{Protocol: proto, InternalClient: addr, InternalPort: port})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
 // dualService is a dual-stack Service (IPv4 first) with ports TCP 8080 and UDP 5353.
@@ -218,7 +219,7 @@ func must[T any](v T, err error) T {
 // Service is refused, even when its status claims it.
 func TestPinholesOfOthersAreNeverClosed(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	if err := f.OpenPinhole(context.Background(), Pinhole{Protocol: igd.TCP, Addr: guaA, Port: 9999, Lease: time.Hour}); err != nil {
+	if err := f.OpenPinhole(context.Background(), pinhole.Pinhole{Protocol: igd.TCP, InternalClient: guaA, InternalPort: 9999, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	first := lbService("default", "first", withFamilies(v1.IPv6Protocol))
@@ -314,7 +315,7 @@ func TestIPv4OnlyServiceMakesNoPinholeCall(t *testing.T) {
 // pinhole open, and another host's untouched.
 func TestNoPinholeLeftAfterConcurrentServicesGo(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	stranger := Pinhole{Protocol: igd.TCP, Addr: guaA, Port: 40000, Lease: time.Hour}
+	stranger := pinhole.Pinhole{Protocol: igd.TCP, InternalClient: guaA, InternalPort: 40000, Lease: time.Hour}
 	if err := f.OpenPinhole(context.Background(), stranger); err != nil {
 		t.Fatal(err)
 	}

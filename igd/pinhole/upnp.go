@@ -119,9 +119,11 @@ type UPnPClient struct {
 	hc  *http.Client
 
 	// mu guards svc: the router's service, nil until found or after it
-	// stopped answering.
+	// stopped answering; and ids: the UniqueID of each pinhole OpenPinhole
+	// opened, for PinholeHeld.
 	mu  sync.Mutex
 	svc firewallControl
+	ids map[opening]uint16
 }
 
 var _ Client = (*UPnPClient)(nil)
