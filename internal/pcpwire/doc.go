@@ -1,5 +1,6 @@
 // Package pcpwire is ccmkit's Port Control Protocol (RFC 6887) client for
-// the MAP opcode over IPv4 at the wire level: the result codes, the
+// the MAP opcode at the wire level, over IPv4 (NAT mappings) or IPv6
+// (firewall pinholes, no NAT), as the server's address is: the result codes, the
 // sentinel errors and ResultError, and the raw Client.Map and Client.Delete.
 // Client.Map creates or renews a mapping (for another host with the
 // THIRD_PARTY option), Client.Delete removes one, NonceFor derives the nonce
