@@ -123,3 +123,21 @@ func hasIPv6Loopback() bool {
 	pc.Close()
 	return true
 }
+
+// TestListenAnnounceIPv4Only: a client of an IPv6 server cannot hear
+// ANNOUNCE (it listens on 224.0.0.1) and says so at once rather than
+// listen for what never comes.
+func TestListenAnnounceIPv4Only(t *testing.T) {
+	c, err := NewClient(Config{Server: netip.MustParseAddrPort("[2001:db8:1::1]:5351"),
+		ListenPacket: func(ctx context.Context, network, addr string) (net.PacketConn, error) {
+			return net.ListenPacket("udp4", "127.0.0.1:0")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.ListenAnnounce(ctx); err == nil {
+		t.Error("ListenAnnounce of an IPv6 client = nil, want an error")
+	}
+}
