@@ -131,4 +131,3 @@ func notAuthorized(err error) error {
 	}
 	return err
 }
-
