@@ -74,7 +74,7 @@ func cases6() []testCase6 {
 		{name: "OwnAddress", run: testPinholeOwnAddress},
 		{name: "DeleteNeedsTheNonce", cfg: allow, run: testPinholeDeleteNeedsNonce},
 		{name: "AnotherHostWithTheNonceDeletes", cfg: allow, run: testPinholeAnotherHostDeletes},
-		{name: "Renew", cfg: allow, run: testPinholeRenew},
+		{name: "RenewalDropsTheNonce", cfg: allow, run: testPinholeRenew},
 		{name: "RenewalIgnoresTheNonce", cfg: allow, run: testPinholeRenewalIgnoresNonce},
 		{name: "LeaseEnds", cfg: Config{AllowThirdParty: true, MinLifetime: time.Second}, run: testPinholeLeaseEnds},
 		{name: "RebootLoses", cfg: allow, run: testPinholeRebootLoses},
