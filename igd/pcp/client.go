@@ -37,6 +37,7 @@ type Config struct {
 	// CallTimeout bounds one request to the server, retransmissions
 	// included, in addition to the caller's context. Zero means
 	// DefaultCallTimeout.
+	IPv6        bool
 	CallTimeout time.Duration
 	// DialContext makes the connected UDP socket ("udp4" or "udp6",
 	// server) each call sends from; its local address is the PCP client address the request

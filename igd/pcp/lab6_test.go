@@ -146,3 +146,31 @@ func TestLabRenewedPinholeCannotBeClosed(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// TestLabIPv6ClientFindsTheDefaultRouter: a client with Config.IPv6 and no
+// Server finds the PCP server at the node's IPv6 default router
+// (fe80::1%eth0, read from the route table of the node's namespace) and
+// opens a pinhole through it.
+func TestLabIPv6ClientFindsTheDefaultRouter(t *testing.T) {
+	igdtest.Require(t)
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, IPv6: true, PCPAllowThirdParty: true})
+	n := lab.Nodes[0]
+	c, err := pcp.NewClient(pcp.Config{IPv6: true, DialContext: n.DialContextFrom(n.GUA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: backendSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := lab.Nodes[1]
+	addr := netip.AddrPortFrom(target.GUA, 8443)
+	serve(t, target, addr)
+	ph := pinhole.Pinhole{InternalClient: target.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Minute}
+	// The route table read is the calling thread's: call from inside the
+	// node's namespace, as a controller runs in its own.
+	if err := n.Do(func() error { return p.OpenPinhole(labContext(t), ph) }); err != nil {
+		t.Fatalf("OpenPinhole through the default router = %v", err)
+	}
+	wantReach(t, lab, addr, true, "after OpenPinhole")
+}

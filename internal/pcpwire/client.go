@@ -50,6 +50,7 @@ type Config struct {
 	// Gateway returns the default gateway; nil: igd.SystemHost's.
 	Gateway func(ctx context.Context) (netip.Addr, error)
 	// CallTimeout bounds one call; zero: DefaultCallTimeout.
+	IPv6        bool
 	CallTimeout time.Duration
 	// DialContext makes each call's UDP socket; nil: a zero net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
