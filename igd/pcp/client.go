@@ -31,17 +31,23 @@ type Config struct {
 	// Gateway returns this host's default gateway, IPv4 or IPv6; used only
 	// when Server is zero. Nil means igd.SystemHost{}.DefaultGateway, which
 	// reads the IPv4 default route from /proc/net/route of the process's
-	// network namespace (see igd.SystemHost): an IPv6 client sets Server
-	// or Gateway.
+	// network namespace (see igd.SystemHost), or with IPv6 this host's
+	// IPv6 default router.
 	Gateway func(ctx context.Context) (netip.Addr, error)
+	// IPv6 makes the client an IPv6 one when Server is zero and Gateway
+	// nil: the server is the next hop of the IPv6 default route (with its
+	// interface as the zone when link-local), read at every call from
+	// /proc/thread-self/net/ipv6_route (Linux), the route table of the
+	// calling thread's network namespace. A Server must then be IPv6.
+	IPv6 bool
 	// CallTimeout bounds one request to the server, retransmissions
 	// included, in addition to the caller's context. Zero means
 	// DefaultCallTimeout.
-	IPv6        bool
 	CallTimeout time.Duration
 	// DialContext makes the connected UDP socket ("udp4" or "udp6",
-	// server) each call sends from; its local address is the PCP client address the request
-	// carries. Nil means a zero net.Dialer. Set it to pin the client to an
+	// server) each call sends from; its local address is the PCP client
+	// address the request carries (for Pinholes, this host's global IPv6
+	// address). Nil means a zero net.Dialer. Set it to pin the client to an
 	// interface or run it in a network namespace.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ListenPacket opens the socket ListenAnnounce reads; it is called with

@@ -47,10 +47,12 @@ const (
 type Config struct {
 	// Server is the PCP server; zero: the default gateway on Port.
 	Server netip.AddrPort
-	// Gateway returns the default gateway; nil: igd.SystemHost's.
+	// Gateway returns the default gateway; nil: igd.SystemHost's, or
+	// with IPv6 the IPv6 default router.
 	Gateway func(ctx context.Context) (netip.Addr, error)
+	// IPv6 makes a nil Gateway the IPv6 default router's.
+	IPv6 bool
 	// CallTimeout bounds one call; zero: DefaultCallTimeout.
-	IPv6        bool
 	CallTimeout time.Duration
 	// DialContext makes each call's UDP socket; nil: a zero net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -61,7 +63,10 @@ type Config struct {
 // withDefaults returns cfg with every zero field filled in. This is the only
 // place defaults are set.
 func (cfg Config) withDefaults() Config {
-	if cfg.Gateway == nil {
+	switch {
+	case cfg.Gateway == nil && cfg.IPv6:
+		cfg.Gateway = defaultRouter6
+	case cfg.Gateway == nil:
 		cfg.Gateway = igd.SystemHost{}.DefaultGateway
 	}
 	if cfg.CallTimeout == 0 {
@@ -81,6 +86,8 @@ func (cfg Config) validate() error {
 	switch {
 	case cfg.Server.IsValid() && !unicast(cfg.Server.Addr().Unmap()):
 		return fmt.Errorf("pcp: invalid Config.Server %s: must be a unicast IPv4 or IPv6 address", cfg.Server)
+	case cfg.Server.IsValid() && cfg.IPv6 && !cfg.Server.Addr().Is6():
+		return fmt.Errorf("pcp: invalid Config.Server %s: must be an IPv6 address with Config.IPv6", cfg.Server)
 	case cfg.Server.IsValid() && cfg.Server.Port() == 0:
 		return fmt.Errorf("pcp: invalid Config.Server %s: port must not be 0 (PCP is %d)", cfg.Server, Port)
 	case cfg.CallTimeout < 0:

@@ -402,6 +402,7 @@ func TestNewClientValidates(t *testing.T) {
 	}{
 		{Config{Server: netip.MustParseAddrPort("[ff02::1]:5351")}, "Config.Server"},
 		{Config{Server: netip.MustParseAddrPort("[::]:5351")}, "Config.Server"},
+		{Config{IPv6: true, Server: netip.MustParseAddrPort("192.0.2.1:5351")}, "Config.Server"},
 		{Config{Server: netip.MustParseAddrPort("192.0.2.1:0")}, "Config.Server"},
 		{Config{CallTimeout: -time.Second}, "Config.CallTimeout"},
 	} {
