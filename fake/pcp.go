@@ -33,7 +33,8 @@ type PCPConfig struct {
 	// epoch. Nil means NewRouter(RouterConfig{}).
 	Router *Router
 	// Conn is the socket the server answers on. Nil means a new UDP socket
-	// on 127.0.0.1 at a free port. The server owns it: Close closes it.
+	// on 127.0.0.1 at a free port; an IPv6 socket (on [::1], say) serves
+	// IPv6 pinholes. The server owns it: Close closes it.
 	Conn net.PacketConn
 	// AllowThirdParty is miniupnpd's pcp_allow_thirdparty=yes: a MAP may
 	// carry THIRD_PARTY. False refuses it with UNSUPP_OPTION.

@@ -67,6 +67,13 @@
 //   - A daemon restart keeps the table and, with system_uptime=yes, the
 //     epoch keeps counting: only the ANNOUNCE tells of it.
 //
+// Over IPv6 (a MAP for an IPv6 address: a firewall pinhole, the external
+// address and port the internal ones, any port), the same daemon guards a
+// delete with the nonce too, but renews an open pinhole for a MAP with any
+// nonce and drops the pinhole's nonce when it does, so that no delete is
+// authorized after a renewal (fixed in 2.3.6 and 2.3.8); a delete of a
+// pinhole it does not hold is SUCCESS. igd/pcp's design note has the table.
+//
 // So the nonce proves nothing about who holds a mapping now. A caller must
 // still read the table (the description names the nonce) before it trusts
 // a mapping is its own, renew by MAP rather than assume the router kept it,
