@@ -21,8 +21,9 @@ type Target6 struct {
 	// Open reports whether the router lets the internet reach addr over
 	// proto now: a pinhole to it is open.
 	Open func(t testing.TB, proto igd.Protocol, addr netip.AddrPort) bool
-	// Reboot reboots the router (pinholes wiped).
-	Reboot func(t testing.TB)
+	// Restart restarts the daemon (its firewall rules kept); Reboot
+	// reboots the router (pinholes wiped).
+	Restart, Reboot func(t testing.TB)
 	// Step advances the server's clock. Nil: the server runs on real time.
 	Step func(d time.Duration)
 }
@@ -78,6 +79,7 @@ func cases6() []testCase6 {
 		{name: "RenewalIgnoresTheNonce", cfg: allow, run: testPinholeRenewalIgnoresNonce},
 		{name: "LeaseEnds", cfg: Config{AllowThirdParty: true, MinLifetime: time.Second}, run: testPinholeLeaseEnds},
 		{name: "RebootLoses", cfg: allow, run: testPinholeRebootLoses},
+		{name: "RestartKeeps", cfg: allow, run: testPinholeRestartKeeps},
 		{name: "Raw/SuggestedExternalAddress", cfg: allow, run: testPinholeSuggestedAddress},
 	}
 }
@@ -260,6 +262,21 @@ func testPinholeRebootLoses(t *testing.T, tg Target6) {
 	}
 	mustMap(t, c, pinholeReq(target.Addr(), port6High, 10*time.Minute, nonceA))
 	wantOpen(t, tg, target, true, "after the MAP that followed the reboot")
+}
+
+// testPinholeRestartKeeps: a daemon restart keeps the pinhole and its
+// nonce (the rule and its description stay in the firewall): the nonce
+// still closes it.
+func testPinholeRestartKeeps(t *testing.T, tg Target6) {
+	c := client6(t, tg, 0)
+	target := netip.AddrPortFrom(tg.Hosts[1].Addr, port6High)
+	mustMap(t, c, pinholeReq(target.Addr(), port6High, 10*time.Minute, nonceA))
+	tg.Restart(t)
+	wantOpen(t, tg, target, true, "after the restart")
+	if err := c.Delete(ctx(t), igd.TCP, target.Addr(), port6High, nonceA); err != nil {
+		t.Fatalf("Delete with the nonce after the restart = %v", err)
+	}
+	wantOpen(t, tg, target, false, "after the delete")
 }
 
 // testPinholeSuggestedAddress: the external address of a pinhole is its

@@ -113,8 +113,9 @@ func fakeBackend6() pcpconformance.Backend6 {
 					}
 					return false
 				},
-				Reboot: func(testing.TB) { s.Reboot() },
-				Step:   clk.Step,
+				Restart: func(testing.TB) { s.Restart() },
+				Reboot:  func(testing.TB) { s.Reboot() },
+				Step:    clk.Step,
 			}
 			tg.Hosts[0] = pcpconformance.Host{Addr: self, DialContext: dialFrom(self)}
 			tg.Hosts[1] = pcpconformance.Host{Addr: netip.MustParseAddr("2001:db8:1::11")}

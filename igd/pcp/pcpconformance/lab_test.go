@@ -87,7 +87,8 @@ func labBackend6() pcpconformance.Backend6 {
 					defer cancel()
 					return lab.InternetReaches(ctx, addr) == nil
 				},
-				Reboot: lab.Reboot,
+				Restart: lab.Restart,
+				Reboot:  lab.Reboot,
 			}
 			for i := range tg.Hosts {
 				n := lab.Nodes[i]
