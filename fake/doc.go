@@ -113,8 +113,10 @@
 //     answers) except through hooks.
 //   - NAT-PMP (version 0) and PCP version 1: the PCPServer does not
 //     answer them. PCP's PEER opcode: the fake answers UNSUPP_OPCODE,
-//     where Debian's build (PCP_PEER) installs a peer mapping. IPv6 mappings and protocols other than TCP and UDP (UNSUPP_PROTOCOL;
-//     miniupnpd would try them), the FILTER option (read and ignored),
+//     where Debian's build (PCP_PEER) installs a peer mapping. Protocols
+//     other than TCP and UDP (UNSUPP_PROTOCOL; miniupnpd would try them),
+//     an IPv4 address over IPv6 or the reverse (NAT46, NAT64), ANNOUNCE
+//     over IPv6 (ff02::1), the FILTER option (read and ignored),
 //     miniupnpd's permission rules and its check of sockets open on the
 //     router itself (only mappings make a port in use), the lease a
 //     restarted daemon forgets, and the delay before a restarted daemon
