@@ -99,6 +99,9 @@ func TestPinholesOpenForAnotherHostAndClose(t *testing.T) {
 	if err := p.ClosePinhole(pctx(t), ph); err != nil {
 		t.Errorf("ClosePinhole of a closed pinhole = %v, want nil", err)
 	}
+	if n := len(s.Calls()); n != 3 {
+		t.Errorf("open, close and close again made %d requests, want 3 (one each)", n)
+	}
 
 	if err := p.OpenPinhole(pctx(t), ph); err != nil {
 		t.Fatal(err)
