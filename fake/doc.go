@@ -61,7 +61,15 @@
 // which the server sends an ANNOUNCE to PCPServer.ListenAnnounce sockets
 // and PCPConfig.AnnounceTo. Its mappings read through UPnP with
 // PCPDescription(nonce). It decodes requests with its own code, not
-// igd/pcp's.
+// igd/pcp's. Over IPv6 (PCPConfig.Conn an IPv6 socket) a MAP for an IPv6
+// address opens a pinhole in the Router's pinhole table, as miniupnpd
+// 2.3.1's firewall path does, which package pcpconformance's Run6 holds it
+// and the real daemon to: any port, THIRD_PARTY as for IPv4, the external
+// address and port the internal ones, the nonce guarding the delete (a
+// delete that finds nothing is SUCCESS); a MAP of an open pinhole renews
+// it whatever its nonce and drops its description, so no delete is
+// authorized after a renewal; Reboot closes them all; Router.Pinholes lists
+// them with their description. The ANNOUNCE is sent over IPv4 only.
 //
 // A Server with an IGD:2 description also answers WANIPv6FirewallControl:1
 // (IPv6 pinholes, at /ctl/IP6FCtl) with miniupnpd 2.3.1's rules, which
@@ -105,8 +113,10 @@
 //     answers) except through hooks.
 //   - NAT-PMP (version 0) and PCP version 1: the PCPServer does not
 //     answer them. PCP's PEER opcode: the fake answers UNSUPP_OPCODE,
-//     where Debian's build (PCP_PEER) installs a peer mapping. IPv6 mappings and protocols other than TCP and UDP (UNSUPP_PROTOCOL;
-//     miniupnpd would try them), the FILTER option (read and ignored),
+//     where Debian's build (PCP_PEER) installs a peer mapping. Protocols
+//     other than TCP and UDP (UNSUPP_PROTOCOL; miniupnpd would try them),
+//     an IPv4 address over IPv6 or the reverse (NAT46, NAT64), ANNOUNCE
+//     over IPv6 (ff02::1), the FILTER option (read and ignored),
 //     miniupnpd's permission rules and its check of sockets open on the
 //     router itself (only mappings make a port in use), the lease a
 //     restarted daemon forgets, and the delay before a restarted daemon

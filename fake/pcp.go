@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
@@ -32,7 +33,8 @@ type PCPConfig struct {
 	// epoch. Nil means NewRouter(RouterConfig{}).
 	Router *Router
 	// Conn is the socket the server answers on. Nil means a new UDP socket
-	// on 127.0.0.1 at a free port. The server owns it: Close closes it.
+	// on 127.0.0.1 at a free port; an IPv6 socket (on [::1], say) serves
+	// IPv6 pinholes. The server owns it: Close closes it.
 	Conn net.PacketConn
 	// AllowThirdParty is miniupnpd's pcp_allow_thirdparty=yes: a MAP may
 	// carry THIRD_PARTY. False refuses it with UNSUPP_OPTION.
@@ -349,6 +351,7 @@ type pcpRequest struct {
 	extIP           *[16]byte // nil: not set
 	thirdParty      *[16]byte
 	preferFailure   bool
+	fw              bool // an IPv6 internal address: a pinhole, no NAT
 }
 
 // handle answers one datagram from src as miniupnpd 2.3.1's
@@ -566,12 +569,12 @@ func (s *PCPServer) validate(src netip.AddrPort, req *pcpRequest) bool {
 	if req.thirdParty != nil {
 		mapped = *req.thirdParty
 	}
-	if !netip.AddrFrom16(mapped).Is4In6() {
-		// An IPv6 pinhole (miniupnpd's firewall path) is not modelled.
-		req.result = pcpwire.UnsuppProtocol
-		return false
-	}
 	real := s.router.ExternalIP().As16()
+	if req.fw = !netip.AddrFrom16(mapped).Is4In6(); req.fw {
+		// An IPv6 pinhole (CheckExternalAddress's is_fw): the external
+		// address is the internal one.
+		real = mapped
+	}
 	switch {
 	case unspecified(*req.extIP):
 		req.extIP = &real
@@ -612,6 +615,17 @@ func (r *Router) pcpMap(req *pcpRequest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
+	if req.fw {
+		r.expirePinholesLocked(now)
+		p := pinhole.Pinhole{InternalClient: mapped, InternalPort: req.intPort, Protocol: proto}
+		if req.lifetime == 0 {
+			req.result = r.pcpClosePinholeLocked(p, desc)
+			return
+		}
+		p.Lease = time.Duration(req.lifetime) * time.Second
+		req.result = r.pcpOpenPinholeLocked(now, p, req, desc)
+		return
+	}
 	r.expireLocked(now)
 	if req.lifetime == 0 {
 		req.result = r.pcpDeleteLocked(proto, mapped, req.intPort, desc)
@@ -699,4 +713,48 @@ func (r *Router) pcpCreateLocked(now time.Time, proto igd.Protocol, mapped netip
 		seq:     r.seq,
 	}
 	return pcpwire.Success
+}
+
+// pcpOpenPinholeLocked is CreatePCPMap_FW of miniupnpd 2.3.1 with the
+// nftables backend: a pinhole already open to p's address, port and
+// protocol is renewed to p.Lease whatever nonce it holds, loses its
+// description (and so its nonce: update_pinhole drops it) and the answer
+// keeps the suggested external port as it came; otherwise a new pinhole
+// opens, with desc, and the external port is the internal one.
+func (r *Router) pcpOpenPinholeLocked(now time.Time, p pinhole.Pinhole, req *pcpRequest, desc string) pcpwire.ResultCode {
+	if id, e := r.pinholeAtLocked(p); e != nil {
+		r.pinholes[id] = &pinholeEntry{p: p, expires: now.Add(p.Lease)}
+		return pcpwire.Success
+	}
+	r.lastPinholeID++
+	r.pinholes[r.lastPinholeID] = &pinholeEntry{p: p, expires: now.Add(p.Lease), desc: desc}
+	req.extPort = p.InternalPort
+	return pcpwire.Success
+}
+
+// pcpClosePinholeLocked is DeletePCPMap's firewall path: the pinhole to
+// p's address, port and protocol is closed if its description is desc,
+// else NOT_AUTHORIZED; when there is none the answer is SUCCESS (2.3.1
+// returns before it sets an error).
+func (r *Router) pcpClosePinholeLocked(p pinhole.Pinhole, desc string) pcpwire.ResultCode {
+	id, e := r.pinholeAtLocked(p)
+	switch {
+	case e == nil:
+		return pcpwire.Success
+	case e.desc != desc:
+		return pcpwire.NotAuthorized
+	}
+	delete(r.pinholes, id)
+	return pcpwire.Success
+}
+
+// pinholeAtLocked returns the pinhole to p's address, port and protocol,
+// if any.
+func (r *Router) pinholeAtLocked(p pinhole.Pinhole) (uint16, *pinholeEntry) {
+	for id, e := range r.pinholes {
+		if e.p.InternalClient == p.InternalClient && e.p.InternalPort == p.InternalPort && e.p.Protocol == p.Protocol {
+			return id, e
+		}
+	}
+	return 0, nil
 }

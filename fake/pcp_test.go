@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
@@ -220,5 +222,29 @@ func TestPCPOnAnswerLostAnswer(t *testing.T) {
 	}
 	if n := len(s.Calls()); n != 3 {
 		t.Errorf("server answered %d requests, want 3 (map, delete, its retransmission)", n)
+	}
+}
+
+// TestPCPPinholesListWithTheirNonce: a pinhole a PCP MAP opened over IPv6
+// lists in Router.Pinholes with miniupnpd's description of its nonce, and
+// without it once renewed (2.3.1 drops it).
+func TestPCPPinholesListWithTheirNonce(t *testing.T) {
+	conn, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	s, _ := newPCP(t, fake.PCPConfig{Conn: conn, AllowThirdParty: true})
+	c := pcpClient(t, s)
+	node := netip.MustParseAddr("2001:db8:1::11")
+	req := pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: node, InternalPort: 443, ExternalPort: 443, Lifetime: time.Hour, Nonce: nonce}
+	want := []fake.OpenPinhole{{ID: 1, Pinhole: pinhole.Pinhole{InternalClient: node, InternalPort: 443, Protocol: igd.TCP, Lease: time.Hour}, Description: fake.PCPDescription(nonce)}}
+	for _, step := range []string{"opened", "renewed"} {
+		if _, err := c.Map(tctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, s.Router().Pinholes(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("Pinholes when %s (-want +got):\n%s", step, diff)
+		}
+		want[0].Description = ""
 	}
 }

@@ -28,12 +28,18 @@ type OpenPinhole struct {
 	// Pinhole is what it lets through; Lease is the time left, rounded up
 	// to a whole second.
 	Pinhole pinhole.Pinhole
+	// Description is what the router keeps with it: PCPDescription(nonce)
+	// for a pinhole a PCP MAP opened, and "" for one UPnP opened or that
+	// was renewed (miniupnpd 2.3.1 drops it then, and with it the nonce
+	// a PCP delete needs).
+	Description string
 }
 
 // pinholeEntry is one stored pinhole.
 type pinholeEntry struct {
 	p       pinhole.Pinhole // Lease as granted
 	expires time.Time
+	desc    string
 }
 
 // Pinholes returns the pinholes the router holds, without expired ones,
@@ -47,7 +53,7 @@ func (r *Router) Pinholes() []OpenPinhole {
 	for id, e := range r.pinholes {
 		p := e.p
 		p.Lease = (e.expires.Sub(now) + time.Second - 1).Truncate(time.Second)
-		out = append(out, OpenPinhole{ID: id, Pinhole: p})
+		out = append(out, OpenPinhole{ID: id, Pinhole: p, Description: e.desc})
 	}
 	slices.SortFunc(out, func(a, b OpenPinhole) int { return int(a.ID) - int(b.ID) })
 	return out
@@ -118,6 +124,7 @@ func (r *Router) updatePinhole(action string, caller netip.Addr, id uint16, leas
 	}
 	e.p.Lease = time.Duration(lease) * time.Second
 	e.expires = r.clock.Now().Add(e.p.Lease)
+	e.desc = "" // update_pinhole drops it (2.3.1, nftables)
 	return nil
 }
 

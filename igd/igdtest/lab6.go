@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // The IPv6 lab (Options.IPv6), beside the IPv4 one and in the same
@@ -167,7 +168,7 @@ func (n *Node) InterfaceIndex(name string) (int, error) {
 }
 
 // DialContextFrom returns a dial function (the signature of
-// net.Dialer.DialContext) that dials from inside the node's namespace with
+// net.Dialer.DialContext, TCP or UDP) that dials from inside the node's namespace with
 // local as the source address, for example the node's GUA: a router that
 // lets a host open pinholes only for itself judges it by the source
 // address, and a host with several IPv6 addresses (ULA, GUA, temporary)
@@ -178,6 +179,9 @@ func (n *Node) DialContextFrom(local netip.Addr) func(ctx context.Context, netwo
 		err := n.Do(func() error {
 			var err error
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice(), Zone: local.Zone()}}
+			if strings.HasPrefix(network, "udp") {
+				d.LocalAddr = &net.UDPAddr{IP: local.AsSlice(), Zone: local.Zone()}
+			}
 			c, err = d.DialContext(ctx, network, address)
 			return err
 		})

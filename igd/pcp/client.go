@@ -20,23 +20,34 @@ const Port = pcpwire.Port
 const DefaultCallTimeout = pcpwire.DefaultCallTimeout
 
 // Config configures a Client. The zero value finds the server at the
-// default gateway.
+// default gateway. The client speaks the family of its server's address:
+// IPv4 for a Backend's mappings, IPv6 for Pinholes.
 type Config struct {
-	// Server is the PCP server. The zero value means the default gateway
-	// (from Gateway) on Port, looked up again at every call.
+	// Server is the PCP server, IPv4 or IPv6 (a link-local address with
+	// its zone, such as [fe80::1%eth0]:5351, the IPv6 default router). The
+	// zero value means the default gateway (from Gateway) on Port, looked
+	// up again at every call.
 	Server netip.AddrPort
-	// Gateway returns this host's IPv4 default gateway; used only when
-	// Server is zero. Nil reads /proc/net/route, which shows the routes of
-	// the process's network namespace even from a thread switched into
-	// another one (see igd's package documentation).
+	// Gateway returns this host's default gateway, IPv4 or IPv6; used only
+	// when Server is zero. Nil reads the IPv4 default route from
+	// /proc/net/route, which shows the routes of the process's network
+	// namespace even from a thread switched into another one (see igd's
+	// package documentation), or with IPv6 this host's IPv6 default router.
 	Gateway func(ctx context.Context) (netip.Addr, error)
+	// IPv6 makes the client an IPv6 one when Server is zero and Gateway
+	// nil: the server is the next hop of the IPv6 default route (with its
+	// interface as the zone when link-local), read at every call from
+	// /proc/thread-self/net/ipv6_route (Linux), the route table of the
+	// calling thread's network namespace. A Server must then be IPv6.
+	IPv6 bool
 	// CallTimeout bounds one request to the server, retransmissions
 	// included, in addition to the caller's context. Zero means
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
-	// DialContext makes the connected UDP socket ("udp4", server) each call
-	// sends from; its local address is the PCP client address the request
-	// carries. Nil means a zero net.Dialer. Set it to pin the client to an
+	// DialContext makes the connected UDP socket ("udp4" or "udp6",
+	// server) each call sends from; its local address is the PCP client
+	// address the request carries (for Pinholes, this host's global IPv6
+	// address). Nil means a zero net.Dialer. Set it to pin the client to an
 	// interface or run it in a network namespace.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ListenPacket opens the socket ListenAnnounce reads; it is called with
@@ -46,16 +57,17 @@ type Config struct {
 	ListenPacket func(ctx context.Context, network, addr string) (net.PacketConn, error)
 }
 
-// Client speaks PCP (RFC 6887) to one server, IPv4 only: a Backend writes
-// through it, and a load balancer learns from it that the router lost its
+// Client speaks PCP (RFC 6887) to one server, over IPv4 or IPv6 as its
+// address is: a Backend writes IPv4 mappings through it, Pinholes IPv6
+// pinholes, and a load balancer learns from it that the router lost its
 // state (Restarts, ListenAnnounce, EpochLost). It is safe for concurrent
 // use. (It is a defined type over ccmkit's internal wire client, whose MAP
 // requests the Backend makes.)
 type Client pcpwire.Client
 
 // NewClient returns a client for cfg. It does no I/O. An invalid cfg
-// (Server not IPv4 or on port 0, CallTimeout negative) is an error naming
-// the field.
+// (Server not a unicast address or on port 0, CallTimeout negative) is an
+// error naming the field.
 func NewClient(cfg Config) (*Client, error) {
 	c, err := pcpwire.NewClient(pcpwire.Config(cfg))
 	if err != nil {
@@ -80,7 +92,8 @@ func (c *Client) Restarts() <-chan struct{} { return c.wire().Restarts() }
 // server's address signals Restarts. Anyone on the LAN can forge an
 // ANNOUNCE: the worst it can cause is a renewal of every mapping (check it
 // with EpochLost). It returns an error when the socket cannot be opened or
-// the server's address cannot be found.
+// the server's address cannot be found, and at once for an IPv6 server
+// (IPv4 only: a client of the same router's IPv4 address hears it).
 func (c *Client) ListenAnnounce(ctx context.Context) error { return c.wire().ListenAnnounce(ctx) }
 
 // EpochLost asks the server for its Epoch Time (a PCP ANNOUNCE request) and

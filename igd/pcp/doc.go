@@ -5,8 +5,11 @@
 // a nonce derived from the owner and the key under a cluster secret (every
 // replica derives the same one; no state is stored), OwnedBy proves from a
 // read that a mapping is the owner's, and Mapped asks a router that cannot
-// be read whether it still holds one. Client talks to the router's PCP
-// server and tells of its restarts (Restarts, ListenAnnounce, EpochLost).
+// be read whether it still holds one. Pinholes opens and closes IPv6
+// firewall pinholes (a MAP for an IPv6 address, no NAT) for any LAN host,
+// under nonces derived the same way. Client talks to the router's PCP
+// server, over IPv4 or IPv6, and tells of its restarts (Restarts,
+// ListenAnnounce, EpochLost).
 //
 // Errors are igd's: a held port matches igd.ErrConflict, a port the
 // router's rules refuse igd.ErrNotAuthorized, a refused THIRD_PARTY
@@ -15,8 +18,8 @@
 //
 // # What the router enforces
 //
-// As miniupnpd 2.3.1 (Debian's build, nftables) does it; the lab tests pin
-// each point.
+// As miniupnpd 2.3.1 (Debian's build, nftables) does it for IPv4
+// mappings; the lab tests pin each point. Pinholes states its own.
 //
 //   - A delete needs the nonce the mapping holds now: with another the
 //     router refuses it and keeps the mapping. The router keeps the nonce

@@ -3,11 +3,13 @@ package pcp_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
 // A load balancer writes a Service port's mapping for its owner through PCP
@@ -38,4 +40,30 @@ func ExampleNewBackend() {
 	}
 	fmt.Println(m.Key(), "for", m.Lease)
 	<-c.Restarts() // then map again
+}
+
+// A load balancer opens an IPv6 pinhole to a node's global address on a
+// Service port (no NAT: the internet connects to that address and port),
+// renews it by opening it again, and closes it when the Service goes.
+func ExampleNewPinholes() {
+	// The IPv6 default router; send from this host's global address.
+	local := netip.MustParseAddr("2001:db8:1::10")
+	c, err := pcp.NewClient(pcp.Config{IPv6: true, DialContext: (&net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}).DialContext})
+	if err != nil {
+		panic(err)
+	}
+	p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: []byte("a cluster secret of 32 random bytes at least")})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	ph := pinhole.Pinhole{InternalClient: netip.MustParseAddr("2001:db8:1::11"), InternalPort: 443, Protocol: igd.TCP, Lease: time.Hour}
+	if err := p.OpenPinhole(ctx, ph); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// ... within the hour, OpenPinhole(ctx, ph) again; when the Service goes:
+	if err := p.ClosePinhole(ctx, ph); err != nil {
+		fmt.Println(err) // igd.ErrNotAuthorized: another's, or renewed on miniupnpd < 2.3.6
+	}
 }

@@ -23,13 +23,17 @@ const announceAddr = "224.0.0.1:5350"
 // a renewal of every mapping.
 //
 // It needs no group join: the kernel keeps every multicast-capable
-// interface in 224.0.0.1. It returns an error when the socket cannot be
+// interface in 224.0.0.1. It is IPv4 only: a client of an IPv6 server
+// gets an error at once. It returns an error when the socket cannot be
 // opened (another program holds port 5350 without SO_REUSEADDR, say) or
 // the server's address cannot be found.
 func (c *Client) ListenAnnounce(ctx context.Context) error {
 	server, err := c.server(ctx)
 	if err != nil {
 		return fmt.Errorf("pcp: listen for ANNOUNCE: %w", err)
+	}
+	if server.Addr().Is6() {
+		return fmt.Errorf("pcp: listen for ANNOUNCE: IPv4 only, and the server %s is IPv6: listen with a client of its IPv4 address (miniupnpd announces over both)", server.Addr())
 	}
 	pc, err := c.cfg.ListenPacket(ctx, "udp4", announceAddr)
 	if err != nil {

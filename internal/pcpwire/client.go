@@ -50,8 +50,11 @@ const (
 type Config struct {
 	// Server is the PCP server; zero: the default gateway on Port.
 	Server netip.AddrPort
-	// Gateway returns the default gateway; nil: hostinfo.System's.
+	// Gateway returns the default gateway; nil: hostinfo.System's, or
+	// with IPv6 the IPv6 default router.
 	Gateway func(ctx context.Context) (netip.Addr, error)
+	// IPv6 makes a nil Gateway the IPv6 default router's.
+	IPv6 bool
 	// CallTimeout bounds one call; zero: DefaultCallTimeout.
 	CallTimeout time.Duration
 	// DialContext makes each call's UDP socket; nil: a zero net.Dialer.
@@ -63,7 +66,10 @@ type Config struct {
 // withDefaults returns cfg with every zero field filled in. This is the only
 // place defaults are set.
 func (cfg Config) withDefaults() Config {
-	if cfg.Gateway == nil {
+	switch {
+	case cfg.Gateway == nil && cfg.IPv6:
+		cfg.Gateway = defaultRouter6
+	case cfg.Gateway == nil:
 		cfg.Gateway = hostinfo.System{}.DefaultGateway
 	}
 	if cfg.CallTimeout == 0 {
@@ -81,8 +87,10 @@ func (cfg Config) withDefaults() Config {
 
 func (cfg Config) validate() error {
 	switch {
-	case cfg.Server.IsValid() && !cfg.Server.Addr().Unmap().Is4():
-		return fmt.Errorf("pcp: invalid Config.Server %s: must be an IPv4 address", cfg.Server)
+	case cfg.Server.IsValid() && !unicast(cfg.Server.Addr().Unmap()):
+		return fmt.Errorf("pcp: invalid Config.Server %s: must be a unicast IPv4 or IPv6 address", cfg.Server)
+	case cfg.Server.IsValid() && cfg.IPv6 && !cfg.Server.Addr().Is6():
+		return fmt.Errorf("pcp: invalid Config.Server %s: must be an IPv6 address with Config.IPv6", cfg.Server)
 	case cfg.Server.IsValid() && cfg.Server.Port() == 0:
 		return fmt.Errorf("pcp: invalid Config.Server %s: port must not be 0 (PCP is %d)", cfg.Server, Port)
 	case cfg.CallTimeout < 0:
@@ -91,8 +99,17 @@ func (cfg Config) validate() error {
 	return nil
 }
 
-// Client speaks PCP (RFC 6887) MAP to one server, IPv4 only. It is safe for
-// concurrent use. pcp.Client is a defined type over it.
+// unicast reports whether a can be a server's or a host's address: not
+// unspecified, multicast or broadcast.
+func unicast(a netip.Addr) bool {
+	return a.IsValid() && !a.IsUnspecified() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// Client speaks PCP (RFC 6887) MAP to one server, over IPv4 or IPv6 as the
+// server's address is: an IPv4 server maps IPv4 addresses (NAT), an IPv6
+// server opens IPv6 pinholes (no NAT: the external address and port are
+// the internal ones). It is safe for concurrent use. pcp.Client is a
+// defined type over it.
 type Client struct {
 	cfg      Config
 	restarts chan struct{}
@@ -134,10 +151,11 @@ func (c *Client) Restarts() <-chan struct{} { return c.restarts }
 type MapRequest struct {
 	// Protocol is igd.TCP or igd.UDP. Required.
 	Protocol igd.Protocol
-	// InternalAddr is the LAN host the mapping forwards to. The zero value,
-	// or this host's own address toward the server, maps to this host;
-	// another IPv4 address is sent in a THIRD_PARTY option, which the
-	// server may refuse (ErrUnsupportedOption).
+	// InternalAddr is the LAN host the mapping forwards to, of the
+	// server's family (IPv4 or IPv6, without a zone). The zero value, or
+	// this host's own address toward the server, maps to this host;
+	// another address is sent in a THIRD_PARTY option, which the server
+	// may refuse (ErrUnsupportedOption).
 	InternalAddr netip.Addr
 	// InternalPort is the port on InternalAddr. Required (non-zero).
 	InternalPort uint16
@@ -176,10 +194,10 @@ func (r MapRequest) validate() error {
 	switch {
 	case !r.Protocol.Valid():
 		return &igderr.FieldError{Field: "Protocol", Value: fmt.Sprintf("%q", r.Protocol), Reason: "must be TCP or UDP"}
-	case r.InternalAddr.IsValid() && !r.InternalAddr.Unmap().Is4():
-		return &igderr.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be IPv4"}
-	case r.InternalAddr.IsValid() && r.InternalAddr.Unmap().IsUnspecified():
+	case r.InternalAddr.IsValid() && !unicast(r.InternalAddr.Unmap()):
 		return &igderr.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must be a host address or the zero Addr"}
+	case r.InternalAddr.Zone() != "":
+		return &igderr.FieldError{Field: "InternalAddr", Value: r.InternalAddr.String(), Reason: "must have no zone"}
 	case r.InternalPort == 0:
 		return &igderr.FieldError{Field: "InternalPort", Value: "0", Reason: "must be 1-65535"}
 	case r.Lifetime < time.Second || r.Lifetime/time.Second > math.MaxUint32:
@@ -210,8 +228,12 @@ func (c *Client) Map(ctx context.Context, req MapRequest) (MapResult, error) {
 	if err != nil {
 		return MapResult{}, err
 	}
-	if !a.ExternalAddr.Is4() || a.ExternalAddr.IsUnspecified() || a.ExternalPort == 0 {
-		return MapResult{}, fmt.Errorf("pcp: map: server answered SUCCESS with external %s:%d, not a usable IPv4 address and port", a.ExternalAddr, a.ExternalPort)
+	family := "IPv4"
+	if a.ClientAddr.Is6() {
+		family = "IPv6"
+	}
+	if a.ExternalAddr.Is6() != a.ClientAddr.Is6() || !unicast(a.ExternalAddr) || a.ExternalPort == 0 {
+		return MapResult{}, fmt.Errorf("pcp: map: server answered SUCCESS with external %s port %d, not a usable %s address and port", a.ExternalAddr, a.ExternalPort, family)
 	}
 	if req.PreferFailure && a.ExternalPort != req.ExternalPort {
 		// miniupnpd built with CHECK_PORTINUSE (Debian's is) skips a port
@@ -233,13 +255,14 @@ func (c *Client) Map(ctx context.Context, req MapRequest) (MapResult, error) {
 }
 
 // Delete removes the mapping of proto to internalAddr:internalPort (a MAP
-// with lifetime 0, the all-zeros IPv4-mapped external address and external
-// port 0, per RFC 6887 §15 and erratum 3621). internalAddr follows
+// with lifetime 0, the all-zeros external address of the server's family
+// and external port 0, per RFC 6887 §15 and erratum 3621). internalAddr follows
 // MapRequest.InternalAddr: zero means this host. The server deletes only
 // with the nonce that created the mapping (ErrNotAuthorized otherwise).
 // miniupnpd 2.3.1 answers ErrNoResources when it holds no PCP or UPnP
 // mapping to internalAddr:internalPort, so a retransmission after a lost
-// answer, or a second Delete, gets that error.
+// answer, or a second Delete, gets that error; for an IPv6 pinhole it
+// holds no more it answers SUCCESS.
 func (c *Client) Delete(ctx context.Context, proto igd.Protocol, internalAddr netip.Addr, internalPort uint16, nonce [12]byte) error {
 	// Lifetime is set to pass validation; the request carries 0.
 	req := MapRequest{Protocol: proto, InternalAddr: internalAddr, InternalPort: internalPort, Lifetime: time.Second}
@@ -258,9 +281,13 @@ func wireProto(p igd.Protocol) uint8 {
 	return protoTCP
 }
 
-// call sends m (completed with the client address and, when internal is
-// another host, THIRD_PARTY) until the matching answer comes or ctx or
-// CallTimeout ends, and returns the answer when its result is SUCCESS.
+// call sends m (completed with the client address, the all-zeros
+// suggested external address of the server's family when m has none and,
+// when internal is another host, THIRD_PARTY) until the matching answer
+// comes or ctx or CallTimeout ends, and returns the answer, with
+// ClientAddr set to the address the request was sent from, when its result
+// is SUCCESS. An internal address of the other family than the server's is
+// a *igderr.FieldError.
 func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr) (_ mapMessage, err error) {
 	defer func(start time.Time) { igdmetrics.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
@@ -272,6 +299,13 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 	defer conn.Close()
 	if m.ClientAddr, err = localAddr(conn, op); err != nil {
 		return mapMessage{}, err
+	}
+	if internal.IsValid() && internal.Is4() != server.Addr().Is4() {
+		return mapMessage{}, fmt.Errorf("pcp: %s: %w", op, &igderr.FieldError{Field: "InternalAddr", Value: internal.String(),
+			Reason: fmt.Sprintf("must be of the family of the server %s", server.Addr())})
+	}
+	if !m.ExternalAddr.IsValid() && m.ClientAddr.Is6() {
+		m.ExternalAddr = netip.IPv6Unspecified()
 	}
 	if internal.IsValid() && internal != m.ClientAddr {
 		m.ThirdParty = internal
@@ -297,6 +331,7 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 	if err != nil {
 		return mapMessage{}, err
 	}
+	a.ClientAddr = m.ClientAddr
 	return a, nil
 }
 
@@ -414,7 +449,8 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
-// server returns Config.Server, or the default gateway on Port.
+// server returns Config.Server, or the default gateway on Port. An IPv6
+// address keeps its zone (a link-local router needs it).
 func (c *Client) server(ctx context.Context) (netip.AddrPort, error) {
 	if c.cfg.Server.IsValid() {
 		return netip.AddrPortFrom(c.cfg.Server.Addr().Unmap(), c.cfg.Server.Port()), nil
@@ -423,8 +459,8 @@ func (c *Client) server(ctx context.Context) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("find server: %w", err)
 	}
-	if !gw.Unmap().Is4() {
-		return netip.AddrPort{}, fmt.Errorf("find server: default gateway %s is not IPv4", gw)
+	if !unicast(gw.Unmap()) {
+		return netip.AddrPort{}, fmt.Errorf("find server: default gateway %s is not a unicast address", gw)
 	}
 	return netip.AddrPortFrom(gw.Unmap(), Port), nil
 }

@@ -31,7 +31,14 @@ type fakeServer struct {
 
 func startFake(t *testing.T, reply func(n int, req []byte) [][]byte) *fakeServer {
 	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	return startFakeOn(t, "udp4", "127.0.0.1:0", reply)
+}
+
+// startFakeOn is startFake on network and address, such as "udp6" and
+// "[::1]:0".
+func startFakeOn(t *testing.T, network, address string, reply func(n int, req []byte) [][]byte) *fakeServer {
+	t.Helper()
+	pc, err := net.ListenPacket(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +401,9 @@ func TestNewClientValidates(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{Config{Server: netip.MustParseAddrPort("[2001:db8::1]:5351")}, "Config.Server"},
+		{Config{Server: netip.MustParseAddrPort("[ff02::1]:5351")}, "Config.Server"},
+		{Config{Server: netip.MustParseAddrPort("[::]:5351")}, "Config.Server"},
+		{Config{IPv6: true, Server: netip.MustParseAddrPort("192.0.2.1:5351")}, "Config.Server"},
 		{Config{Server: netip.MustParseAddrPort("192.0.2.1:0")}, "Config.Server"},
 		{Config{CallTimeout: -time.Second}, "Config.CallTimeout"},
 	} {

@@ -1,5 +1,6 @@
 // Package pcpwire is ccmkit's Port Control Protocol (RFC 6887) client for
-// the MAP opcode over IPv4 at the wire level: the result codes, the
+// the MAP opcode at the wire level, over IPv4 (NAT mappings) or IPv6
+// (firewall pinholes, no NAT), as the server's address is: the result codes, the
 // sentinel errors and ResultError, and the raw Client.Map and Client.Delete.
 // Client.Map creates or renews a mapping (for another host with the
 // THIRD_PARTY option), Client.Delete removes one, NonceFor derives the nonce
@@ -65,6 +66,13 @@
 //     target host's AddPortMapping overwrites one.
 //   - A daemon restart keeps the table and, with system_uptime=yes, the
 //     epoch keeps counting: only the ANNOUNCE tells of it.
+//
+// Over IPv6 (a MAP for an IPv6 address: a firewall pinhole, the external
+// address and port the internal ones, any port), the same daemon guards a
+// delete with the nonce too, but renews an open pinhole for a MAP with any
+// nonce and drops the pinhole's nonce when it does, so that no delete is
+// authorized after a renewal (fixed in 2.3.6 and 2.3.8); a delete of a
+// pinhole it does not hold is SUCCESS. igd/pcp's design note has the table.
 //
 // So the nonce proves nothing about who holds a mapping now. A caller must
 // still read the table (the description names the nonce) before it trusts

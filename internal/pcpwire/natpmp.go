@@ -82,18 +82,23 @@ func (c *Client) dial(ctx context.Context, op string) (net.Conn, netip.AddrPort,
 	if err != nil {
 		return nil, netip.AddrPort{}, fmt.Errorf("pcp: %s: %w", op, err)
 	}
-	conn, err := c.cfg.DialContext(ctx, "udp4", server.String())
+	network := "udp4"
+	if server.Addr().Is6() {
+		network = "udp6"
+	}
+	conn, err := c.cfg.DialContext(ctx, network, server.String())
 	if err != nil {
 		return nil, netip.AddrPort{}, fmt.Errorf("pcp: %s: %w", op, err)
 	}
 	return conn, server, nil
 }
 
-// localAddr is conn's local IPv4 address.
+// localAddr is conn's local address, IPv4 unmapped and IPv6 without its
+// zone: the PCP client address of a request sent on conn.
 func localAddr(conn net.Conn, op string) (netip.Addr, error) {
 	local, err := netip.ParseAddrPort(conn.LocalAddr().String())
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("pcp: %s: local address: %w", op, err)
 	}
-	return local.Addr().Unmap(), nil
+	return local.Addr().Unmap().WithZone(""), nil
 }

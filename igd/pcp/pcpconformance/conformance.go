@@ -626,8 +626,14 @@ func preferFailure() []byte { return []byte{2, 0, 0, 0} }
 // every second until CallTimeout.
 func exchange(t *testing.T, tg Target, i int, req []byte) []byte {
 	t.Helper()
+	return exchangeOn(t, tg.Hosts[i].DialContext, "udp4", tg.Server, req)
+}
+
+// exchangeOn is exchange through dial on network to server.
+func exchangeOn(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error), network string, server netip.AddrPort, req []byte) []byte {
+	t.Helper()
 	c := ctx(t)
-	conn, err := tg.Hosts[i].DialContext(c, "udp4", tg.Server.String())
+	conn, err := dial(c, network, server.String())
 	if err != nil {
 		t.Fatal(err)
 	}

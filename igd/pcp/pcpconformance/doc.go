@@ -11,7 +11,13 @@
 // the client never provokes (unknown opcode or version, a short request,
 // THIRD_PARTY naming the sender).
 //
-// The project runs it against fake.PCPServer and, in the lab (igdtest),
+// Run6 holds a server to the same daemon's IPv6 pinholes (a MAP for an
+// IPv6 address over IPv6): any port, THIRD_PARTY, the external address and
+// port the internal ones, the nonce guarding the delete, leases that end,
+// a reboot that closes them, and 2.3.1's renewal that takes any nonce and
+// drops the pinhole's own (igd/pcp's design note).
+//
+// The project runs both against fake.PCPServer and, in the lab (igdtest),
 // against a real miniupnpd:
 //
 //	func TestConformance(t *testing.T) {

@@ -77,3 +77,56 @@ func TestConformanceFake(t *testing.T) {
 	t.Run("SystemUptime", func(t *testing.T) { pcpconformance.Run(t, fakeBackend(true)) })
 	t.Run("DaemonUptime", func(t *testing.T) { pcpconformance.Run(t, fakeBackend(false)) })
 }
+
+// fakeBackend6 runs each IPv6 case on a fresh fake.PCPServer answering on
+// [::1], over a fake.Router on a fake clock. Loopback has one IPv6
+// address, so hosts 0 and 2 are both ::1 (the lab runs the cases with
+// three); host 1 is only ever named, as a THIRD_PARTY target.
+func fakeBackend6() pcpconformance.Backend6 {
+	return pcpconformance.Backend6{
+		Start: func(t *testing.T, cfg pcpconformance.Config) pcpconformance.Target6 {
+			conn, err := net.ListenPacket("udp6", "[::1]:0")
+			if err != nil {
+				t.Skipf("no IPv6 loopback: %v", err)
+			}
+			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			r := fake.NewRouter(fake.RouterConfig{Clock: clk})
+			s, err := fake.NewPCPServer(fake.PCPConfig{
+				Router:          r,
+				Conn:            conn,
+				AllowThirdParty: cfg.AllowThirdParty,
+				MinLifetime:     cfg.MinLifetime,
+				MaxLifetime:     cfg.MaxLifetime,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			self := netip.IPv6Loopback()
+			tg := pcpconformance.Target6{
+				Server: s.Addr(),
+				Open: func(_ testing.TB, proto igd.Protocol, addr netip.AddrPort) bool {
+					for _, p := range r.Pinholes() {
+						if p.Pinhole.Protocol == proto && netip.AddrPortFrom(p.Pinhole.InternalClient, p.Pinhole.InternalPort) == addr {
+							return true
+						}
+					}
+					return false
+				},
+				Restart: func(testing.TB) { s.Restart() },
+				Reboot:  func(testing.TB) { s.Reboot() },
+				Step:    clk.Step,
+			}
+			tg.Hosts[0] = pcpconformance.Host{Addr: self, DialContext: dialFrom(self)}
+			tg.Hosts[1] = pcpconformance.Host{Addr: netip.MustParseAddr("2001:db8:1::11")}
+			tg.Hosts[2] = tg.Hosts[0]
+			return tg
+		},
+	}
+}
+
+// TestConformance6Fake runs the IPv6 pinhole cases against
+// fake.PCPServer.
+func TestConformance6Fake(t *testing.T) {
+	pcpconformance.Run6(t, fakeBackend6())
+}

@@ -1,0 +1,176 @@
+package pcp_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
+)
+
+// IPv6 lab tests: Pinholes against miniupnpd 2.3.1 in igdtest's IPv6 lab
+// (forward policy drop; the internet host reaches a node's global address
+// only through a pinhole).
+
+// unreachableWithin bounds a dial that should fail: the lab router's
+// firewall drops the SYN, so the dial ends only with this bound.
+const unreachableWithin = 500 * time.Millisecond
+
+// labPinholes is a Pinholes acting from node i, from its global address,
+// to the router's link-local address (the node's IPv6 default router).
+func labPinholes(t *testing.T, lab *igdtest.Lab, i int) *pcp.Pinholes {
+	t.Helper()
+	n := lab.Nodes[i]
+	c, err := pcp.NewClient(pcp.Config{
+		Server:      netip.AddrPortFrom(lab.IPv6.RouterLinkLocal.WithZone(lab.IPv6.NodeInterface), pcp.Port),
+		DialContext: n.DialContextFrom(n.GUA),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: backendSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serve listens on addr in node n, closing each connection it takes.
+func serve(t *testing.T, n *igdtest.Node, addr netip.AddrPort) {
+	t.Helper()
+	ln, err := n.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+func wantReach(t *testing.T, lab *igdtest.Lab, addr netip.AddrPort, want bool, why string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), unreachableWithin)
+	defer cancel()
+	err := lab.InternetReaches(ctx, addr)
+	if got := err == nil; got != want {
+		t.Fatalf("internet reaches %s = %t (%v), want %t: %s", addr, got, err, want, why)
+	}
+}
+
+// TestLabPinholeOpensTheWayInOnlyWhileOpen: the controller on node 0 opens
+// a pinhole to another node on port 443 (THIRD_PARTY; UPnP refuses both)
+// and to itself on 8443; the internet host reaches each only while it is
+// open. A controller on another node, with the same secret, closes what
+// the first opened (a failover).
+func TestLabPinholeOpensTheWayInOnlyWhileOpen(t *testing.T) {
+	igdtest.Require(t)
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 3, IPv6: true, PCPAllowThirdParty: true})
+	ccm := labPinholes(t, lab, 0)
+	for _, tt := range []struct {
+		name string
+		node int
+		port uint16
+	}{
+		{"AnotherNodeOn443", 1, 443},
+		{"OwnNodeOn8443", 0, 8443},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := lab.Nodes[tt.node]
+			addr := netip.AddrPortFrom(n.GUA, tt.port)
+			serve(t, n, addr)
+			ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: tt.port, Protocol: igd.TCP, Lease: 10 * time.Minute}
+			wantReach(t, lab, addr, false, "before the pinhole")
+			if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+				t.Fatalf("OpenPinhole(%s) = %v", ph, err)
+			}
+			wantReach(t, lab, addr, true, "while the pinhole is open")
+			if err := ccm.ClosePinhole(labContext(t), ph); err != nil {
+				t.Fatalf("ClosePinhole(%s) = %v", ph, err)
+			}
+			wantReach(t, lab, addr, false, "after ClosePinhole")
+
+			if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+				t.Fatal(err)
+			}
+			if err := labPinholes(t, lab, 2).ClosePinhole(labContext(t), ph); err != nil {
+				t.Fatalf("ClosePinhole from node 2 with the same secret = %v", err)
+			}
+			wantReach(t, lab, addr, false, "after the other controller's ClosePinhole")
+		})
+	}
+}
+
+// TestLabRenewedPinholeCannotBeClosed pins what miniupnpd 2.3.1 gets wrong
+// (DESIGN.md): once renewed, a pinhole refuses every close, its owner's
+// too (igd.ErrNotAuthorized), and stays open until its lease ends.
+func TestLabRenewedPinholeCannotBeClosed(t *testing.T) {
+	igdtest.Require(t)
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, IPv6: true, PCPAllowThirdParty: true, MinLifetime: time.Second})
+	ccm := labPinholes(t, lab, 0)
+	n := lab.Nodes[1]
+	addr := netip.AddrPortFrom(n.GUA, 8443)
+	serve(t, n, addr)
+	ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: 3 * time.Second}
+	for range 2 {
+		if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ccm.ClosePinhole(labContext(t), ph); !errors.Is(err, igd.ErrNotAuthorized) {
+		t.Fatalf("ClosePinhole after a renewal = %v, want igd.ErrNotAuthorized", err)
+	}
+	wantReach(t, lab, addr, true, "after the refused close")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), unreachableWithin)
+		err := lab.InternetReaches(ctx, addr)
+		cancel()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a pinhole of a %v lease still open after 30 s", ph.Lease)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestLabIPv6ClientFindsTheDefaultRouter: a client with Config.IPv6 and no
+// Server finds the PCP server at the node's IPv6 default router
+// (fe80::1%eth0, read from the route table of the node's namespace) and
+// opens a pinhole through it.
+func TestLabIPv6ClientFindsTheDefaultRouter(t *testing.T) {
+	igdtest.Require(t)
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, IPv6: true, PCPAllowThirdParty: true})
+	n := lab.Nodes[0]
+	c, err := pcp.NewClient(pcp.Config{IPv6: true, DialContext: n.DialContextFrom(n.GUA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: backendSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := lab.Nodes[1]
+	addr := netip.AddrPortFrom(target.GUA, 8443)
+	serve(t, target, addr)
+	ph := pinhole.Pinhole{InternalClient: target.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Minute}
+	// The route table read is the calling thread's: call from inside the
+	// node's namespace, as a controller runs in its own.
+	if err := n.Do(func() error { return p.OpenPinhole(labContext(t), ph) }); err != nil {
+		t.Fatalf("OpenPinhole through the default router = %v", err)
+	}
+	wantReach(t, lab, addr, true, "after OpenPinhole")
+}
