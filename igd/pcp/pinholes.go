@@ -117,6 +117,12 @@ func (p *Pinholes) ClosePinhole(ctx context.Context, ph pinhole.Pinhole) error {
 
 // nonce is the nonce of pinhole ph under the secret: NonceFor with an owner
 // that names the pinhole's address, which no Service owner (namespace/name
+// PinholesForAnyHost reports true: PCP's THIRD_PARTY opens pinholes for any
+// LAN host's address, on any port (a router that refuses THIRD_PARTY
+// answers each OpenPinhole for another host with igd.ErrThirdPartyRefused).
+// It is the load balancer's AnyHostPinholes.
+func (p *Pinholes) PinholesForAnyHost() bool { return true }
+
 // and UID, no spaces) can be.
 func (p *Pinholes) nonce(ph pinhole.Pinhole) [12]byte {
 	return pcpwire.NonceFor(p.secret, "ipv6 pinhole "+ph.InternalClient.String(),

@@ -16,6 +16,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
 var (
@@ -237,3 +238,11 @@ func TestNewPinholesValidates(t *testing.T) {
 		}
 	}
 }
+
+// Pinholes is the load balancer's PinholeClient, and says it opens
+// pinholes for any host: Services are then served on IPv6 through any
+// eligible node.
+var (
+	_ loadbalancer.PinholeClient   = (*pcp.Pinholes)(nil)
+	_ loadbalancer.AnyHostPinholes = (*pcp.Pinholes)(nil)
+)
