@@ -2,9 +2,11 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -101,6 +103,10 @@ type Options struct {
 	// a router that announces its restart (miniupnpd with NAT-PMP/PCP on)
 	// is repaired at once, others at the next probe.
 	Announcer loadbalancer.Announcer
+
+	// pinholeDial, when set, opens the UPnP pinhole client's connections
+	// (tests: a fake router on loopback that takes them for the node's).
+	pinholeDial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
