@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -200,8 +201,8 @@ func testPinhole(ctx context.Context, o pinholeOpener, self netip.Addr, via stri
 	return routercheck.Finding{Check: checkIPv6Pinhole, Status: routercheck.OK, Detail: d}
 }
 
-// hostAddrs returns this host's addresses on the interface named iface
-// ("" = every one), in the host's order.
+// hostAddrs returns this host's addresses on the interface iface names
+// or numbers ("" = every one), in the host's order.
 func hostAddrs(iface string) ([]netip.Addr, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -209,7 +210,7 @@ func hostAddrs(iface string) ([]netip.Addr, error) {
 	}
 	var out []netip.Addr
 	for _, i := range ifs {
-		if iface != "" && i.Name != iface {
+		if iface != "" && i.Name != iface && strconv.Itoa(i.Index) != iface {
 			continue
 		}
 		addrs, err := i.Addrs()

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
@@ -176,4 +178,103 @@ func TestDoctorChecksIPv6(t *testing.T) {
 // statuses are the external-ip and IPv6 checks' statuses, in that order.
 func statuses(ext, addr, fw, ph routercheck.Status) map[string]routercheck.Status {
 	return map[string]routercheck.Status{routercheck.CheckExternalIP: ext, checkIPv6Address: addr, checkIPv6Firewall: fw, checkIPv6Pinhole: ph}
+}
+
+// TestLabDoctorIPv6 runs the doctor from a node of igdtest's IPv6 lab
+// (miniupnpd 2.3.1, a GUA and a ULA on the node, the router's IPv6 forward
+// policy at drop) with gateway.ipv6 enabled: through UPnP (at the
+// description's URL, and found by SSDP over IPv6) and through PCP (the IPv6
+// default router, fe80::1, with THIRD_PARTY allowed and not), the IPv6
+// checks pass or name the fix, and no test pinhole stays in the router's
+// firewall.
+func TestLabDoctorIPv6(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		lab        igdtest.Options
+		pcp        bool
+		discover   bool // UPnP: SSDP over IPv6 instead of the URL
+		kernelSrc  bool // PCP: from the address the kernel picks (no bound source)
+		wantExit   int
+		wantStatus routercheck.Status // the ipv6-pinhole finding's
+		wantDetail string
+	}{
+		{name: "upnp at the url", lab: igdtest.Options{IPv6: true}, wantStatus: routercheck.OK, wantDetail: "opened and closed TCP [2001:db8:1::10]:"},
+		{name: "upnp found by SSDP", lab: igdtest.Options{IPv6: true}, discover: true, wantStatus: routercheck.OK, wantDetail: "through UPnP"},
+		{name: "pcp", lab: igdtest.Options{IPv6: true, PCPAllowThirdParty: true}, pcp: true, wantStatus: routercheck.OK, wantDetail: "through PCP"},
+		{name: "pcp from the kernel's source address", lab: igdtest.Options{IPv6: true, PCPAllowThirdParty: true}, pcp: true, kernelSrc: true, wantStatus: routercheck.OK, wantDetail: "through PCP"},
+		// From its link-local address (the kernel's choice toward fe80::1)
+		// a pinhole even to the node's own GUA names it in THIRD_PARTY.
+		{name: "pcp from the kernel's source address, THIRD_PARTY refused", lab: igdtest.Options{IPv6: true}, pcp: true, kernelSrc: true,
+			wantExit: exitProblem, wantStatus: routercheck.Fail, wantDetail: "pcp_allow_thirdparty=yes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lab := igdtest.Start(t, tc.lab)
+			n := lab.Nodes[0]
+			pcp4, err := pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.RouterLAN, pcp.Port), DialContext: n.DialContext})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dn := doctorNet{
+				igd: func(igd.Config) igd.Config { return lab.ClientConfig(0) },
+				pcp: pcp4,
+				pinhole: func(c pinhole.Config) pinhole.Config {
+					c.DialContext, c.ListenPacket = n.DialContextFrom(c.LocalAddr), n.ListenPacket
+					return c
+				},
+				ipv6Addrs: func(iface string) (addrs []netip.Addr, err error) {
+					err = n.Do(func() error { addrs, err = hostAddrs(iface); return err })
+					return addrs, err
+				},
+			}
+			config := "gateway:\n  ipv6:\n    enabled: true\n    url: " + lab.IPv6.RootDescURL + "\n"
+			if tc.discover {
+				idx, err := n.InterfaceIndex(lab.IPv6.NodeInterface)
+				if err != nil {
+					t.Fatal(err)
+				}
+				config = "gateway:\n  ipv6:\n    enabled: true\n    interface: \"" + strconv.Itoa(idx) + "\"\n"
+			}
+			if tc.pcp {
+				config = "gateway:\n  pcpSecretFile: /run/secret\n  ipv6:\n    enabled: true\n"
+				dial := n.DialContextFrom(n.GUA)
+				if tc.kernelSrc {
+					dial = n.DialContext
+				}
+				// The zone by index: a name is resolved in the test
+				// process's namespace, not the node's.
+				idx, err := n.InterfaceIndex(lab.IPv6.NodeInterface)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dn.pcp6, err = pcp.NewClient(pcp.Config{Server: netip.AddrPortFrom(lab.IPv6.RouterLinkLocal.WithZone(strconv.Itoa(idx)), pcp.Port), DialContext: dial}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
+			if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			code := doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443", "--output", "json"}, &out, &errOut, dn)
+			var rep routercheck.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("--output json: %v\n%s\nstderr: %s", err, out.String(), errOut.String())
+			}
+			var ph routercheck.Finding
+			for _, f := range rep.Findings {
+				if f.Check == checkIPv6Pinhole {
+					ph = f
+				}
+			}
+			if code != tc.wantExit || ph.Status != tc.wantStatus || !strings.Contains(ph.Detail+ph.Fix, tc.wantDetail) {
+				t.Errorf("exit %d, %s %s (%s / %s); want exit %d, %s containing %q\nfindings: %+v", code, ph.Check, ph.Status, ph.Detail, ph.Fix, tc.wantExit, tc.wantStatus, tc.wantDetail, rep.Findings)
+			}
+			if rules, err := lab.Nft(t.Context(), "list", "chain", "inet", "filter", "miniupnpd"); err != nil || strings.Contains(rules, "accept") {
+				t.Errorf("the router's miniupnpd chain after the doctor (err %v):\n%s", err, rules)
+			}
+			out.Reset()
+			doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443"}, &out, &errOut, dn)
+			t.Logf("doctor's table:\n%s", out.String())
+		})
+	}
 }
