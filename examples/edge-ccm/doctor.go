@@ -34,6 +34,8 @@ import (
 // `edge-ccm doctor` checks the router this host finds against a cloud-config
 // before edge-ccm is deployed: run it on a node's host network (the Job in
 // manifests/doctor does) and read what the router allows and what to fix.
+// Each family is checked: IPv4 by routercheck, IPv6 (gateway.ipv6) in
+// doctor6.go.
 
 // doctorCommand is the first argument that selects the router check.
 const doctorCommand = "doctor"
@@ -85,7 +87,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, to read the Services' ports; \"\" = the pod's service account, if any")
 	class := fs.String("load-balancer-class", DefaultClass, "the loadBalancerClass served: Services of it, and those without a class, are read for their ports")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. Exit\nstatus 0: edge-ccm will work; %d: fix the first failed finding; %d: the check\ncould not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
+		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. With\ngateway.ipv6 enabled it checks IPv6 too: this host's global address, the\nrouter's IPv6 firewall, and a test pinhole to this host (opened and closed).\nExit status 0: edge-ccm will work; %d: fix the first failed finding; %d: the check\ncould not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

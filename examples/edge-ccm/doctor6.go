@@ -158,9 +158,9 @@ func firewallFinding(err error, g edge.GatewayConfig, usesPCP bool) routercheck.
 	}
 	f.Status, f.Detail = routercheck.Fail, err.Error()
 	if usesPCP {
-		f.Fix = "turn PCP on in the router (miniupnpd: enable_pcp_pmp=yes, listening on its IPv6 LAN address), or name the server with gateway.ipv6.url; or write through UPnP (gateway.protocol: upnp)"
+		f.Fix = "turn PCP on in the router (miniupnpd: enable_natpmp=yes, ipv6_disable=no), or name the server with gateway.ipv6.url; or write through UPnP (gateway.protocol: upnp)"
 	} else {
-		f.Fix = "turn UPnP IGD:2 with IPv6 on in the router (miniupnpd: ipv6_listening_ip and force_igd_desc_v1=no), or name its description on its IPv6 address with gateway.ipv6.url where multicast is filtered"
+		f.Fix = "turn UPnP IGD:2 with IPv6 on in the router (miniupnpd: force_igd_desc_v1=no, ipv6_disable=no), or name its description on its IPv6 address with gateway.ipv6.url where multicast is filtered"
 	}
 	return f
 }
@@ -183,7 +183,7 @@ func testPinhole(ctx context.Context, o pinholeOpener, self netip.Addr, via stri
 		case via == "UPnP":
 			f.Fix = "allow inbound IPv6 pinholes in the router (miniupnpd with IPv6 and its firewall chain; OpenWrt's firewall must let the miniupnpd chain accept), or write through PCP (gateway.protocol: pcp)"
 		default:
-			f.Fix = "allow inbound IPv6 pinholes through PCP in the router (miniupnpd: enable_pcp_pmp=yes and IPv6 on)"
+			f.Fix = "allow inbound IPv6 pinholes through PCP in the router (miniupnpd: enable_natpmp=yes, ipv6_disable=no)"
 		}
 		return f
 	}
