@@ -24,6 +24,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
 // nodeGUA is the doctor's host's global IPv6 address in the fake network.
@@ -275,6 +276,30 @@ func TestLabDoctorIPv6(t *testing.T) {
 			out.Reset()
 			doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443"}, &out, &errOut, dn)
 			t.Logf("doctor's table:\n%s", out.String())
+		})
+	}
+}
+
+// TestStandaloneReadsGatewayIPv6: the standalone mode builds its provider
+// from the same cloud-config keys as the CCM (edge.New, which
+// provider/edge's TestIPv6ServesDualStackServices drives against the
+// fakes): gateway.ipv6 is read, and a bad value stops it naming the key.
+func TestStandaloneReadsGatewayIPv6(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, wantErr string
+	}{
+		{"upnp", "gateway:\n  ipv6:\n    enabled: true\n    url: http://[2001:db8:1::1]:5000/rootDesc.xml\n", ""},
+		{"url over IPv4", "gateway:\n  ipv6:\n    enabled: true\n    url: http://192.168.1.1:5000/rootDesc.xml\n", "gateway.ipv6.url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
+			if err := os.WriteFile(path, []byte(tc.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := buildEdge(path, edge.Options{Class: DefaultClass, Classless: true})
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("buildEdge = %v, want an error naming %q (none: nil)", err, tc.wantErr)
+			}
 		})
 	}
 }
