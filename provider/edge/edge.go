@@ -111,10 +111,10 @@ type Options struct {
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
 // of a loadbalancer.LoadBalancer on the router and a provider.InstancesV2
-// for nodes without a cloud API (with gateway.ipv6 enabled, the load
-// balancer's Pinholes are igd/pinhole's UPnP client, per node address, or
-// igd/pcp's Pinholes under the same secret as the mappings), reporting HasClusterID true (router
-// mappings are owned per cluster, by --cluster-name). cfg is validated; the
+// for nodes without a cloud API, reporting HasClusterID true (router
+// mappings are owned per cluster, by --cluster-name). With gateway.ipv6
+// enabled the load balancer's Pinholes are igd/pinhole's UPnP client (one
+// per node address) or igd/pcp's Pinholes, under the mappings' secret. cfg is validated; the
 // node name is taken from cfg alone (Factory fills it from $NODE_NAME); with
 // no node name, a load balancer for a secure-mode router finds its own node
 // by matching its address toward the router against the nodes' addresses.

@@ -54,7 +54,7 @@ func newPinholes(g GatewayConfig, secret []byte, dial func(ctx context.Context, 
 		}
 		p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: secret})
 		if err != nil {
-			return nil, fmt.Errorf("edge: gateway.ipv6: %w", err)
+			return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: %w", g.PCPSecretFile, err)
 		}
 		return p, nil
 	}
