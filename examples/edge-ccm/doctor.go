@@ -26,6 +26,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
@@ -33,6 +34,8 @@ import (
 // `edge-ccm doctor` checks the router this host finds against a cloud-config
 // before edge-ccm is deployed: run it on a node's host network (the Job in
 // manifests/doctor does) and read what the router allows and what to fix.
+// Each family is checked: IPv4 by routercheck, IPv6 (gateway.ipv6) in
+// doctor6.go.
 
 // doctorCommand is the first argument that selects the router check.
 const doctorCommand = "doctor"
@@ -64,6 +67,13 @@ type doctorNet struct {
 	// kube, when set, is the API client; nil builds one from --kubeconfig
 	// or the pod's service account.
 	kube kubernetes.Interface
+	// ipv6Addrs, when set, returns this host's addresses on an interface
+	// ("" = all); nil reads this host's.
+	ipv6Addrs func(iface string) ([]netip.Addr, error)
+	// pinhole adapts the UPnP pinhole client's config; nil leaves it.
+	pinhole func(pinhole.Config) pinhole.Config
+	// pcp6, when set, is the IPv6 PCP client; nil is gateway.ipv6's.
+	pcp6 *pcp.Client
 }
 
 // doctor is runDoctor with its outputs and network.
@@ -77,7 +87,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, to read the Services' ports; \"\" = the pod's service account, if any")
 	class := fs.String("load-balancer-class", DefaultClass, "the loadBalancerClass served: Services of it, and those without a class, are read for their ports")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. Exit\nstatus 0: edge-ccm will work; %d: fix the first failed finding; %d: the check\ncould not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
+		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. With\ngateway.ipv6 enabled it checks IPv6 too: this host's global address, the\nrouter's IPv6 firewall, and a test pinhole to this host (opened and closed).\nExit status 0: edge-ccm will work; %d: fix the first failed finding; %d: the check\ncould not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -144,6 +154,11 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	if err != nil {
 		return fail(err)
 	}
+	v6 := ipv6Findings(ctx, cfg.Gateway, net)
+	rep.Findings = append(rep.Findings, v6...)
+	if cfg.Gateway.IPv6.Enabled && !slices.ContainsFunc(v6, func(f routercheck.Finding) bool { return f.Status != routercheck.OK }) {
+		servedOnIPv6(rep.Findings)
+	}
 	for i, f := range rep.Findings {
 		if f.Port != nil && len(wantedBy[*f.Port]) > 0 {
 			rep.Findings[i].Detail += " (wanted by " + strings.Join(wantedBy[*f.Port], ", ") + ")"
@@ -162,6 +177,19 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 		return exitProblem
 	}
 	return 0
+}
+
+// servedOnIPv6 turns a failed external-ip finding into a warning when IPv6
+// works: behind a carrier's NAT, Services that have IPv6 are served on it
+// (their IPv4 family gets an IPFamilyNotServed event); IPv4-only ones are
+// not served.
+func servedOnIPv6(fs []routercheck.Finding) {
+	for i, f := range fs {
+		if f.Check == routercheck.CheckExternalIP && f.Status == routercheck.Fail {
+			fs[i].Status = routercheck.Warn
+			fs[i].Fix = "Services with IPv6 in spec.ipFamilies are served on IPv6 only (their IPv4 family gets an IPFamilyNotServed event); IPv4-only Services are not served: make them dual-stack, or " + f.Fix
+		}
+	}
 }
 
 // parsePorts parses --ports: comma-separated ports, each TCP unless it ends

@@ -323,9 +323,9 @@ func externalIP(gw igd.Gateway, o Options) Finding {
 func ipv6(gw igd.Gateway) Finding {
 	f := Finding{Check: CheckIPv6, Status: OK}
 	if gw.IPv6Firewall {
-		f.Detail = "describes an IPv6 firewall service (WANIPv6FirewallControl:1), not used: the load balancer maps IPv4 only; whether it allows inbound pinholes was not asked"
+		f.Detail = "describes an IPv6 firewall service (WANIPv6FirewallControl:1) in its IPv4 description: IPv6 pinholes (the edge cloud-config's gateway.ipv6) are asked for over IPv6, which this check does not do"
 	} else {
-		f.Detail = "describes no IPv6 firewall service (an IGD:1 description hides it): IPv6 Services are not exposed through this router; the load balancer maps IPv4 only"
+		f.Detail = "describes no IPv6 firewall service in its IPv4 description (an IGD:1 description hides it): UPnP IPv6 pinholes (the edge cloud-config's gateway.ipv6) need one on its IPv6 description; PCP opens them without"
 	}
 	return f
 }

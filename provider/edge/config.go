@@ -42,6 +42,8 @@ const (
 	// renewPassCallTimeouts is how many callTimeouts, after a discoveryTimeout, a background
 	// pass needs to find a rebooted router, list its table (five) and renew a mapping.
 	renewPassCallTimeouts = 6
+	// maxInterfaceName is Linux's longest interface name (IFNAMSIZ - 1).
+	maxInterfaceName = 15
 	// maxConfigSize bounds a cloud-config, as read and with YAML aliases expanded: decoding
 	// costs up to ~360 times the size (23 MiB for 64 KiB of one-character list items).
 	maxConfigSize = 64 << 10
@@ -102,6 +104,42 @@ type GatewayConfig struct {
 	// under the old one to expire with their lease before they are mapped
 	// again.
 	PCPSecretFile string `json:"pcpSecretFile"`
+	// IPv6 is the "gateway.ipv6" section: IPv6 firewall pinholes, off
+	// unless enabled.
+	IPv6 IPv6Config `json:"ipv6"`
+}
+
+// IPv6Config is the "gateway.ipv6" section: whether and how Services whose
+// spec.ipFamilies include IPv6 are served, by opening the router's IPv6
+// firewall (a pinhole per port, no NAT) to a node's global address, which is
+// then the Service's IPv6 ingress. gateway.protocol chooses the protocol as
+// it does for IPv4: UPnP (WANIPv6FirewallControl:1) for "upnp", and for
+// "auto" without pcpSecretFile; PCP (a MAP for an IPv6 address, under a
+// nonce from pcpSecretFile) for "pcp", "pcp-only", and "auto" with
+// pcpSecretFile. Through UPnP, pinholes go only to the node this CCM runs
+// on (loadBalancer.nodeName), to ports from 1024 (miniupnpd refuses other
+// hosts and lower ports), and requests are sent from that node's global
+// address as its Node status reports it; through PCP, to any eligible
+// node's global address, any port (the router must allow THIRD_PARTY).
+type IPv6Config struct {
+	// Enabled serves the IPv6 family. false (the default): IPv6-only
+	// Services are refused and dual-stack ones are served on IPv4 only,
+	// with an IPFamilyNotServed event, as before. Off by default because a
+	// pinhole exposes the node itself to the internet at the Service's
+	// port, with no NAT in between: a Service that is dual-stack today
+	// must not become reachable over IPv6 on an upgrade without the
+	// operator deciding it.
+	Enabled bool `json:"enabled"`
+	// URL is where the router's IPv6 firewall is, on its IPv6 LAN
+	// address (an IPv6 literal; a link-local one with its zone as
+	// "[fe80::1%25eth0]"). Through UPnP, the root description
+	// ("http://[2001:db8:1::1]:5000/rootDesc.xml"); "": SSDP over IPv6
+	// (ff02::c) finds it. Through PCP, its host is the PCP server (on
+	// port 5351); "": this host's IPv6 default router.
+	URL string `json:"url"`
+	// Interface is the LAN interface SSDP over IPv6 searches on ("eth0");
+	// "": the one the kernel routes ff02::c through. UPnP only.
+	Interface string `json:"interface"`
 }
 
 // Values of gateway.protocol.
@@ -301,6 +339,15 @@ func (c Config) validate() (errs field.ErrorList) {
 	add(gw.Child("url"), g.URL, when(g.URL != "" && err != nil, "not a URL"),
 		when(g.URL != "" && u.Scheme != "http" && u.Scheme != "https", "must be an http:// or https:// URL of the router's root description"),
 		when(g.URL != "" && u.Host == "", "has no host"))
+	v6 := gw.Child("ipv6")
+	u6, err := url.Parse(g.IPv6.URL)
+	u6 = cmp.Or(u6, new(url.URL))
+	a6, errAddr := netip.ParseAddr(u6.Hostname())
+	add(v6.Child("url"), g.IPv6.URL, when(g.IPv6.URL != "" && err != nil, "not a URL"),
+		when(g.IPv6.URL != "" && u6.Scheme != "http", "must be an http:// URL of the router's root description on its IPv6 address"),
+		when(g.IPv6.URL != "" && (errAddr != nil || !a6.Is6() || a6.Is4In6()), "its host must be an IPv6 address in brackets, such as http://[2001:db8:1::1]:5000/rootDesc.xml: the router takes pinhole requests over IPv6 only"))
+	add(v6.Child("interface"), g.IPv6.Interface, when(len(g.IPv6.Interface) > maxInterfaceName || strings.ContainsAny(g.IPv6.Interface, "/% \t\n"),
+		fmt.Sprintf("must be a network interface name (at most %d characters, no \"/\", \"%%\" or white space)", maxInterfaceName)))
 	pcp := g.Protocol == ProtocolPCP || g.Protocol == ProtocolPCPOnly
 	add(gw.Child("pcpSecretFile"), "", when(pcp && g.PCPSecretFile == "", fmt.Sprintf("must be set with gateway.protocol %q", g.Protocol)))
 	add(lb.Child("permanentLease"), "true", when(pcp && l.PermanentLease, fmt.Sprintf("must be false with gateway.protocol %q: PCP mappings always have a lifetime", g.Protocol)))
@@ -317,6 +364,9 @@ func (c Config) validate() (errs field.ErrorList) {
 	limit := cmp.Or(lease, loadbalancer.DefaultLease) / 2
 	if l.PermanentLease {
 		limit = igd.MaxLease / 2
+	}
+	if g.IPv6.Enabled {
+		limit = min(limit, loadbalancer.MaxPinholeLease/2) // pinholes' leases end sooner
 	}
 	pass := g.DiscoveryTimeout.Duration + renewPassCallTimeouts*g.CallTimeout.Duration
 	add(lb.Child("renewInterval"), renew.String(), when(renew != 0 && (renew < 0 || renew > limit), fmt.Sprintf("must be 0 (automatic) or positive and at most half the lease (%s)", limit)),

@@ -68,6 +68,22 @@ func TestParseConfigValid(t *testing.T) {
 			want: withDefaults(func(c *Config) { c.LoadBalancer.RenewInterval = metav1.Duration{Duration: 15 * time.Second} }),
 		},
 		{
+			name: "ipv6 on, router named, link-local with a zone",
+			in:   strings.NewReader("gateway:\n  ipv6:\n    enabled: true\n    url: http://[fe80::1%25eth0]:5000/rootDesc.xml\n    interface: eth0\n"),
+			want: withDefaults(func(c *Config) {
+				c.Gateway.IPv6 = IPv6Config{Enabled: true, URL: "http://[fe80::1%25eth0]:5000/rootDesc.xml", Interface: "eth0"}
+			}),
+		},
+		{
+			name: "ipv6 on, renewing within half a pinhole's lease",
+			in:   strings.NewReader("gateway:\n  ipv6:\n    enabled: true\nloadBalancer:\n  permanentLease: true\n  renewInterval: 12h\n"),
+			want: withDefaults(func(c *Config) {
+				c.Gateway.IPv6.Enabled = true
+				c.LoadBalancer.PermanentLease = true
+				c.LoadBalancer.RenewInterval = metav1.Duration{Duration: 12 * time.Hour}
+			}),
+		},
+		{
 			name: "null value keeps default",
 			in:   strings.NewReader("gateway:\n  callTimeout:\n"),
 			want: Default(),
@@ -188,7 +204,7 @@ func TestParseConfigInvalid(t *testing.T) {
 		contains string
 	}{
 		{name: "unknown top-level key", in: "gatway: {}\n", fields: []string{"gatway"}, contains: "unknown field"},
-		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, pcpSecretFile, protocol, url"},
+		{name: "unknown nested key", in: "gateway:\n  urll: http://r/\n", fields: []string{"gateway.urll"}, contains: "known: callTimeout, discoveryTimeout, ipv6, pcpSecretFile, protocol, url"},
 		{name: "unknown protocol", in: "gateway:\n  protocol: natpmp\n", fields: []string{"gateway.protocol"}, contains: `must be "auto", "upnp", "pcp" or "pcp-only"`},
 		{name: "pcp without a secret", in: "gateway:\n  protocol: pcp\n", fields: []string{"gateway.pcpSecretFile"}, contains: "must be set with gateway.protocol"},
 		{name: "pcp with permanent leases", in: "gateway:\n  protocol: pcp\n  pcpSecretFile: /s\nloadBalancer:\n  permanentLease: true\n", fields: []string{"loadBalancer.permanentLease"}, contains: "PCP mappings always have a lifetime"},
@@ -226,6 +242,14 @@ func TestParseConfigInvalid(t *testing.T) {
 		{name: "renew interval below the floor", in: "gateway:\n  discoveryTimeout: 500ms\n  callTimeout: 100ms\nloadBalancer:\n  renewInterval: 1ms\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 10s"},
 		{name: "renew interval below the default timeouts' pass", in: "loadBalancer:\n  renewInterval: 14s\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 15s (gateway.discoveryTimeout + 6 × gateway.callTimeout)"},
 		{name: "renew interval below long timeouts' pass", in: "gateway:\n  discoveryTimeout: 1m\n  callTimeout: 1m\nloadBalancer:\n  renewInterval: 5m\n", fields: []string{"loadBalancer.renewInterval"}, contains: "at least 7m0s"},
+		{name: "ipv6 url over IPv4", in: "gateway:\n  ipv6:\n    url: http://192.168.1.1:5000/rootDesc.xml\n", fields: []string{"gateway.ipv6.url"}, contains: "must be an IPv6 address in brackets"},
+		{name: "ipv6 url a host name", in: "gateway:\n  ipv6:\n    url: http://router.lan:5000/rootDesc.xml\n", fields: []string{"gateway.ipv6.url"}, contains: "must be an IPv6 address in brackets"},
+		{name: "ipv6 url scheme", in: "gateway:\n  ipv6:\n    url: ftp://[2001:db8::1]/\n", fields: []string{"gateway.ipv6.url"}, contains: "must be an http:// URL"},
+		{name: "ipv6 interface not a name", in: "gateway:\n  ipv6:\n    interface: eth0/1\n", fields: []string{"gateway.ipv6.interface"}, contains: "must be a network interface name"},
+		{name: "ipv6 interface too long", in: "gateway:\n  ipv6:\n    interface: a-very-long-interface\n", fields: []string{"gateway.ipv6.interface"}, contains: "at most 15 characters"},
+		{name: "ipv6 unknown key", in: "gateway:\n  ipv6:\n    enable: true\n", fields: []string{"gateway.ipv6.enable"}, contains: "known: enabled, interface, url"},
+		{name: "ipv6 enabled not a boolean", in: "gateway:\n  ipv6:\n    enabled: yes please\n", fields: []string{"gateway.ipv6.enabled"}, contains: "must be true or false"},
+		{name: "renew interval above half a pinhole's lease", in: "gateway:\n  ipv6:\n    enabled: true\nloadBalancer:\n  permanentLease: true\n  renewInterval: 13h\n", fields: []string{"loadBalancer.renewInterval"}, contains: "12h0m0s"},
 		{name: "lease too short", in: "loadBalancer:\n  lease: 30s\n", fields: []string{"loadBalancer.lease"}, contains: "between 1m0s and 168h0m0s"},
 		{name: "lease too long", in: "loadBalancer:\n  lease: 169h\n", fields: []string{"loadBalancer.lease"}},
 		{name: "negative lease", in: "loadBalancer:\n  lease: -1h\n", fields: []string{"loadBalancer.lease"}},

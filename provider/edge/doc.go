@@ -1,6 +1,8 @@
 // Package edge is the cloud provider for Kubernetes clusters behind a home or
 // edge router: Services of type LoadBalancer are served by port mappings on
-// the router (UPnP IGD, package loadbalancer), and nodes are initialized
+// the router (UPnP IGD, package loadbalancer), their IPv6 family, when
+// gateway.ipv6 is enabled, by firewall pinholes to a node's global address
+// (IPv6Config), and nodes are initialized
 // without a cloud API (provider.InstancesV2: ProviderID edge://<node-name>;
 // nodes that carry k3s://<node-name> or rke2://<node-name> keep it and are
 // treated as edge's).

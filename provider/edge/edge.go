@@ -2,9 +2,11 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -101,12 +103,18 @@ type Options struct {
 	// a router that announces its restart (miniupnpd with NAT-PMP/PCP on)
 	// is repaired at once, others at the next probe.
 	Announcer loadbalancer.Announcer
+
+	// pinholeDial, when set, opens the UPnP pinhole client's connections
+	// (tests: a fake router on loopback that takes them for the node's).
+	pinholeDial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
 // of a loadbalancer.LoadBalancer on the router and a provider.InstancesV2
 // for nodes without a cloud API, reporting HasClusterID true (router
-// mappings are owned per cluster, by --cluster-name). cfg is validated; the
+// mappings are owned per cluster, by --cluster-name). With gateway.ipv6
+// enabled the load balancer's Pinholes are igd/pinhole's UPnP client (one
+// per node address) or igd/pcp's Pinholes, under the mappings' secret. cfg is validated; the
 // node name is taken from cfg alone (Factory fills it from $NODE_NAME); with
 // no node name, a load balancer for a secure-mode router finds its own node
 // by matching its address toward the router against the nodes' addresses.
@@ -129,6 +137,14 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		pcpClient = c
 	}
+	var secret []byte // the cluster's PCP secret: mappings' and pinholes' nonces
+	if cfg.Gateway.usesPCP() && (opts.Client == nil || cfg.Gateway.IPv6.Enabled) {
+		s, err := readSecret(cfg.Gateway.PCPSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		secret = s
+	}
 	client := opts.Client
 	if client == nil {
 		upnp, err := igd.NewClient(cfg.Gateway.ClientConfig())
@@ -137,14 +153,6 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		client = upnp
 		if cfg.Gateway.usesPCP() {
-			secret, err := os.ReadFile(cfg.Gateway.PCPSecretFile)
-			if err != nil {
-				return nil, fmt.Errorf("edge: gateway.pcpSecretFile: %w", err)
-			}
-			secret = bytes.TrimSpace(secret)
-			if bits := secretBits(secret); len(secret) >= pcp.MinSecretLen && bits < minSecretBits {
-				return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: the secret could be guessed (an estimated %d bits of entropy, at least %d needed): make a random one, for example head -c 32 /dev/urandom | base64", cfg.Gateway.PCPSecretFile, bits, minSecretBits)
-			}
 			bc := pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: secret, FallBack: cfg.Gateway.Protocol != ProtocolPCP}
 			if cfg.Gateway.Protocol == ProtocolPCPOnly {
 				bc.UPnP, bc.FallBack = nil, false
@@ -155,6 +163,14 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 			}
 			client = b
 		}
+	}
+	var pinholes loadbalancer.PinholeClient // nil: IPv6 not served
+	if cfg.Gateway.IPv6.Enabled {
+		p, err := newPinholes(cfg.Gateway, secret, opts.pinholeDial)
+		if err != nil {
+			return nil, err
+		}
+		pinholes = p
 	}
 	announcer := opts.Announcer
 	if announcer == nil {
@@ -172,6 +188,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	}
 	lb, err := loadbalancer.New(loadbalancer.Config{
 		Client:                   client,
+		Pinholes:                 pinholes,
 		Lease:                    lease,
 		RenewInterval:            cfg.LoadBalancer.RenewInterval.Duration,
 		ProbeInterval:            probe,
@@ -198,6 +215,21 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		InstancesV2:  instances,
 		ClusterID:    true,
 	})
+}
+
+// readSecret reads the PCP secret from path (gateway.pcpSecretFile) and
+// refuses one that could be guessed; a short one is left for its user to
+// refuse.
+func readSecret(path string) ([]byte, error) {
+	secret, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("edge: gateway.pcpSecretFile: %w", err)
+	}
+	secret = bytes.TrimSpace(secret)
+	if bits := secretBits(secret); len(secret) >= pcp.MinSecretLen && bits < minSecretBits {
+		return nil, fmt.Errorf("edge: gateway.pcpSecretFile %s: the secret could be guessed (an estimated %d bits of entropy, at least %d needed): make a random one, for example head -c 32 /dev/urandom | base64", path, bits, minSecretBits)
+	}
+	return secret, nil
 }
 
 // minSecretBits is the least entropy secretBits must find in a PCP secret:

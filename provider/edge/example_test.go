@@ -41,5 +41,5 @@ func ExampleParseConfig() {
 	_, err := edge.ParseConfig(strings.NewReader("gateway:\n  callTimout: 2s\n"))
 	fmt.Println(err)
 	// Output:
-	// invalid edge cloud-config: gateway.callTimout: Forbidden: unknown field (known: callTimeout, discoveryTimeout, pcpSecretFile, protocol, url)
+	// invalid edge cloud-config: gateway.callTimout: Forbidden: unknown field (known: callTimeout, discoveryTimeout, ipv6, pcpSecretFile, protocol, url)
 }
