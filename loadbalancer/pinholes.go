@@ -134,7 +134,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 		}
 	}
-	errs = append(errs, lb.closePinholes(ctx, t, svc, keep))
+	errs = append(errs, lb.closePinholes(ctx, t, recordedPinholes(svc), keep))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 // pinholes go to while it reports it, else its first global address
 // (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
 func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
-	current := lb.pinholeAddrs(o, svc)
+	current := lb.pinholeAddrs(o, recordedPinholes(svc))
 	reasons := make(map[string]string)
 	var cands []target
 	for _, n := range nodes {
@@ -279,19 +279,19 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 	return err
 }
 
-// closePinholes closes, in turn t, every pinhole of svc not in keep: those
-// this process holds for it and those its status records (an IPv6 ingress
-// and its ports: what another process, or this one before a restart,
-// opened), but none another Service of this process holds. One it fails to
-// close is held, and closed again by the next operation; one the router
-// refuses to close (UPnP: not this host's) is left to its lease. Without
-// Config.Pinholes, or with none to close, it calls nothing.
-func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Service, keep map[pinholeKey]bool) error {
+// closePinholes closes, in turn t, every pinhole of t's Service not in keep:
+// those this process holds for it and those recorded (what its status
+// records, recordedPinholes: what another process, or this one before a
+// restart, opened), but none another Service of this process holds. One it
+// fails to close is held, and closed again by the next operation; one the
+// router refuses to close (UPnP: not this host's) is left to its lease.
+// Without Config.Pinholes, or with none to close, it calls nothing.
+func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []pinholeKey, keep map[pinholeKey]bool) error {
 	if lb.cfg.Pinholes == nil {
 		return nil
 	}
 	o := t.owner
-	recorded := recordedPinholes(svc)
+	recorded = slices.Clone(recorded) // the caller's, appended to
 	var stale []pinholeKey
 	lb.mu.Lock()
 	if s := lb.services[o.token]; s != nil {
@@ -345,29 +345,11 @@ func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
 	return false
 }
 
-// recordedPinholes returns the pinholes svc's status records: each port of
-// an ingress whose IP is a global IPv6 address.
-func recordedPinholes(svc *v1.Service) []pinholeKey {
-	var out []pinholeKey
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		ip, err := netip.ParseAddr(ing.IP)
-		if err != nil || !isGlobalIPv6(ip) {
-			continue
-		}
-		for _, p := range ing.Ports {
-			if k, ok := portKey(p.Protocol, p.Port); ok {
-				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
-			}
-		}
-	}
-	return out
-}
-
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
-// in svc's status.
-func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
+// (in its status).
+func (lb *LoadBalancer) pinholeAddrs(o owner, recorded []pinholeKey) []netip.Addr {
 	var out []netip.Addr
-	for _, k := range recordedPinholes(svc) {
+	for _, k := range recorded {
 		out = append(out, k.Addr)
 	}
 	lb.mu.Lock()
@@ -382,8 +364,8 @@ func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
 }
 
 // holdsPinholes reports whether o may have pinholes open: this process holds
-// some, or svc's status records some (with Config.Pinholes set).
-func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
+// some, or its status records some (recorded; with Config.Pinholes set).
+func (lb *LoadBalancer) holdsPinholes(o owner, recorded []pinholeKey) bool {
 	if lb.cfg.Pinholes == nil {
 		return false
 	}
@@ -391,7 +373,7 @@ func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
 	s := lb.services[o.token]
 	held := s != nil && len(s.pinholes) > 0
 	lb.mu.Unlock()
-	return held || len(recordedPinholes(svc)) > 0
+	return held || len(recorded) > 0
 }
 
 // expirePinholes makes every pinhole this process holds due at once: the

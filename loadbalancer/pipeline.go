@@ -179,7 +179,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		}
 	}
 	if len(plans) == 0 {
-		if lb.holdsPinholes(o, service) { // an IPv6 family's
+		if lb.holdsPinholes(o, recordedPinholes(service)) { // an IPv6 family's
 			return service.Status.LoadBalancer.DeepCopy(), true, nil
 		}
 		return nil, false, nil
@@ -361,7 +361,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
 			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
 		}
-		if cerr := lb.closePinholes(ctx, t, svc, nil); cerr != nil { // none recorded: no call
+		if cerr := lb.closePinholes(ctx, t, recordedPinholes(svc), nil); cerr != nil { // none recorded: no call
 			return st, errors.Join(err, cerr)
 		}
 		return st, err
@@ -588,6 +588,24 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	return keys // read sorts and compacts them
 }
 
+// recordedPinholes returns the pinholes svc's status records: each port of
+// an ingress whose IP is a global IPv6 address.
+func recordedPinholes(svc *v1.Service) []pinholeKey {
+	var out []pinholeKey
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || !isGlobalIPv6(ip) {
+			continue
+		}
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
+			}
+		}
+	}
+	return out
+}
+
 // specNodePorts returns the nodePort of each of svc's ports at keys this
 // process holds nothing for.
 func (lb *LoadBalancer) specNodePorts(o owner, svc *v1.Service, keys []igd.Key) map[igd.Key]uint16 {
@@ -725,7 +743,7 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 
 // withdrawIn removes every mapping and pinhole of svc, in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
-	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, svc, nil))
+	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, recordedPinholes(svc), nil))
 }
 
 // withdrawMappings removes every mapping of svc, in turn t.
