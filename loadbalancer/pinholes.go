@@ -83,28 +83,40 @@ func (k pinholeKey) pinhole(lease time.Duration) pinhole.Pinhole {
 // its own host (UPnP) may open: miniupnpd refuses lower ones with 606.
 const minPinholePort = 1024
 
-// servePinholes serves svc's IPv6 family in turn t: one pinhole per port of
-// plans that Config.Admit admits, to one node's global address
-// (ipv6Target), opened when this process holds none there and renewed when
-// due; then every other pinhole this process holds for o or svc's status
-// records is closed (a port or node left). It returns the IPv6 ingress,
-// each port that could not be opened with its reason, or why the family
+// pinholeRequest is what the IPv6 family step needs of a Service, planned
+// by the pipeline (serveIPv6): its ports, those Config.Admit admits, the
+// pinholes its status records and, for externalTrafficPolicy Local, the
+// nodes with a ready endpoint.
+type pinholeRequest struct {
+	plans    []portPlan             // the ports of the spec, sorted by key
+	admitted []portPlan             // those Config.Admit admits
+	refused  map[igd.Key]*PortError // the others, each with its PortError
+	recorded []pinholeKey           // the pinholes its status records
+	local    map[string]bool        // Local: the nodes with a ready endpoint; nil: any node
+}
+
+// servePinholes serves a Service's IPv6 family in turn t: one pinhole per
+// admitted port of req, to one node's global address (ipv6Target), opened
+// when this process holds none there and renewed when due; then every other
+// pinhole this process holds for o or req records is closed (a port or node
+// left). It returns the address the pinholes go to and each port of
+// req.plans that could not be opened with its reason, or why the family
 // cannot be served: no node, every port refused, or a router that failed.
-func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeRequest, nodes []*v1.Node) (netip.Addr, map[igd.Key]*PortError, error) {
 	o := t.owner
-	admitted, failed := lb.admit(o, svc, plans)
+	failed := req.refused
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	tgt, err := lb.ipv6Target(ctx, o, svc, nodes)
+	tgt, err := lb.ipv6Target(ctx, o, nodes, req.recorded, req.local)
 	if err != nil {
-		return nil, err // its pinholes stay until a node is eligible, or their leases end
+		return netip.Addr{}, nil, err // its pinholes stay until a node is eligible, or their leases end
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
-	claims := lb.pinholeClaims(svc)
+	claims := lb.pinholeClaims(o, req.recorded)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
-	for _, p := range admitted {
+	for _, p := range req.admitted {
 		k := pinholeKey{Protocol: p.key.Protocol, Addr: tgt.addr, Port: p.key.ExternalPort}
 		if !anyHost && k.Port < minPinholePort {
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key,
@@ -134,25 +146,25 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 		}
 	}
-	errs = append(errs, lb.closePinholes(ctx, t, recordedPinholes(svc), keep))
+	errs = append(errs, lb.closePinholes(ctx, t, req.recorded, keep))
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return netip.Addr{}, nil, err
 	}
-	if len(plans) > 0 && len(failed) == len(plans) {
-		return nil, joinPortErrors(failed)
+	if len(req.plans) > 0 && len(failed) == len(req.plans) {
+		return netip.Addr{}, nil, joinPortErrors(failed)
 	}
-	return &status(tgt.addr, plans, portReasons(failed)).Ingress[0], nil
+	return tgt.addr, failed, nil
 }
 
-// ipv6Target returns the node svc's pinholes go to, with its address: among
+// ipv6Target returns the node o's pinholes go to, with its address: among
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
-// with a ready endpoint), the one they go to now (held or recorded), else
-// the highest rendezvous hash, as for IPv4. A node's address is the one its
-// pinholes go to while it reports it, else its first global address
-// (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
-func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
-	current := lb.pinholeAddrs(o, recordedPinholes(svc))
+// of local, with a ready endpoint), the one they go to now (held or
+// recorded), else the highest rendezvous hash, as for IPv4. A node's address
+// is the one its pinholes go to while it reports it, else its first global
+// address (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, recorded []pinholeKey, local map[string]bool) (target, error) {
+	current := lb.pinholeAddrs(o, recorded)
 	reasons := make(map[string]string)
 	var cands []target
 	for _, n := range nodes {
@@ -170,16 +182,12 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 			cands = append(cands, target{name: n.Name, addr: guas[max(i, 0)]})
 		}
 	}
-	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		withEndpoints, err := lb.localNodes(svc, nil)
-		if err != nil {
-			return target{}, err
-		}
+	if local != nil {
 		cands = slices.DeleteFunc(cands, func(t target) bool {
-			if !withEndpoints[t.name] {
+			if !local[t.name] {
 				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
 			}
-			return !withEndpoints[t.name]
+			return !local[t.name]
 		})
 	}
 	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
@@ -202,13 +210,13 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 	return tgt, nil
 }
 
-// pinholeClaims returns the pinholes the statuses of the cluster's other
-// Services record, to the first such Service by namespace/name: those
+// pinholeClaims returns the pinholes the statuses of the cluster's Services
+// other than o's record, to the first such Service by namespace/name: those
 // handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
-// for an IPv4 port, a Service whose status records a pinhole keeps it; svc
-// is not served one another's status records, unless its own records it
-// too. Only running background work knows the Services: before, none.
-func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
+// for an IPv4 port, a Service whose status records a pinhole keeps it; o is
+// not served one another's status records, unless its own records it too
+// (own). Only running background work knows the Services: before, none.
+func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]string {
 	ph, w := lb.bg.now()
 	if ph != phaseRunning {
 		return nil
@@ -217,10 +225,9 @@ func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
 	if err != nil {
 		return nil
 	}
-	own := recordedPinholes(svc)
 	claims := make(map[pinholeKey]string)
 	for _, s := range svcs {
-		if s.Namespace == svc.Namespace && s.Name == svc.Name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
+		if s.Namespace == o.namespace && s.Name == o.name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
 			!slices.Contains(families(s), v1.IPv6Protocol) {
 			continue
 		}

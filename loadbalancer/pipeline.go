@@ -397,7 +397,7 @@ func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Serv
 	if !op.pass && !slices.Contains(fams, v1.IPv4Protocol) {
 		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
-	ing6, err6 := lb.servePinholes(ctx, t, svc, plans, nodes)
+	ing6, err6 := lb.serveIPv6(ctx, t, svc, plans, nodes)
 	if errors.Is(err6, ErrInvalidService) { // Local without background work
 		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
 	}
@@ -489,6 +489,29 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans, portReasons(failed)), nil
+}
+
+// serveIPv6 serves svc's IPv6 family at plans (its ports, valid): it plans
+// what the family needs of svc (the ports Config.Admit admits, the pinholes
+// its status records, for Local the nodes with a ready endpoint) and
+// servePinholes opens them. It returns the IPv6 ingress, each port that
+// could not be opened with its reason, or why the family cannot be served.
+func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+	req := pinholeRequest{plans: plans}
+	req.admitted, req.refused = lb.admit(t.owner, svc, plans)
+	req.recorded = recordedPinholes(svc)
+	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		withEndpoints, err := lb.localNodes(svc, nil)
+		if err != nil {
+			return nil, err // its pinholes stay until a node is eligible, or their leases end
+		}
+		req.local = withEndpoints
+	}
+	addr, failed, err := lb.servePinholes(ctx, t, req, nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &status(addr, plans, portReasons(failed)).Ingress[0], nil
 }
 
 // planPorts validates svc and returns the mappings it wants, sorted by key.
