@@ -1,7 +1,9 @@
 // This file is the IPv6 family of a Service: pinholes in the router's IPv6
 // firewall to one node's global address (no NAT), one per port, through
-// Config.Pinholes. pipeline.go's family step (serveFamilies) calls it
-// beside the IPv4 mappings; the background work renews and repairs them.
+// Config.Pinholes. pipeline.go's family step (serveIPv6) plans what the
+// family needs of the Service (a pinholeRequest) and calls servePinholes
+// beside the IPv4 mappings; withdrawal closes them (closePinholes, with the
+// pinholes the status records); the background work renews and repairs them.
 
 package loadbalancer
 

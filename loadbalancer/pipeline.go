@@ -2,11 +2,14 @@
 // cloudprovider.LoadBalancer calls, then the steps every Ensure, Update and
 // Delete takes a Service through: select it, serve each of its IP families
 // (the family step: IPv4 as mappings, IPv6 as pinholes), plan its ports,
-// prove what the router holds, write, report its status. What a step asks
-// of other files is named where it is called: owner.go (the owner token and
-// description), families.go and pinholes.go (the families and IPv6), read.go
-// and the router mode (mode.go), converge.go (the writes), admit.go and
-// ports.go (admission and per-port errors), state.go (what this process
+// prove what the router holds, write, report its status. The Service-level
+// work (its families, ports, admission, target nodes, what its status
+// records, events) is done here; other files are handed plain data, and
+// what a step asks of them is named where it is called: owner.go (the
+// owner token and description), pinholes.go (IPv6 pinholes, from a
+// pinholeRequest) and families.go (the join of the families' ingresses),
+// read.go and the router mode (mode.go), converge.go (the writes), admit.go
+// and ports.go (admission and per-port errors), state.go (what this process
 // holds).
 
 package loadbalancer
@@ -369,12 +372,32 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	return lb.serveFamilies(ctx, t, svc, nodes, op, fams)
 }
 
+// families returns svc's IP families in the order of spec.ipFamilies; none
+// (a Service the API server has not defaulted) is IPv4.
+func families(svc *v1.Service) []v1.IPFamily {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return []v1.IPFamily{v1.IPv4Protocol}
+	}
+	return svc.Spec.IPFamilies
+}
+
+// recordsIPv4 reports whether o may hold IPv4 mappings: this process holds
+// keys of it, or its status has an IPv4 ingress with ports.
+func (lb *LoadBalancer) recordsIPv4(o owner, svc *v1.Service) bool {
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(ing.IP); err == nil && ip.Unmap().Is4() && len(ing.Ports) > 0 {
+			return true
+		}
+	}
+	return len(lb.keysHeldBy(o)) > 0
+}
+
 // serveFamilies serves svc, whose spec.ipFamilies include IPv6, on each of
 // its families: IPv4 through the router's mappings (serveIPv4), IPv6
-// through pinholes (servePinholes). The status has one ingress per family
-// served, in the order of spec.ipFamilies; a family not served gets a
-// Warning event (familyNotServed) while the other is served; with none
-// served it fails, with IPv4's error first.
+// through pinholes (serveIPv6). The status has one ingress per family
+// served, in the order of spec.ipFamilies (joinFamilies); a family not
+// served gets a Warning event (familyNotServed) while the other is served;
+// with none served it fails, with IPv4's error first.
 func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation, fams []v1.IPFamily) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planServicePorts(o, svc)
@@ -401,7 +424,14 @@ func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Serv
 	if errors.Is(err6, ErrInvalidService) { // Local without background work
 		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
 	}
-	return lb.joinFamilies(o, svc, fams, st4, err4, ing6, err6)
+	st, unserved, err := lb.joinFamilies(o, fams, st4, err4, ing6, err6)
+	switch unserved {
+	case v1.IPv6Protocol:
+		lb.familyNotServed(o, svc, unserved, err6)
+	case v1.IPv4Protocol:
+		lb.familyNotServed(o, svc, unserved, err4)
+	}
+	return st, err
 }
 
 // serveIPv4 serves svc's IPv4 family: its ports mapped on the router. With
@@ -827,6 +857,32 @@ func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
 	default:
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+	}
+}
+
+// familyNotServed records on svc a Warning event that family fam is not
+// served, and why: once per reason, while the background work runs.
+func (lb *LoadBalancer) familyNotServed(o owner, svc *v1.Service, fam v1.IPFamily, why error) {
+	if joined, ok := why.(interface{ Unwrap() []error }); ok && len(joined.Unwrap()) > 0 {
+		why = joined.Unwrap()[0] // the reason, without the retry joined to it
+	}
+	msg := why.Error()
+	var already bool
+	lb.update(o, func(s *serviceState) { already = s.familyWarned[fam] == msg })
+	if already {
+		return
+	}
+	other := v1.IPv4Protocol
+	if fam == v1.IPv4Protocol {
+		other = v1.IPv6Protocol
+	}
+	if lb.tell(svc, v1.EventTypeWarning, EventReasonIPFamilyNotServed, "Not served on %s: %s; the Service is served on %s", fam, msg, other) {
+		lb.update(o, func(s *serviceState) {
+			if s.familyWarned == nil {
+				s.familyWarned = make(map[v1.IPFamily]string)
+			}
+			s.familyWarned[fam] = msg
+		})
 	}
 }
 
