@@ -100,8 +100,8 @@ type pinholeRequest struct {
 // servePinholes serves a Service's IPv6 family in turn t: one pinhole per
 // admitted port of req, to one node's global address (ipv6Target), opened
 // when this process holds none there and renewed when due; then every other
-// pinhole this process holds for o or req records is closed (a port or node
-// left). It returns the address the pinholes go to and each port of
+// pinhole this process holds for t's Service or req.recorded names is closed
+// (a port or node left). It returns the address the pinholes go to and each port of
 // req.plans that could not be opened with its reason, or why the family
 // cannot be served: no node, every port refused, or a router that failed.
 func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeRequest, nodes []*v1.Node) (netip.Addr, map[igd.Key]*PortError, error) {
