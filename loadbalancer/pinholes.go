@@ -1,7 +1,9 @@
 // This file is the IPv6 family of a Service: pinholes in the router's IPv6
 // firewall to one node's global address (no NAT), one per port, through
-// Config.Pinholes. pipeline.go's family step (serveFamilies) calls it
-// beside the IPv4 mappings; the background work renews and repairs them.
+// Config.Pinholes. pipeline.go's family step (serveIPv6) plans what the
+// family needs of the Service (a pinholeRequest) and calls servePinholes
+// beside the IPv4 mappings; withdrawal closes them (closePinholes, with the
+// pinholes the status records); the background work renews and repairs them.
 
 package loadbalancer
 
@@ -83,28 +85,40 @@ func (k pinholeKey) pinhole(lease time.Duration) pinhole.Pinhole {
 // its own host (UPnP) may open: miniupnpd refuses lower ones with 606.
 const minPinholePort = 1024
 
-// servePinholes serves svc's IPv6 family in turn t: one pinhole per port of
-// plans that Config.Admit admits, to one node's global address
-// (ipv6Target), opened when this process holds none there and renewed when
-// due; then every other pinhole this process holds for o or svc's status
-// records is closed (a port or node left). It returns the IPv6 ingress,
-// each port that could not be opened with its reason, or why the family
+// pinholeRequest is what the IPv6 family step needs of a Service, planned
+// by the pipeline (serveIPv6): its ports, those Config.Admit admits, the
+// pinholes its status records and, for externalTrafficPolicy Local, the
+// nodes with a ready endpoint.
+type pinholeRequest struct {
+	plans    []portPlan             // the ports of the spec, sorted by key
+	admitted []portPlan             // those Config.Admit admits
+	refused  map[igd.Key]*PortError // the others, each with its PortError
+	recorded []pinholeKey           // the pinholes its status records
+	local    map[string]bool        // Local: the nodes with a ready endpoint; nil: any node
+}
+
+// servePinholes serves a Service's IPv6 family in turn t: one pinhole per
+// admitted port of req, to one node's global address (ipv6Target), opened
+// when this process holds none there and renewed when due; then every other
+// pinhole this process holds for t's Service or req.recorded names is closed
+// (a port or node left). It returns the address the pinholes go to and each port of
+// req.plans that could not be opened with its reason, or why the family
 // cannot be served: no node, every port refused, or a router that failed.
-func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeRequest, nodes []*v1.Node) (netip.Addr, map[igd.Key]*PortError, error) {
 	o := t.owner
-	admitted, failed := lb.admit(o, svc, plans)
+	failed := req.refused
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	tgt, err := lb.ipv6Target(ctx, o, svc, nodes)
+	tgt, err := lb.ipv6Target(ctx, o, nodes, req.recorded, req.local)
 	if err != nil {
-		return nil, err // its pinholes stay until a node is eligible, or their leases end
+		return netip.Addr{}, nil, err // its pinholes stay until a node is eligible, or their leases end
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
-	claims := lb.pinholeClaims(svc)
+	claims := lb.pinholeClaims(o, req.recorded)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
-	for _, p := range admitted {
+	for _, p := range req.admitted {
 		k := pinholeKey{Protocol: p.key.Protocol, Addr: tgt.addr, Port: p.key.ExternalPort}
 		if !anyHost && k.Port < minPinholePort {
 			failed[p.key] = &PortError{Service: o.key(), Key: p.key,
@@ -134,25 +148,25 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 		}
 	}
-	errs = append(errs, lb.closePinholes(ctx, t, svc, keep))
+	errs = append(errs, lb.closePinholes(ctx, t, req.recorded, keep))
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return netip.Addr{}, nil, err
 	}
-	if len(plans) > 0 && len(failed) == len(plans) {
-		return nil, joinPortErrors(failed)
+	if len(req.plans) > 0 && len(failed) == len(req.plans) {
+		return netip.Addr{}, nil, joinPortErrors(failed)
 	}
-	return &status(tgt.addr, plans, portReasons(failed)).Ingress[0], nil
+	return tgt.addr, failed, nil
 }
 
-// ipv6Target returns the node svc's pinholes go to, with its address: among
+// ipv6Target returns the node o's pinholes go to, with its address: among
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
-// with a ready endpoint), the one they go to now (held or recorded), else
-// the highest rendezvous hash, as for IPv4. A node's address is the one its
-// pinholes go to while it reports it, else its first global address
-// (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
-func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
-	current := lb.pinholeAddrs(o, svc)
+// of local, with a ready endpoint), the one they go to now (held or
+// recorded), else the highest rendezvous hash, as for IPv4. A node's address
+// is the one its pinholes go to while it reports it, else its first global
+// address (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, recorded []pinholeKey, local map[string]bool) (target, error) {
+	current := lb.pinholeAddrs(o, recorded)
 	reasons := make(map[string]string)
 	var cands []target
 	for _, n := range nodes {
@@ -170,16 +184,12 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 			cands = append(cands, target{name: n.Name, addr: guas[max(i, 0)]})
 		}
 	}
-	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-		withEndpoints, err := lb.localNodes(svc, nil)
-		if err != nil {
-			return target{}, err
-		}
+	if local != nil {
 		cands = slices.DeleteFunc(cands, func(t target) bool {
-			if !withEndpoints[t.name] {
+			if !local[t.name] {
 				reasons[t.name] = "has no ready endpoint of the Service (externalTrafficPolicy Local)"
 			}
-			return !withEndpoints[t.name]
+			return !local[t.name]
 		})
 	}
 	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
@@ -202,13 +212,13 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 	return tgt, nil
 }
 
-// pinholeClaims returns the pinholes the statuses of the cluster's other
-// Services record, to the first such Service by namespace/name: those
+// pinholeClaims returns the pinholes the statuses of the cluster's Services
+// other than o's record, to the first such Service by namespace/name: those
 // handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
-// for an IPv4 port, a Service whose status records a pinhole keeps it; svc
-// is not served one another's status records, unless its own records it
-// too. Only running background work knows the Services: before, none.
-func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
+// for an IPv4 port, a Service whose status records a pinhole keeps it; o is
+// not served one another's status records, unless its own records it too
+// (own). Only running background work knows the Services: before, none.
+func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]string {
 	ph, w := lb.bg.now()
 	if ph != phaseRunning {
 		return nil
@@ -217,10 +227,9 @@ func (lb *LoadBalancer) pinholeClaims(svc *v1.Service) map[pinholeKey]string {
 	if err != nil {
 		return nil
 	}
-	own := recordedPinholes(svc)
 	claims := make(map[pinholeKey]string)
 	for _, s := range svcs {
-		if s.Namespace == svc.Namespace && s.Name == svc.Name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
+		if s.Namespace == o.namespace && s.Name == o.name || !lb.handed(s) || !lb.optedIn(s) || s.DeletionTimestamp != nil ||
 			!slices.Contains(families(s), v1.IPv6Protocol) {
 			continue
 		}
@@ -279,19 +288,19 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 	return err
 }
 
-// closePinholes closes, in turn t, every pinhole of svc not in keep: those
-// this process holds for it and those its status records (an IPv6 ingress
-// and its ports: what another process, or this one before a restart,
-// opened), but none another Service of this process holds. One it fails to
-// close is held, and closed again by the next operation; one the router
-// refuses to close (UPnP: not this host's) is left to its lease. Without
-// Config.Pinholes, or with none to close, it calls nothing.
-func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, svc *v1.Service, keep map[pinholeKey]bool) error {
+// closePinholes closes, in turn t, every pinhole of t's Service not in keep:
+// those this process holds for it and those recorded (what its status
+// records, recordedPinholes: what another process, or this one before a
+// restart, opened), but none another Service of this process holds. One it
+// fails to close is held, and closed again by the next operation; one the
+// router refuses to close (UPnP: not this host's) is left to its lease.
+// Without Config.Pinholes, or with none to close, it calls nothing.
+func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []pinholeKey, keep map[pinholeKey]bool) error {
 	if lb.cfg.Pinholes == nil {
 		return nil
 	}
 	o := t.owner
-	recorded := recordedPinholes(svc)
+	recorded = slices.Clone(recorded) // the caller's, appended to
 	var stale []pinholeKey
 	lb.mu.Lock()
 	if s := lb.services[o.token]; s != nil {
@@ -345,29 +354,11 @@ func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
 	return false
 }
 
-// recordedPinholes returns the pinholes svc's status records: each port of
-// an ingress whose IP is a global IPv6 address.
-func recordedPinholes(svc *v1.Service) []pinholeKey {
-	var out []pinholeKey
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		ip, err := netip.ParseAddr(ing.IP)
-		if err != nil || !isGlobalIPv6(ip) {
-			continue
-		}
-		for _, p := range ing.Ports {
-			if k, ok := portKey(p.Protocol, p.Port); ok {
-				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
-			}
-		}
-	}
-	return out
-}
-
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
-// in svc's status.
-func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
+// (in its status).
+func (lb *LoadBalancer) pinholeAddrs(o owner, recorded []pinholeKey) []netip.Addr {
 	var out []netip.Addr
-	for _, k := range recordedPinholes(svc) {
+	for _, k := range recorded {
 		out = append(out, k.Addr)
 	}
 	lb.mu.Lock()
@@ -382,8 +373,8 @@ func (lb *LoadBalancer) pinholeAddrs(o owner, svc *v1.Service) []netip.Addr {
 }
 
 // holdsPinholes reports whether o may have pinholes open: this process holds
-// some, or svc's status records some (with Config.Pinholes set).
-func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
+// some, or its status records some (recorded; with Config.Pinholes set).
+func (lb *LoadBalancer) holdsPinholes(o owner, recorded []pinholeKey) bool {
 	if lb.cfg.Pinholes == nil {
 		return false
 	}
@@ -391,7 +382,7 @@ func (lb *LoadBalancer) holdsPinholes(o owner, svc *v1.Service) bool {
 	s := lb.services[o.token]
 	held := s != nil && len(s.pinholes) > 0
 	lb.mu.Unlock()
-	return held || len(recordedPinholes(svc)) > 0
+	return held || len(recorded) > 0
 }
 
 // expirePinholes makes every pinhole this process holds due at once: the

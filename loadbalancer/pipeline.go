@@ -2,11 +2,14 @@
 // cloudprovider.LoadBalancer calls, then the steps every Ensure, Update and
 // Delete takes a Service through: select it, serve each of its IP families
 // (the family step: IPv4 as mappings, IPv6 as pinholes), plan its ports,
-// prove what the router holds, write, report its status. What a step asks
-// of other files is named where it is called: owner.go (the owner token and
-// description), families.go and pinholes.go (the families and IPv6), read.go
-// and the router mode (mode.go), converge.go (the writes), admit.go and
-// ports.go (admission and per-port errors), state.go (what this process
+// prove what the router holds, write, report its status. The Service-level
+// work (its families, ports, admission, target nodes, what its status
+// records, events) is done here; other files are handed plain data, and
+// what a step asks of them is named where it is called: owner.go (the
+// owner token and description), pinholes.go (IPv6 pinholes, from a
+// pinholeRequest) and families.go (the join of the families' ingresses),
+// read.go and the router mode (mode.go), converge.go (the writes), admit.go
+// and ports.go (admission and per-port errors), state.go (what this process
 // holds).
 
 package loadbalancer
@@ -179,7 +182,7 @@ func (lb *LoadBalancer) GetLoadBalancer(ctx context.Context, clusterName string,
 		}
 	}
 	if len(plans) == 0 {
-		if lb.holdsPinholes(o, service) { // an IPv6 family's
+		if lb.holdsPinholes(o, recordedPinholes(service)) { // an IPv6 family's
 			return service.Status.LoadBalancer.DeepCopy(), true, nil
 		}
 		return nil, false, nil
@@ -361,7 +364,7 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
 			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
 		}
-		if cerr := lb.closePinholes(ctx, t, svc, nil); cerr != nil { // none recorded: no call
+		if cerr := lb.closePinholes(ctx, t, recordedPinholes(svc), nil); cerr != nil { // none recorded: no call
 			return st, errors.Join(err, cerr)
 		}
 		return st, err
@@ -369,12 +372,32 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	return lb.serveFamilies(ctx, t, svc, nodes, op, fams)
 }
 
+// families returns svc's IP families in the order of spec.ipFamilies; none
+// (a Service the API server has not defaulted) is IPv4.
+func families(svc *v1.Service) []v1.IPFamily {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return []v1.IPFamily{v1.IPv4Protocol}
+	}
+	return svc.Spec.IPFamilies
+}
+
+// recordsIPv4 reports whether o may hold IPv4 mappings: this process holds
+// keys of it, or its status has an IPv4 ingress with ports.
+func (lb *LoadBalancer) recordsIPv4(o owner, svc *v1.Service) bool {
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(ing.IP); err == nil && ip.Unmap().Is4() && len(ing.Ports) > 0 {
+			return true
+		}
+	}
+	return len(lb.keysHeldBy(o)) > 0
+}
+
 // serveFamilies serves svc, whose spec.ipFamilies include IPv6, on each of
 // its families: IPv4 through the router's mappings (serveIPv4), IPv6
-// through pinholes (servePinholes). The status has one ingress per family
-// served, in the order of spec.ipFamilies; a family not served gets a
-// Warning event (familyNotServed) while the other is served; with none
-// served it fails, with IPv4's error first.
+// through pinholes (serveIPv6). The status has one ingress per family
+// served, in the order of spec.ipFamilies (joinFamilies); a family not
+// served gets a Warning event (familyNotServed) while the other is served;
+// with none served it fails, with IPv4's error first.
 func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation, fams []v1.IPFamily) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
 	plans, invalid := planServicePorts(o, svc)
@@ -397,11 +420,18 @@ func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Serv
 	if !op.pass && !slices.Contains(fams, v1.IPv4Protocol) {
 		lb.update(o, func(s *serviceState) { s.deleted = false })
 	}
-	ing6, err6 := lb.servePinholes(ctx, t, svc, plans, nodes)
+	ing6, err6 := lb.serveIPv6(ctx, t, svc, plans, nodes)
 	if errors.Is(err6, ErrInvalidService) { // Local without background work
 		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
 	}
-	return lb.joinFamilies(o, svc, fams, st4, err4, ing6, err6)
+	st, unserved, err := lb.joinFamilies(o, fams, st4, err4, ing6, err6)
+	switch unserved {
+	case v1.IPv6Protocol:
+		lb.familyNotServed(o, svc, unserved, err6)
+	case v1.IPv4Protocol:
+		lb.familyNotServed(o, svc, unserved, err4)
+	}
+	return st, err
 }
 
 // serveIPv4 serves svc's IPv4 family: its ports mapped on the router. With
@@ -489,6 +519,29 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 		return nil, errors.Join(extErr, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s: retrying in %s", o.key(), lb.cfg.RetryAfter), lb.cfg.RetryAfter))
 	}
 	return status(ext, plans, portReasons(failed)), nil
+}
+
+// serveIPv6 serves svc's IPv6 family at plans (its ports, valid): it plans
+// what the family needs of svc (the ports Config.Admit admits, the pinholes
+// its status records, for Local the nodes with a ready endpoint) and
+// servePinholes opens them. It returns the IPv6 ingress, each port that
+// could not be opened with its reason, or why the family cannot be served.
+func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+	req := pinholeRequest{plans: plans}
+	req.admitted, req.refused = lb.admit(t.owner, svc, plans)
+	req.recorded = recordedPinholes(svc)
+	if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+		withEndpoints, err := lb.localNodes(svc, nil)
+		if err != nil {
+			return nil, err // its pinholes stay until a node is eligible, or their leases end
+		}
+		req.local = withEndpoints
+	}
+	addr, failed, err := lb.servePinholes(ctx, t, req, nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &status(addr, plans, portReasons(failed)).Ingress[0], nil
 }
 
 // planPorts validates svc and returns the mappings it wants, sorted by key.
@@ -586,6 +639,24 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 	}
 	lb.mu.Unlock()
 	return keys // read sorts and compacts them
+}
+
+// recordedPinholes returns the pinholes svc's status records: each port of
+// an ingress whose IP is a global IPv6 address.
+func recordedPinholes(svc *v1.Service) []pinholeKey {
+	var out []pinholeKey
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || !isGlobalIPv6(ip) {
+			continue
+		}
+		for _, p := range ing.Ports {
+			if k, ok := portKey(p.Protocol, p.Port); ok {
+				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
+			}
+		}
+	}
+	return out
 }
 
 // specNodePorts returns the nodePort of each of svc's ports at keys this
@@ -725,7 +796,7 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 
 // withdrawIn removes every mapping and pinhole of svc, in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
-	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, svc, nil))
+	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, recordedPinholes(svc), nil))
 }
 
 // withdrawMappings removes every mapping of svc, in turn t.
@@ -786,6 +857,32 @@ func (lb *LoadBalancer) warn(o owner, svc *v1.Service, ext netip.Addr, err error
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "Waiting for a usable external IP: %v", err)
 	default:
 		w.recorder.Eventf(svc, v1.EventTypeWarning, EventReasonExternalIPNotPublic, "The router's external IP %s is not a public address (double NAT or carrier-grade NAT): the Service is not reachable from the internet through it", ext)
+	}
+}
+
+// familyNotServed records on svc a Warning event that family fam is not
+// served, and why: once per reason, while the background work runs.
+func (lb *LoadBalancer) familyNotServed(o owner, svc *v1.Service, fam v1.IPFamily, why error) {
+	if joined, ok := why.(interface{ Unwrap() []error }); ok && len(joined.Unwrap()) > 0 {
+		why = joined.Unwrap()[0] // the reason, without the retry joined to it
+	}
+	msg := why.Error()
+	var already bool
+	lb.update(o, func(s *serviceState) { already = s.familyWarned[fam] == msg })
+	if already {
+		return
+	}
+	other := v1.IPv4Protocol
+	if fam == v1.IPv4Protocol {
+		other = v1.IPv6Protocol
+	}
+	if lb.tell(svc, v1.EventTypeWarning, EventReasonIPFamilyNotServed, "Not served on %s: %s; the Service is served on %s", fam, msg, other) {
+		lb.update(o, func(s *serviceState) {
+			if s.familyWarned == nil {
+				s.familyWarned = make(map[v1.IPFamily]string)
+			}
+			s.familyWarned[fam] = msg
+		})
 	}
 }
 
