@@ -402,14 +402,6 @@ func comparePinholes(a, b pinholeKey) int {
 	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 }
 
-// holdPinhole records that s holds k, due for renewal at renewAt (zero: at once).
-func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
-	if s.pinholes == nil {
-		s.pinholes = make(map[pinholeKey]time.Time)
-	}
-	s.pinholes[k] = renewAt
-}
-
 // probePinhole asks the router, through a PinholeProber, whether it still
 // holds a pinhole this process opened (a different one each time), and
 // reports whether it lost it: every pinhole is then due at once. Without a

@@ -289,3 +289,20 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key, recorded []igd.Key) error {
 
 // protocols maps the Service port protocols a router can map.
 var protocols = map[v1.Protocol]igd.Protocol{"": igd.TCP, v1.ProtocolTCP: igd.TCP, v1.ProtocolUDP: igd.UDP}
+
+// holdPinhole records that s holds k, due for renewal at renewAt (zero: at once).
+func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
+	if s.pinholes == nil {
+		s.pinholes = make(map[pinholeKey]time.Time)
+	}
+	s.pinholes[k] = renewAt
+}
+
+// familyDown reports whether o's last operation served one of its families
+// and not the other (retried in the background as failed ports are).
+func (lb *LoadBalancer) familyDown(o owner) bool {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	return s != nil && s.familyDown
+}
