@@ -205,7 +205,7 @@ func TestUnservedFamilyGetsWarningEvent(t *testing.T) {
 		external netip.Addr
 		want     []string // substrings of the event's message
 	}{
-		{"IPv6 without a PinholeClient", noPinholes, netip.Addr{}, []string{"IPv6", "Config.Pinholes"}},
+		{"IPv6 without a PinholeClient", noPinholes, netip.Addr{}, []string{"IPv6", "gateway.ipv6.enabled"}},
 		{"IPv4 behind carrier-grade NAT", anyHostPinhole, netip.MustParseAddr("100.64.1.1"), []string{"IPv4", "100.64.1.1"}},
 	}
 	for _, tt := range tests {

@@ -962,7 +962,7 @@ func (lb *LoadBalancer) notePorts(o owner, svc *v1.Service, failed map[igd.Key]*
 const EventReasonIPFamilyNotServed = "IPFamilyNotServed"
 
 // errNoPinholeClient is why IPv6 is not served without Config.Pinholes.
-var errNoPinholeClient = errors.New("the router opens no IPv6 firewall pinholes (Config.Pinholes is nil)")
+var errNoPinholeClient = errors.New("the router opens no IPv6 firewall pinholes (IPv6 is not enabled: no pinhole client; in provider/edge, gateway.ipv6.enabled)")
 
 // joinFamilies returns the status and error of o, a Service of families
 // fams, served on IPv4 as st4 and err4 (both zero when it has no IPv4) and
