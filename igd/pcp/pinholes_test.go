@@ -100,8 +100,8 @@ func TestPinholesOpenForAnotherHostAndClose(t *testing.T) {
 	if err := p.ClosePinhole(pctx(t), ph); err != nil {
 		t.Errorf("ClosePinhole of a closed pinhole = %v, want nil", err)
 	}
-	if n := len(s.Calls()); n != 3 {
-		t.Errorf("open, close and close again made %d requests, want 3 (one each)", n)
+	if n := len(s.Calls()); n != 4 {
+		t.Errorf("open, close and close again made %d requests, want 4 (two to open, one to close)", n)
 	}
 
 	if err := p.OpenPinhole(pctx(t), ph); err != nil {
