@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -387,3 +388,137 @@ func TestLabPCPServiceDeletedAfterARenewalIsClosed(t *testing.T) {
 // newLabClock is a fake clock at the real time: the LoadBalancer's renewals
 // come due when a test steps it; the router's leases run on the real one.
 func newLabClock() *clocktesting.FakeClock { return clocktesting.NewFakeClock(time.Now()) }
+
+// BenchmarkLabDualStack serves, per op, a new PreferDualStack Service with
+// two TCP ports on miniupnpd 2.3.1, renews it once and deletes it, through
+// UPnP pinholes (upnp) or PCP (pcp). It reports how long until Ensure
+// returned both ingress entries (ensure-s; the target ≤ 1 s), how
+// long EnsureLoadBalancerDeleted took (delete-s; the internet is then
+// checked to connect to neither port: target ≤ 5 s), and the router
+// requests the pinhole client sent per pinhole to open, renew and close
+// (add-calls, renew-calls, delete-calls: SOAP actions or PCP requests).
+func BenchmarkLabDualStack(b *testing.B) {
+	for _, proto := range []pinholeProtocol{upnpPinholes, pcpPinholes} {
+		b.Run(string(proto), func(b *testing.B) { benchDualStack(b, proto) })
+	}
+}
+
+func benchDualStack(b *testing.B, proto pinholeProtocol) {
+	clk := newLabClock()
+	l := newLab6(b, igdtest.Options{Nodes: 2, Daemonize: true}, proto, Config{Clock: clk})
+	ctx := context.Background()
+	for _, n := range l.lab.Nodes {
+		serve(b, n, netip.AddrPortFrom(n.GUA, 8443))
+		serve(b, n, netip.AddrPortFrom(n.GUA, 9443))
+	}
+	var ensure, del []time.Duration
+	var adds, renews, deletes int64
+	for i := range b.N {
+		svc := dualStack(fmt.Sprintf("s%d", i), v1.IPv4Protocol, v1.IPv6Protocol)
+		calls := l.pinholeCalls.Load()
+		start := time.Now()
+		st, err := l.lb.EnsureLoadBalancer(ctx, testCluster, svc, l.nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ensure = append(ensure, time.Since(start))
+		if len(st.Ingress) != 2 {
+			b.Fatalf("status %v, want two ingress entries", ingressIPs(st))
+		}
+		adds += l.pinholeCalls.Load() - calls
+		svc.Status.LoadBalancer = *st
+		gua := l.node(b, st.Ingress[1].IP).GUA
+		ports := []netip.AddrPort{netip.AddrPortFrom(gua, 8443), netip.AddrPortFrom(gua, 9443)}
+		for _, a := range ports {
+			l.wantReach(b, a, true, "after Ensure")
+		}
+
+		clk.Step(l.lb.cfg.pinholeLease()/2 + time.Minute)
+		calls = l.pinholeCalls.Load()
+		if _, err := l.lb.EnsureLoadBalancer(ctx, testCluster, svc, l.nodes); err != nil {
+			b.Fatal(err)
+		}
+		renews += l.pinholeCalls.Load() - calls
+
+		calls = l.pinholeCalls.Load()
+		start = time.Now()
+		if err := l.lb.EnsureLoadBalancerDeleted(ctx, testCluster, svc); err != nil {
+			b.Fatal(err)
+		}
+		del = append(del, time.Since(start))
+		deletes += l.pinholeCalls.Load() - calls
+		for _, a := range ports {
+			l.wantReach(b, a, false, "after the Service was deleted")
+		}
+	}
+	pinholes := float64(2 * b.N)
+	b.ReportMetric(median(ensure).Seconds(), "ensure-s")
+	b.ReportMetric(median(del).Seconds(), "delete-s")
+	b.ReportMetric(float64(adds)/pinholes, "add-calls")
+	b.ReportMetric(float64(renews)/pinholes, "renew-calls")
+	b.ReportMetric(float64(deletes)/pinholes, "delete-calls")
+}
+
+// BenchmarkLabDualStackRepair runs the background work on the real clock
+// over five dual-stack Services (one TCP port each) on miniupnpd 2.3.1,
+// reboots the router (its table and pinholes gone) and reports how long
+// from the reboot's end until the internet reaches every [GUA]:port again
+// (repair-s, the median; repair-max-s). Sub-benchmark upnp: UPnP for both
+// families, the default probe every 5 s finds the loss (target ≤ 10 s).
+// Sub-benchmark pcp: a pcp.Backend and pcp.Pinholes, the IPv4 PCP client as
+// Announcer (miniupnpd's ANNOUNCE arrives over IPv4) and probes only at
+// renewal, as the edge provider's protocol "pcp" runs (target ≤ 2 s).
+func BenchmarkLabDualStackRepair(b *testing.B) {
+	b.Run("upnp", func(b *testing.B) { benchDualStackRepair(b, upnpPinholes, Config{}) })
+	b.Run("pcp", func(b *testing.B) { benchDualStackRepair(b, pcpPinholes, Config{ProbeInterval: ProbeAtRenewal}) })
+}
+
+func benchDualStackRepair(b *testing.B, proto pinholeProtocol, cfg Config) {
+	l := newLab6(b, igdtest.Options{Nodes: 2}, proto, cfg)
+	ctx := context.Background()
+	objs := []k8sruntime.Object{l.nodes[0], l.nodes[1]}
+	var ports []netip.AddrPort
+	for i := range 5 {
+		p := int32(8443 + i)
+		svc := lbService("repair", fmt.Sprintf("s%d", i), withFamilies(v1.IPv4Protocol, v1.IPv6Protocol),
+			withPorts(port("https", v1.ProtocolTCP, p, 30443+p-8443)))
+		st, err := l.lb.EnsureLoadBalancer(ctx, testCluster, svc, l.nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(st.Ingress) != 2 {
+			b.Fatalf("status %v, want two ingress entries", ingressIPs(st))
+		}
+		svc.Status.LoadBalancer = *st
+		objs = append(objs, svc)
+		n := l.node(b, st.Ingress[1].IP)
+		a := netip.AddrPortFrom(n.GUA, uint16(p))
+		serve(b, n, a)
+		ports = append(ports, a)
+	}
+	l.run(b, objs...)
+	// A dial that succeeds takes a LAN round trip; one that fails waits
+	// for its bound, which sets the resolution of what is measured.
+	allReached := func() bool {
+		for _, a := range ports {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			err := l.lab.InternetReaches(ctx, a)
+			cancel()
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	var repair []time.Duration
+	for range b.N {
+		if !allReached() {
+			b.Fatal("not every port reachable before the reboot")
+		}
+		l.lab.Reboot(b)
+		repair = append(repair, waitUntil(b, "repair", time.Minute, allReached))
+	}
+	b.Logf("%s: repairs %v", proto, repair)
+	b.ReportMetric(median(repair).Seconds(), "repair-s")
+	b.ReportMetric(slices.Max(repair).Seconds(), "repair-max-s")
+}
