@@ -35,8 +35,9 @@ const MaxPinholeLease = 24 * time.Hour
 // kube-proxy takes the Service's traffic for its ingress address. Each call
 // should be bounded by the client itself, as igd's are.
 type PinholeClient interface {
-	// OpenPinhole opens p, or renews it when the router already has it:
-	// one router call.
+	// OpenPinhole opens p, or renews it when the router already has it,
+	// in as few router calls as the protocol allows (UPnP: one AddPinhole;
+	// PCP: a delete then a MAP, see igd/pcp).
 	OpenPinhole(ctx context.Context, p pinhole.Pinhole) error
 	// ClosePinhole closes p; nil when the router no longer has it.
 	ClosePinhole(ctx context.Context, p pinhole.Pinhole) error

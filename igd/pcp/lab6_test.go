@@ -2,7 +2,6 @@ package pcp_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -112,39 +111,29 @@ func TestLabPinholeOpensTheWayInOnlyWhileOpen(t *testing.T) {
 	}
 }
 
-// TestLabRenewedPinholeCannotBeClosed pins what miniupnpd 2.3.1 gets wrong
-// (DESIGN.md): once renewed, a pinhole refuses every close, its owner's
-// too (igd.ErrNotAuthorized), and stays open until its lease ends.
-func TestLabRenewedPinholeCannotBeClosed(t *testing.T) {
+// TestLabRenewedPinholeCloses: miniupnpd 2.3.1 drops the nonce of a
+// pinhole a MAP renews in place (DESIGN.md; pinned on the wire by
+// pcpconformance's RenewalDropsTheNonce), after which no close is
+// authorized. OpenPinhole deletes before it maps, so a pinhole opened and
+// renewed twice still closes, and the internet loses it at once.
+func TestLabRenewedPinholeCloses(t *testing.T) {
 	igdtest.Require(t)
-	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, IPv6: true, PCPAllowThirdParty: true, MinLifetime: time.Second})
+	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, IPv6: true, PCPAllowThirdParty: true})
 	ccm := labPinholes(t, lab, 0)
 	n := lab.Nodes[1]
 	addr := netip.AddrPortFrom(n.GUA, 8443)
 	serve(t, n, addr)
-	ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: 3 * time.Second}
-	for range 2 {
+	ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: 10 * time.Minute}
+	for range 3 {
 		if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
 			t.Fatal(err)
 		}
+		wantReach(t, lab, addr, true, "after OpenPinhole")
 	}
-	if err := ccm.ClosePinhole(labContext(t), ph); !errors.Is(err, igd.ErrNotAuthorized) {
-		t.Fatalf("ClosePinhole after a renewal = %v, want igd.ErrNotAuthorized", err)
+	if err := ccm.ClosePinhole(labContext(t), ph); err != nil {
+		t.Fatalf("ClosePinhole after two renewals = %v, want nil", err)
 	}
-	wantReach(t, lab, addr, true, "after the refused close")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), unreachableWithin)
-		err := lab.InternetReaches(ctx, addr)
-		cancel()
-		if err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a pinhole of a %v lease still open after 30 s", ph.Lease)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	wantReach(t, lab, addr, false, "after ClosePinhole")
 }
 
 // TestLabIPv6ClientFindsTheDefaultRouter: a client with Config.IPv6 and no

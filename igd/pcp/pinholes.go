@@ -29,7 +29,7 @@ type PinholesConfig struct {
 // an IPv6 address: no NAT, the internet reaches the internal address and
 // port themselves), for any LAN host: a host other than this one is named
 // in a THIRD_PARTY option. It is safe for concurrent use and keeps no
-// state: each call is one request to the router.
+// state: OpenPinhole is two requests to the router, ClosePinhole one.
 //
 // A pinhole's nonce is derived from Secret and the pinhole's address,
 // protocol and port, so every process that holds the secret (a controller
@@ -39,9 +39,8 @@ type PinholesConfig struct {
 // pcp_allow_thirdparty=yes. What it does not: a MAP of an open pinhole
 // renews it whatever nonce it carries (2.3.1 checks it from 2.3.8), so the
 // nonce proves nothing about who renewed it; and 2.3.1 with nftables drops
-// the nonce when it renews a pinhole (fixed in 2.3.6), after which every
-// close is refused and the pinhole stays open until its lease ends (see
-// DESIGN.md). What the caller must prove itself: that the address is an
+// the nonce when it renews a pinhole in place (fixed in 2.3.6), which
+// OpenPinhole avoids by deleting before it maps (see DESIGN.md). What the caller must prove itself: that the address is an
 // eligible node's and the port one it serves; the router opens a pinhole
 // to any LAN address and port it is asked for.
 type Pinholes struct {
@@ -60,20 +59,33 @@ func NewPinholes(cfg PinholesConfig) (*Pinholes, error) {
 	return &Pinholes{pcp: cfg.PCP, secret: bytes.Clone(cfg.Secret)}, nil
 }
 
-// OpenPinhole opens p, or renews it when the router holds it: one MAP
-// request for p.InternalClient (with THIRD_PARTY unless it is this host's
-// address), suggesting p.InternalPort as the external port, for p.Lease. p
-// is validated first (an error matching pinhole.ErrInvalidPinhole names the
+// OpenPinhole opens p, or renews it when the router holds it: a delete
+// with p's nonce, then a MAP request for p.InternalClient (with
+// THIRD_PARTY unless it is this host's address), suggesting
+// p.InternalPort as the external port, for p.Lease. The delete first makes
+// every renewal a new pinhole, which keeps its nonce: miniupnpd before
+// 2.3.6 drops the nonce of a pinhole a MAP renews in place, after which no
+// close is authorized until its lease ends (DESIGN.md). Between the two
+// answers the router holds no pinhole: a new connection from the internet
+// in that round trip is dropped (and retried by its sender). p is
+// validated first (an error matching pinhole.ErrInvalidPinhole names the
 // field; nothing is sent). A router that refuses THIRD_PARTY gives an
 // error matching igd.ErrThirdPartyRefused, one whose policy refuses the
 // request igd.ErrNotAuthorized; every refusal matches igd.ErrRefused. A
-// success that does not name p's own address and port as the external
-// ones (a router that translates), or grants less than p.Lease, is an
-// error too: the pinhole is not the one asked for, or ends before the
-// caller renews it.
+// pinhole the router holds under another nonce (another cluster's, or one
+// renewed in place before) is not deleted, and the MAP renews it as the
+// router decides. A success that does not name p's own address and port
+// as the external ones (a router that translates), or grants less than
+// p.Lease, is an error too: the pinhole is not the one asked for, or ends
+// before the caller renews it.
 func (p *Pinholes) OpenPinhole(ctx context.Context, ph pinhole.Pinhole) error {
 	if err := ph.Validate(); err != nil {
 		return fmt.Errorf("pcp: open pinhole: %w", err)
+	}
+	switch err := p.pcp.wire().Delete(ctx, ph.Protocol, ph.InternalClient, ph.InternalPort, p.nonce(ph)); {
+	case err == nil, errors.Is(err, pcpwire.ErrNoResources), errors.Is(err, pcpwire.ErrNotAuthorized):
+	default:
+		return fmt.Errorf("pcp: open pinhole %s: %w", ph, err)
 	}
 	res, err := p.pcp.wire().Map(ctx, pcpwire.MapRequest{
 		Protocol: ph.Protocol, InternalAddr: ph.InternalClient, InternalPort: ph.InternalPort,
@@ -96,8 +108,9 @@ func (p *Pinholes) OpenPinhole(ctx context.Context, ph pinhole.Pinhole) error {
 // ClosePinhole closes p (a MAP with lifetime 0 and p's nonce); p.Lease is
 // not used. A pinhole the router does not hold is closed already: nil. A
 // router that holds it under another nonce refuses, and the error matches
-// igd.ErrNotAuthorized: another cluster's pinhole, or, on miniupnpd 2.3.1,
-// one that was renewed (it then closes when its lease ends). A router that
+// igd.ErrNotAuthorized: another cluster's pinhole, or, on miniupnpd before
+// 2.3.6, one a MAP renewed in place rather than OpenPinhole (it then closes
+// when its lease ends). A router that
 // refuses THIRD_PARTY gives an error matching igd.ErrThirdPartyRefused.
 func (p *Pinholes) ClosePinhole(ctx context.Context, ph pinhole.Pinhole) error {
 	v := ph
@@ -110,19 +123,19 @@ func (p *Pinholes) ClosePinhole(ctx context.Context, ph pinhole.Pinhole) error {
 	case err == nil, errors.Is(err, pcpwire.ErrNoResources):
 		return nil
 	case errors.Is(err, pcpwire.ErrNotAuthorized):
-		return fmt.Errorf("pcp: close pinhole %s: %w (it holds another nonce: another cluster's, or renewed by miniupnpd < 2.3.6, which then keeps it until its lease ends)", ph, notAuthorized(err))
+		return fmt.Errorf("pcp: close pinhole %s: %w (it holds another nonce: another cluster's, or renewed in place by miniupnpd < 2.3.6, which then keeps it until its lease ends)", ph, notAuthorized(err))
 	}
 	return fmt.Errorf("pcp: close pinhole %s: %w", ph, err)
 }
 
-// nonce is the nonce of pinhole ph under the secret: NonceFor with an owner
-// that names the pinhole's address, which no Service owner (namespace/name
 // PinholesForAnyHost reports true: PCP's THIRD_PARTY opens pinholes for any
 // LAN host's address, on any port (a router that refuses THIRD_PARTY
 // answers each OpenPinhole for another host with igd.ErrThirdPartyRefused).
 // It is the load balancer's AnyHostPinholes.
 func (p *Pinholes) PinholesForAnyHost() bool { return true }
 
+// nonce is the nonce of pinhole ph under the secret: NonceFor with an owner
+// that names the pinhole's address, which no Service owner (namespace/name
 // and UID, no spaces) can be.
 func (p *Pinholes) nonce(ph pinhole.Pinhole) [12]byte {
 	return pcpwire.NonceFor(p.secret, "ipv6 pinhole "+ph.InternalClient.String(),
