@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/ccmkit/ccmkit/internal/igderr"
 	"github.com/ccmkit/ccmkit/internal/upnp"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/huin/goupnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
 	"github.com/huin/goupnp/soap"
@@ -199,8 +200,8 @@ func TestAddPortMappingSendsArguments(t *testing.T) {
 				"NewRemoteHost": "203.0.113.9", "NewExternalPort": "8053", "NewProtocol": "UDP", "NewInternalPort": "30053",
 				"NewInternalClient": "192.0.2.10", "NewEnabled": "1", "NewPortMappingDescription": "ccmkit default/dns", "NewLeaseDuration": "3600",
 			}
-			if !reflect.DeepEqual(calls[0].Args, wantArgs) {
-				t.Errorf("AddPortMapping args = %v, want %v", calls[0].Args, wantArgs)
+			if diff := cmp.Diff(wantArgs, calls[0].Args); diff != "" {
+				t.Errorf("AddPortMapping args (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -349,8 +350,11 @@ func TestDeletePortMappingIsIdempotent(t *testing.T) {
 			}
 			calls := g.CallsOf("DeletePortMapping")
 			want := map[string]string{"NewRemoteHost": "", "NewExternalPort": "8053", "NewProtocol": "UDP"}
-			if len(calls) != 1 || !reflect.DeepEqual(calls[0].Args, want) {
-				t.Errorf("DeletePortMapping calls = %v, want one with %v", calls, want)
+			if len(calls) != 1 {
+				t.Fatalf("DeletePortMapping calls = %v, want one with %v", calls, want)
+			}
+			if diff := cmp.Diff(want, calls[0].Args); diff != "" {
+				t.Errorf("DeletePortMapping args (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -697,8 +701,8 @@ func TestListPortMappingsWalk(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !reflect.DeepEqual(ms, table) {
-					t.Fatalf("ListPortMappings() = %v, want %v", ms, table)
+				if diff := cmp.Diff(table, ms, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+					t.Fatalf("ListPortMappings() (-want +got):\n%s", diff)
 				}
 			}
 			if n := len(g.CallsOf("GetListOfPortMappings")); n != tt.wantList {
