@@ -2,12 +2,14 @@ package loadbalancer
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
 // A Service refused a pinhole because another Service holds it records
@@ -38,4 +40,56 @@ func TestPinholeRefusedToAServiceIsNotClosedWhenThatServiceGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	diffStrings(t, "pinholes open after the refused Service was deleted", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// gatedClose is a PinholeClient whose first ClosePinhole waits, after it
+// is called and before it reaches the router, until release is closed.
+type gatedClose struct {
+	anyHostPinholes
+	once     sync.Once
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (g *gatedClose) ClosePinhole(ctx context.Context, p pinhole.Pinhole) error {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.released
+	})
+	return g.anyHostPinholes.ClosePinhole(ctx, p)
+}
+
+// A Service deleted (its status records a pinhole, this process holds
+// none: it restarted) while a new Service takes the same port, as a rename
+// does: the delete's close must not land on the pinhole the new Service
+// opened in between (its proof of ownership, the status, is no longer
+// fresh), or the new Service is unserved on IPv6 until its next renewal.
+func TestPinholeOpenedForAnotherServiceDuringACloseStaysOpen(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	old := lbService("default", "old", withFamilies(v1.IPv6Protocol))
+	old.Status.LoadBalancer = *e.mustEnsure(t, old, nodes)
+
+	g := &gatedClose{anyHostPinholes: anyHostPinholes{f}, entered: make(chan struct{}), released: make(chan struct{})}
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.seeNodes(nodes)
+	done := make(chan error, 1)
+	go func() { done <- restarted.EnsureLoadBalancerDeleted(context.Background(), testCluster, old) }()
+	<-g.entered
+	renamed := lbService("default", "renamed", withFamilies(v1.IPv6Protocol))
+	st, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, renamed, nodes)
+	close(g.released)
+	if derr := <-done; derr != nil {
+		t.Fatal(derr)
+	}
+	if err != nil {
+		// Refused while the old Service's close is in flight: sound.
+		t.Logf("Ensure of the new Service during the close: %v", err)
+		return
+	}
+	t.Logf("new Service's status: %v", st.Ingress)
+	diffStrings(t, "pinholes open after the delete, the new Service served", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
