@@ -93,3 +93,37 @@ func TestPinholeOpenedForAnotherServiceDuringACloseStaysOpen(t *testing.T) {
 	t.Logf("new Service's status: %v", st.Ingress)
 	diffStrings(t, "pinholes open after the delete, the new Service served", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
+
+// Of two Services whose statuses both name one pinhole, one served it and
+// the other was refused it (its status records the port with the error).
+// A restarted process, or the one that takes over, must agree: the holder
+// keeps it, whichever of the two it serves first. The refused Service's
+// record with an error is no claim.
+func TestRestartedProcessLeavesAContestedPinholeWithItsHolder(t *testing.T) {
+	e, _ := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	holder := newService("default", "holder", withFamilies(v1.IPv6Protocol))
+	holder.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}
+	refused := newService("default", "refused", withFamilies(v1.IPv6Protocol),
+		withPorts(port("http", v1.ProtocolTCP, 8080, 30081), port("alt", v1.ProtocolTCP, 9090, 30090)))
+	refused.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{ingress(guaA.String(), tcpFailed(8080, PortErrorInUse), tcp(9090))}
+	startBackground(t, e, nodes[0], nodes[1], nodes[2], holder, refused)
+	eventually(t, "both Services in the cache", func() bool {
+		_, w := e.lb.bg.now()
+		h, err1 := w.services.Services("default").Get("holder")
+		r, err2 := w.services.Services("default").Get("refused")
+		return err1 == nil && err2 == nil && len(h.Status.LoadBalancer.Ingress) == 1 && len(r.Status.LoadBalancer.Ingress) == 1
+	})
+
+	st, err := e.ensure(t, refused, nodes)
+	if err != nil {
+		t.Fatalf("Ensure of the refused Service: %v", err)
+	}
+	for _, ing := range st.Ingress {
+		for _, p := range ing.Ports {
+			if p.Port == 8080 && p.Error == nil {
+				t.Errorf("the restarted process gave the refused Service the holder's pinhole: status %s %v", ing.IP, ing.Ports)
+			}
+		}
+	}
+}
