@@ -61,3 +61,24 @@ func TestServiceServedAtTheNewPrefixWhenTheOldPinholesCannotBeClosed(t *testing.
 	}
 	diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaA2, 8080), pin(igd.UDP, guaA, 5353), pin(igd.UDP, guaA2, 5353)}, f.Open())
 }
+
+// A Service whose status records pinholes at an address the host no longer
+// has can still be deleted: those pinholes end with their lease, and the
+// deletion (the Service's finalizer) must not wait for a close that can
+// never be sent.
+func TestServiceDeletedWhenItsPinholesAtAGoneAddressCannotBeClosed(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+
+	moved, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: goneAddrPinholes{anyHostPinholes{f}, guaA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.seeNodes([]*v1.Node{newNode("node-a", addrA, withIPv6(guaA2)), newNode("node-b", addrB, withIPv6(ulaB))})
+	for i := range 3 {
+		if err := moved.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+			t.Errorf("EnsureLoadBalancerDeleted %d: %v", i, err)
+		}
+	}
+}
