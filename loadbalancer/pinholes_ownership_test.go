@@ -127,3 +127,40 @@ func TestRestartedProcessLeavesAContestedPinholeWithItsHolder(t *testing.T) {
 		}
 	}
 }
+
+// On IPv6 the ingress is the node's own address, and kube-proxy sends what
+// arrives at [ingress IP]:port to every Service whose status lists that IP
+// with that port: it reads the ingress IP, not each port's error. A
+// Service refused a port on IPv6 because another Service is served there
+// must not be given an ingress at the same address with that port, or the
+// two Services contend for the holder's traffic.
+func TestRefusedServiceIsNotGivenTheHoldersIPv6IngressAndPort(t *testing.T) {
+	e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	holder := lbService("default", "holder", withFamilies(v1.IPv6Protocol))
+	holder.Status.LoadBalancer = *e.mustEnsure(t, holder, nodes)
+	refused := lbService("default", "refused", withFamilies(v1.IPv6Protocol),
+		withPorts(port("http", v1.ProtocolTCP, 8080, 30081), port("alt", v1.ProtocolTCP, 9090, 30090)))
+	st := e.mustEnsure(t, refused, nodes)
+	for _, h := range holder.Status.LoadBalancer.Ingress {
+		for _, r := range st.Ingress {
+			if h.IP != r.IP {
+				continue
+			}
+			for _, hp := range h.Ports {
+				for _, rp := range r.Ports {
+					if hp.Port == rp.Port && hp.Protocol == rp.Protocol {
+						t.Errorf("both Services' statuses list [%s]:%d/%s (the refused one with error %v): kube-proxy routes it to both", r.IP, rp.Port, rp.Protocol, ptrString(rp.Error))
+					}
+				}
+			}
+		}
+	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
