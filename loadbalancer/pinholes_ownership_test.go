@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -163,4 +164,22 @@ func ptrString(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// A Service's status is no proof that a pinhole is its own: anyone who can
+// write services/status (or a stale copy) can list any address and port.
+// An IPv4-only Service whose status lists an IPv6 ingress at the node's
+// address must not have the load balancer close the pinhole another
+// program on that node opened there (UPnP cannot tell them apart: same
+// address and port, same pinhole).
+func TestForgedIPv6IngressDoesNotCloseAnotherProgramsPinhole(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+	theirs := pinhole.Pinhole{Protocol: igd.TCP, InternalClient: guaA, InternalPort: 9999, Lease: time.Hour}
+	if err := f.OpenPinhole(context.Background(), theirs); err != nil { // another program on node-a
+		t.Fatal(err)
+	}
+	svc := lbService("default", "web") // IPv4 only
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(9999))}
+	e.mustEnsure(t, svc, dualNodes())
+	diffStrings(t, "pinholes open after an Ensure of a Service whose status lists another's", []string{pin(igd.TCP, guaA, 9999)}, f.Open())
 }
