@@ -183,3 +183,31 @@ func TestForgedIPv6IngressDoesNotCloseAnotherProgramsPinhole(t *testing.T) {
 	e.mustEnsure(t, svc, dualNodes())
 	diffStrings(t, "pinholes open after an Ensure of a Service whose status lists another's", []string{pin(igd.TCP, guaA, 9999)}, f.Open())
 }
+
+// A process that does not know the cluster's Services yet (restarted, its
+// caches not synced, or no background work) cannot tell that another
+// Service's status records a pinhole: it must not give that pinhole to a
+// second Service (then both statuses record it, and deleting the second
+// closes the first's). It retries until it knows, as Local Services do.
+func TestPinholeNotGivenToASecondServiceBeforeTheServicesAreKnown(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	holder := lbService("default", "holder", withFamilies(v1.IPv6Protocol))
+	holder.Status.LoadBalancer = *e.mustEnsure(t, holder, nodes)
+
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.seeNodes(nodes)
+	taker := lbService("default", "taker", withFamilies(v1.IPv6Protocol))
+	st, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, taker, nodes)
+	if err == nil {
+		taker.Status.LoadBalancer = *st
+		t.Errorf("Ensure of a second Service wanting the holder's pinhole, before the Services are known: served at %v", st.Ingress)
+		if err := restarted.EnsureLoadBalancerDeleted(context.Background(), testCluster, taker); err != nil {
+			t.Fatal(err)
+		}
+		diffStrings(t, "pinholes open after the second Service was deleted", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+	}
+}
