@@ -99,7 +99,9 @@ type fromConn struct {
 	from netip.Addr
 }
 
-func (c fromConn) LocalAddr() net.Addr { return net.TCPAddrFromAddrPort(netip.AddrPortFrom(c.from, 50000)) }
+func (c fromConn) LocalAddr() net.Addr {
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(c.from, 50000))
+}
 
 // upnpPinholes is a UPnP pinhole client of host through the Server at url.
 func upnpPinholes(host netip.Addr, url string) (*pinhole.UPnPClient, error) {

@@ -261,8 +261,8 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 		}
 		isOpen[soakPinholeKey{v1.Protocol(p.Pinhole.Protocol), p.Pinhole.InternalClient, int32(p.Pinhole.InternalPort)}] = p
 	}
-	told := map[soakPinholeKey][]string{}       // who is told it holds each pinhole
-	refused := map[soakPinholeKey][]string{}    // who is told another holds it
+	told := map[soakPinholeKey][]string{}        // who is told it holds each pinhole
+	refused := map[soakPinholeKey][]string{}     // who is told another holds it
 	wanted := map[string]map[netip.Addr]string{} // Service -> where its pinholes may go
 	for _, svc := range svcs {
 		k := svcKey(svc)
