@@ -380,3 +380,40 @@ func TestPinholeRecordedInAnotherServicesStatusIsNotTaken(t *testing.T) {
 		t.Errorf("holder's status (-want +got):\n%s", diff)
 	}
 }
+
+// A Service whose IPv6 can no longer be served because its node stopped
+// reporting the global address its pinholes go to (or the node is gone)
+// gets those pinholes closed: the address may be another host's now. As
+// for an IPv4 mapping with no target, a pinhole to an address a node still
+// reports (a node that is no longer ready) is kept.
+func TestPinholesToAnAddressNoNodeReportsAreClosed(t *testing.T) {
+	withoutGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB)), newNode("node-b", addrB, withIPv6(ulaB))}
+	notReadyA := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA), notReady), newNode("node-b", addrB, withIPv6(ulaB))}
+	tests := []struct {
+		name  string
+		mode  pinholeMode
+		nodes []*v1.Node
+		want  []string
+	}{
+		{"own node, its address gone", ownNodePinholes, withoutGUA, nil},
+		{"any host, its address gone", anyHostPinhole, withoutGUA, nil},
+		{"any host, the node gone", anyHostPinhole, withoutGUA[1:], nil},
+		{"any host, the node not ready", anyHostPinhole, notReadyA, []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, tt.mode)
+			svc := dualService("web")
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			diffStrings(t, "pinholes open at first", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
+			st, err := e.ensure(t, svc, tt.nodes)
+			if err != nil {
+				t.Fatalf("Ensure with no node to serve IPv6 (IPv4 is served): %v", err)
+			}
+			if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080), v1.PortStatus{Port: 5353, Protocol: v1.ProtocolUDP})}, st.Ingress); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			diffStrings(t, "pinholes open", tt.want, f.Open())
+		})
+	}
+}
