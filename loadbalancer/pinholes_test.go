@@ -390,15 +390,16 @@ func TestPinholesToAnAddressNoNodeReportsAreClosed(t *testing.T) {
 	withoutGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB)), newNode("node-b", addrB, withIPv6(ulaB))}
 	notReadyA := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA), notReady), newNode("node-b", addrB, withIPv6(ulaB))}
 	tests := []struct {
-		name  string
-		mode  pinholeMode
-		nodes []*v1.Node
-		want  []string
+		name    string
+		mode    pinholeMode
+		nodes   []*v1.Node
+		deleted string // a node deleted (the watch's forgetNode)
+		want    []string
 	}{
-		{"own node, its address gone", ownNodePinholes, withoutGUA, nil},
-		{"any host, its address gone", anyHostPinhole, withoutGUA, nil},
-		{"any host, the node gone", anyHostPinhole, withoutGUA[1:], nil},
-		{"any host, the node not ready", anyHostPinhole, notReadyA, []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}},
+		{"own node, its address gone", ownNodePinholes, withoutGUA, "", nil},
+		{"any host, its address gone", anyHostPinhole, withoutGUA, "", nil},
+		{"any host, the node deleted", anyHostPinhole, withoutGUA[1:], "node-a", nil},
+		{"any host, the node not ready", anyHostPinhole, notReadyA, "", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -406,6 +407,9 @@ func TestPinholesToAnAddressNoNodeReportsAreClosed(t *testing.T) {
 			svc := dualService("web")
 			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
 			diffStrings(t, "pinholes open at first", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
+			if tt.deleted != "" {
+				e.lb.forgetNode(tt.deleted)
+			}
 			st, err := e.ensure(t, svc, tt.nodes)
 			if err != nil {
 				t.Fatalf("Ensure with no node to serve IPv6 (IPv4 is served): %v", err)
