@@ -1,16 +1,22 @@
 package loadbalancer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -73,7 +79,35 @@ func (w *fakeWorld) serveIPv6(host netip.Addr) (string, error) {
 		return "", fmt.Errorf("the dual-stack soak needs the IPv6 loopback: %w", err)
 	}
 	s := fake.NewServer(w.router, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return host }})
-	hs := httptest.NewUnstartedServer(s)
+	var logger klog.Logger
+	if *soakKlog != "" { // each pinhole call in the processes' log, for a violation's cause
+		logger = w.s.processLogger(0).WithValues("router", host)
+	}
+	// A lost reply is one the router acted on and never sent: the
+	// connection closes without an answer (an answer, even a fault, would
+	// be the router's word that it failed).
+	h := http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		action := req.Header.Get("SOAPAction")
+		_, write := pinholeAction(strings.Trim(action[strings.LastIndex(action, "#")+1:], `"`))
+		lost := host == soakGUA(0, 1) && write && rec.Code == http.StatusOK && !w.planting.Load() && w.lose()
+		if logger.GetSink() != nil && strings.Contains(action, "Pinhole") {
+			logger.Info("Pinhole call", "action", action, "request", soapArgs(string(body)), "status", rec.Code, "answer", soapArgs(rec.Body.String()), "lost", lost)
+		}
+		if lost {
+			if c, _, err := http.NewResponseController(rw).Hijack(); err == nil {
+				c.Close()
+				return
+			}
+		}
+		maps.Copy(rw.Header(), rec.Header())
+		rw.WriteHeader(rec.Code)
+		_, _ = rw.Write(rec.Body.Bytes())
+	})
+	hs := httptest.NewUnstartedServer(h)
 	hs.Listener.Close()
 	hs.Listener = ln
 	hs.Start()
@@ -245,4 +279,15 @@ func (w *fakeWorld) closePinholes() {
 	for _, c := range slices.Backward(w.v6.closes) {
 		c()
 	}
+}
+
+var soapArg = regexp.MustCompile(`<(?:New)?(InternalPort|UniqueID|InternalClient|LeaseTime|errorCode)>([^<]*)<`)
+
+// soapArgs is the arguments of a SOAP body that name a pinhole, for the log.
+func soapArgs(body string) string {
+	var out []string
+	for _, m := range soapArg.FindAllStringSubmatch(body, -1) {
+		out = append(out, m[1]+"="+m[2])
+	}
+	return strings.Join(out, " ")
 }

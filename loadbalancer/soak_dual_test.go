@@ -261,9 +261,8 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 		}
 		isOpen[soakPinholeKey{v1.Protocol(p.Pinhole.Protocol), p.Pinhole.InternalClient, int32(p.Pinhole.InternalPort)}] = p
 	}
-	told := map[soakPinholeKey][]string{}        // who is told it holds each pinhole
-	refused := map[soakPinholeKey][]string{}     // who is told another holds it
-	wanted := map[string]map[netip.Addr]string{} // Service -> where its pinholes may go
+	told := map[soakPinholeKey][]string{}    // who is told it holds each pinhole
+	refused := map[soakPinholeKey][]string{} // who is told another holds it
 	for _, svc := range svcs {
 		k := svcKey(svc)
 		fams := soakFamiliesOf(svc)
@@ -293,7 +292,6 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 			continue
 		}
 		el := s.eligible6(svc, nodes, eps)
-		wanted[k] = el
 		var ports []v1.ServicePort
 		for _, p := range svc.Spec.Ports {
 			if p.Protocol == v1.ProtocolTCP || p.Protocol == v1.ProtocolUDP {

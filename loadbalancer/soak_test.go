@@ -1114,6 +1114,16 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 			deadline = d
 		}
 	}
+	if s.dual && !s.wiped.IsZero() {
+		// A pinhole the router lost that no probe finds (a PCP router
+		// cannot be asked about one; through UPnP one is probed only by
+		// a process holding no mapping, else a mapping it wrote before
+		// the loss must be probed) is opened again at its renewal, due
+		// within half a lease, at the next pass.
+		if d := s.wiped.Add(soakLease/2 + soakRenew + base); d.After(deadline) {
+			deadline = d
+		}
+	}
 	var last, atBase []string // atBase: what did not hold once the base bound had passed
 	for {
 		s.reap(ctx)
