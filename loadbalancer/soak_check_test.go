@@ -317,7 +317,7 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 		}
 	}
 	if s.dual {
-		more, left := s.checkPinholes(ctx, began, svcs, nodeList.Items, epList.Items)
+		more, left := s.checkPinholes(ctx, began, svcs, servable, nodeList.Items, epList.Items)
 		bad, leftToLease = append(bad, more...), leftToLease+left
 	}
 	slices.Sort(bad)
