@@ -421,3 +421,32 @@ func TestPinholesToAnAddressNoNodeReportsAreClosed(t *testing.T) {
 		})
 	}
 }
+
+// A Service's pinholes go to an eligible node where the ports it wants are
+// free, when the node rendezvous hashing prefers has them taken by another
+// Service: a pinhole is per node address, so both are served on IPv6.
+func TestPinholesGoToANodeWhereThePortsAreFree(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))}
+	first := lbService("default", "first", withFamilies(v1.IPv6Protocol))
+	first.Status.LoadBalancer = *e.mustEnsure(t, first, nodes)
+	taken := first.Status.LoadBalancer.Ingress[0].IP
+	free := map[string]string{guaA.String(): guaB.String(), guaB.String(): guaA.String()}[taken]
+	cands := []target{{name: "node-a", addr: guaA}, {name: "node-b", addr: guaB}}
+	name := ""
+	for i := range 100 { // a Service whose hash prefers the node first holds 8080 at
+		if tgt, _ := chooseTarget(fmt.Sprintf("default/second-%d", i), cands, nil); tgt.addr.String() == taken {
+			name = fmt.Sprintf("second-%d", i)
+			break
+		}
+	}
+	second := lbService("default", name, withFamilies(v1.IPv6Protocol))
+	st, err := e.ensure(t, second, nodes)
+	if err != nil {
+		t.Fatalf("Ensure of a second Service wanting TCP/8080 on IPv6: %v, want it served at the other node", err)
+	}
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(free, tcp(8080))}, st.Ingress); diff != "" {
+		t.Errorf("second's status (-want +got):\n%s", diff)
+	}
+	diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaB, 8080)}, f.Open())
+}
