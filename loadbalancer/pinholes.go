@@ -96,7 +96,8 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	tgt, err := lb.ipv6Target(ctx, o, svc, nodes)
+	claims := lb.pinholeClaims(svc)
+	tgt, err := lb.ipv6Target(ctx, o, svc, nodes, claims)
 	if err != nil {
 		// Its pinholes stay until a node is eligible, or their leases
 		// end, while a node reports their address: those to an address
@@ -105,7 +106,6 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 		return nil, errors.Join(err, lb.closePinholes(ctx, t, svc, lb.pinholesAtNodes(o, svc)))
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
-	claims := lb.pinholeClaims(svc)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
 	for _, p := range admitted {
@@ -152,10 +152,13 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
 // with a ready endpoint), the one they go to now (held or recorded), else
-// the highest rendezvous hash, as for IPv4. A node's address is the one its
+// the highest rendezvous hash, as for IPv4, among those where the fewest of
+// svc's ports are taken (claims, or another Service of this process holds
+// them): a pinhole is per node address, so a port another Service holds at
+// one node may be free at the next. A node's address is the one its
 // pinholes go to while it reports it, else its first global address
 // (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
-func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node) (target, error) {
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service, nodes []*v1.Node, claims map[pinholeKey]string) (target, error) {
 	current := lb.pinholeAddrs(o, svc)
 	reasons := make(map[string]string)
 	var cands []target
@@ -199,11 +202,37 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, svc *v1.Service
 		}
 	}
 	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
+	if len(cands) > 1 && !slices.ContainsFunc(cands, func(c target) bool { return slices.Contains(current, c.addr) }) {
+		cands = lb.leastTaken(o, svc, cands, claims)
+	}
 	tgt, ok := chooseTarget(o.key(), cands, current)
 	if !ok {
 		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
 	return tgt, nil
+}
+
+// leastTaken returns the candidates where the fewest of svc's ports are
+// taken: claimed (see pinholeClaims) or held by another Service of this
+// process.
+func (lb *LoadBalancer) leastTaken(o owner, svc *v1.Service, cands []target, claims map[pinholeKey]string) []target {
+	lb.mu.Lock()
+	taken := make(map[netip.Addr]int, len(cands))
+	for _, c := range cands {
+		for _, p := range svc.Spec.Ports {
+			k, ok := portKey(p.Protocol, p.Port)
+			if !ok {
+				continue
+			}
+			pk := pinholeKey{Protocol: k.Protocol, Addr: c.addr, Port: k.ExternalPort}
+			if _, ok := claims[pk]; ok || lb.pinholeHeldByOtherLocked(o, pk) {
+				taken[c.addr]++
+			}
+		}
+	}
+	lb.mu.Unlock()
+	fewest := slices.MinFunc(cands, func(a, b target) int { return cmp.Compare(taken[a.addr], taken[b.addr]) })
+	return slices.DeleteFunc(slices.Clone(cands), func(c target) bool { return taken[c.addr] > taken[fewest.addr] })
 }
 
 // pinholeClaims returns the pinholes the statuses of the cluster's other
