@@ -273,6 +273,9 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 	// checks the IPv6 one).
 	told := map[igd.Key][]string{}
 	for _, svc := range svcs {
+		if !slices.Contains(soakFamiliesOf(svc), v1.IPv4Protocol) {
+			continue // no IPv4 ingress wanted: checkPinholes
+		}
 		k := svcKey(svc)
 		st := ipv4Status(svc.Status.LoadBalancer)
 		for _, ing := range st.Ingress {
