@@ -450,3 +450,28 @@ func TestPinholesGoToANodeWhereThePortsAreFree(t *testing.T) {
 	}
 	diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaB, 8080)}, f.Open())
 }
+
+// A Service whose IPv6 cannot be served (its only node with a global address
+// is not ready) has no IPv6 ingress in its status; so it keeps no pinhole
+// either, or a restarted process that deletes the Service could not find
+// them, and they would stay open until their lease ends.
+func TestPinholesKeptWithNoEligibleNodeAreClosedByARestartedProcess(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	notReadyA := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA), notReady), newNode("node-b", addrB, withIPv6(ulaB))}
+	svc := dualService("web")
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	st, err := e.ensure(t, svc, notReadyA)
+	if err != nil {
+		t.Fatalf("Ensure with node-a not ready: %v", err)
+	}
+	svc.Status.LoadBalancer = *st
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.seeNodes(notReadyA)
+	if err := restarted.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes open after a restarted process deleted the Service (status "+describeStatus(*st)+")", nil, f.Open())
+}
