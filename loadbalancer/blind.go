@@ -137,7 +137,7 @@ func (b *blindMode) sweep(ctx context.Context, o owner, nodePorts map[igd.Key]ui
 	lb.mu.Lock()
 	addrs := make([]netip.Addr, 0, len(lb.nodeAddrs))
 	for a := range lb.nodeAddrs {
-		if a != except && a.Is4() { // a global IPv6 address has pinholes, not mappings
+		if a != except {
 			addrs = append(addrs, a)
 		}
 	}

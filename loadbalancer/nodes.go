@@ -144,8 +144,7 @@ func score(service, node string) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-// seeNodes records the addresses of nodes: IPv4 (nodeAddrs) and global
-// IPv6 (globalIPv6).
+// seeNodes records the addresses of nodes.
 func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	latest := make(map[string]*v1.Node, len(nodes)) // by name; the last copy wins
 	for _, n := range nodes {
@@ -159,7 +158,7 @@ func (lb *LoadBalancer) seeNodes(nodes []*v1.Node) {
 	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, name string) bool { return latest[name] != nil })
 	for _, n := range nodes { // in order: an address two nodes report is the later one's
 		if n != nil && latest[n.Name] == n {
-			for _, a := range append(nodeAddrs(n), globalIPv6(n)...) {
+			for _, a := range nodeAddrs(n) {
 				lb.nodeAddrs[a] = n.Name
 			}
 		}
@@ -177,8 +176,7 @@ func (lb *LoadBalancer) forgetNodeLocked(name string) {
 	maps.DeleteFunc(lb.nodeAddrs, func(_ netip.Addr, n string) bool { return n == name })
 }
 
-// isNodeAddr reports whether a is the address of a node seen: an IPv4
-// address (nodeAddrs) or a global IPv6 one (globalIPv6).
+// isNodeAddr reports whether a is the address of a node seen.
 func (lb *LoadBalancer) isNodeAddr(a netip.Addr) bool {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()

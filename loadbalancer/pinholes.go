@@ -99,11 +99,10 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, svc *v1.Serv
 	claims := lb.pinholeClaims(svc)
 	tgt, err := lb.ipv6Target(ctx, o, svc, nodes, claims)
 	if err != nil {
-		// Its pinholes stay until a node is eligible, or their leases
-		// end, while a node reports their address: those to an address
-		// no node reports (its prefix changed, or it was deleted) are
-		// closed, since another host may have it now.
-		return nil, errors.Join(err, lb.closePinholes(ctx, t, svc, lb.pinholesAtNodes(o, svc)))
+		// IPv6 not served: its status will record no pinhole, so none
+		// is kept (a restarted process could not find it, and the
+		// address may be another host's once no node reports it).
+		return nil, errors.Join(err, lb.closePinholes(ctx, t, svc, nil))
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
 	keep := make(map[pinholeKey]bool)
@@ -394,26 +393,6 @@ func recordedPinholes(svc *v1.Service) []pinholeKey {
 		}
 	}
 	return out
-}
-
-// pinholesAtNodes returns o's pinholes (held, or recorded in svc's status)
-// whose address a node reports (isNodeAddr).
-func (lb *LoadBalancer) pinholesAtNodes(o owner, svc *v1.Service) map[pinholeKey]bool {
-	keys := recordedPinholes(svc)
-	lb.mu.Lock()
-	if s := lb.services[o.token]; s != nil {
-		for k := range s.pinholes {
-			keys = append(keys, k)
-		}
-	}
-	lb.mu.Unlock()
-	at := make(map[pinholeKey]bool)
-	for _, k := range keys {
-		if lb.isNodeAddr(k.Addr) {
-			at[k] = true
-		}
-	}
-	return at
 }
 
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
