@@ -262,12 +262,6 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 		}
 		isOpen[soakPinholeKey{v1.Protocol(p.Pinhole.Protocol), p.Pinhole.InternalClient, int32(p.Pinhole.InternalPort)}] = p
 	}
-	nodeGUAs := map[netip.Addr]bool{} // the global addresses nodes report
-	for i := range nodes {
-		if a, ok := soakGlobal(&nodes[i]); ok {
-			nodeGUAs[a] = true
-		}
-	}
 	told := map[soakPinholeKey][]string{}    // who is told it holds each pinhole
 	refused := map[soakPinholeKey][]string{} // who is told another holds it
 	for _, svc := range svcs {
@@ -284,30 +278,24 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 		}
 		hasV4, hasV6 := slices.Contains(fams, v1.IPv4Protocol), slices.Contains(fams, v1.IPv6Protocol)
 		el := s.eligible6(svc, nodes, eps)
-		if _, ok := servable4[k]; hasV4 && !ok || hasV6 && len(el) == 0 {
-			// A family it cannot be served on: its sync may fail, and a
-			// failed sync writes no status, so the status is not
-			// checked (as for IPv4). The pinholes it records at an
-			// address a node still reports may stay (as a mapping with
-			// no target on a node still there); others must go (below).
-			if hasV6 && len(v6) == 1 {
-				a, _ := netip.ParseAddr(st.Ingress[v6[0]].IP)
-				for _, ps := range st.Ingress[v6[0]].Ports {
-					if pk := (soakPinholeKey{ps.Protocol, a, ps.Port}); ps.Error == nil && nodeGUAs[a] {
-						told[pk] = append(told[pk], k+" (not servable)")
-					}
-				}
-			}
+		if hasV6 && len(el) == 0 {
+			// Not servable on IPv6: its pinholes must go (below), and
+			// its sync may fail, which writes no status (as for IPv4):
+			// the status is not checked.
 			continue
 		}
-		if !hasV4 && len(v4) > 0 {
-			fail("%s (families %v): status %s has an IPv4 ingress", k, fams, describeStatus(st))
-		}
-		if len(v4) == 1 && len(v6) == 1 && (v4[0] < v6[0]) != (fams[0] == v1.IPv4Protocol) {
-			fail("%s: status %s is not in the order of spec.ipFamilies %v", k, describeStatus(st), fams)
+		if _, ok := servable4[k]; !hasV4 || ok {
+			// Its status is fresh: one ingress per family served, in
+			// the order of spec.ipFamilies.
+			if !hasV4 && len(v4) > 0 {
+				fail("%s (families %v): status %s has an IPv4 ingress", k, fams, describeStatus(st))
+			}
+			if len(v4) == 1 && len(v6) == 1 && (v4[0] < v6[0]) != (fams[0] == v1.IPv4Protocol) {
+				fail("%s: status %s is not in the order of spec.ipFamilies %v", k, describeStatus(st), fams)
+			}
 		}
 		if !hasV6 {
-			if len(v6) > 0 {
+			if _, ok := servable4[k]; ok && len(v6) > 0 {
 				fail("%s (families %v): status %s has an IPv6 ingress", k, fams, describeStatus(st))
 			}
 			continue
