@@ -111,12 +111,15 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	tgt, err := lb.ipv6Target(ctx, o, nodes, req.recorded, req.local)
+	claims := lb.pinholeClaims(o, req.recorded)
+	tgt, err := lb.ipv6Target(ctx, o, nodes, req, claims)
 	if err != nil {
-		return netip.Addr{}, nil, err // its pinholes stay until a node is eligible, or their leases end
+		// IPv6 not served: its status will record no pinhole, so none
+		// is kept (a restarted process could not find it, and the
+		// address may be another host's once no node reports it).
+		return netip.Addr{}, nil, errors.Join(err, lb.closePinholes(ctx, t, req.recorded, nil))
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
-	claims := lb.pinholeClaims(o, req.recorded)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
 	for _, p := range req.admitted {
@@ -162,12 +165,17 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 // ipv6Target returns the node o's pinholes go to, with its address: among
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
-// of local, with a ready endpoint), the one they go to now (held or
-// recorded), else the highest rendezvous hash, as for IPv4. A node's address
-// is the one its pinholes go to while it reports it, else its first global
-// address (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
-func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, recorded []pinholeKey, local map[string]bool) (target, error) {
-	current := lb.pinholeAddrs(o, recorded)
+// of req.local, with a ready endpoint), the one they go to now (held or
+// recorded), else the highest rendezvous hash, as for IPv4, among those
+// where the fewest of its ports are taken (claims, or another Service of
+// this process holds them): a pinhole is per node address, so a port
+// another Service holds at one node may be free at the next. A node's
+// address is the one its pinholes go to while it reports it, else its first
+// global address (globalIPv6). With none: ErrNoEligibleNode and an
+// api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, req pinholeRequest, claims map[pinholeKey]string) (target, error) {
+	local := req.local
+	current := lb.pinholeAddrs(o, req.recorded)
 	reasons := make(map[string]string)
 	var cands []target
 	for _, n := range nodes {
@@ -206,11 +214,33 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 		}
 	}
 	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
+	if len(cands) > 1 && !slices.ContainsFunc(cands, func(c target) bool { return slices.Contains(current, c.addr) }) {
+		cands = lb.leastTaken(o, req.admitted, cands, claims)
+	}
 	tgt, ok := chooseTarget(o.key(), cands, current)
 	if !ok {
 		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
 	return tgt, nil
+}
+
+// leastTaken returns the candidates where the fewest of the ports of plans
+// are taken: claimed (see pinholeClaims) or held by another Service of this
+// process.
+func (lb *LoadBalancer) leastTaken(o owner, plans []portPlan, cands []target, claims map[pinholeKey]string) []target {
+	lb.mu.Lock()
+	taken := make(map[netip.Addr]int, len(cands))
+	for _, c := range cands {
+		for _, p := range plans {
+			pk := pinholeKey{Protocol: p.key.Protocol, Addr: c.addr, Port: p.key.ExternalPort}
+			if _, ok := claims[pk]; ok || lb.pinholeHeldByOtherLocked(o, pk) {
+				taken[c.addr]++
+			}
+		}
+	}
+	lb.mu.Unlock()
+	fewest := slices.MinFunc(cands, func(a, b target) int { return cmp.Compare(taken[a.addr], taken[b.addr]) })
+	return slices.DeleteFunc(slices.Clone(cands), func(c target) bool { return taken[c.addr] > taken[fewest.addr] })
 }
 
 // pinholeClaims returns the pinholes the statuses of the cluster's Services
