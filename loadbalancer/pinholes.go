@@ -129,14 +129,13 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 				Err: fmt.Errorf("%w: the router opens IPv6 pinholes from port %d only (UPnP)", igd.ErrNotAuthorized, minPinholePort)}
 			continue
 		}
-		if other, ok := claims[k]; ok {
-			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Claimant: other,
-				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
-			continue
-		}
+		// ipv6Target chose an address where no port is taken; one taken
+		// since (another Service of this process reserved it in between)
+		// fails the family, and the next try chooses again: the status
+		// never lists the address with a port another is served at.
 		due, pe := lb.reservePinhole(o, k)
 		if pe != nil {
-			failed[p.key] = pe
+			errs = append(errs, lb.retry(pe))
 			continue
 		}
 		keep[k] = true
@@ -165,14 +164,17 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 // ipv6Target returns the node o's pinholes go to, with its address: among
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
-// of req.local, with a ready endpoint), the one they go to now (held or
-// recorded), else the highest rendezvous hash, as for IPv4, among those
-// where the fewest of its ports are taken (claims, or another Service of
-// this process holds them): a pinhole is per node address, so a port
-// another Service holds at one node may be free at the next. A node's
-// address is the one its pinholes go to while it reports it, else its first
-// global address (globalIPv6). With none: ErrNoEligibleNode and an
-// api.RetryError.
+// of req.local, with a ready endpoint) where none of its ports is taken (see
+// takenPorts), the one they go to now (held or recorded), else the highest
+// rendezvous hash, as for IPv4. A Service's IPv6 ingress is the node's own
+// address, and kube-proxy takes the traffic to every port of a Service at
+// each of its ingress IPs (whatever each port's error), so a Service given
+// an ingress where one of its ports is another's would take that one's
+// traffic too; a pinhole is per node address, so the port may be free at
+// the next node. A node's address is the one its pinholes go to while it
+// reports it, else its first global address (globalIPv6). With none:
+// ErrNoEligibleNode (through a client for this host only, ErrPortInUse when
+// its ports are taken there) and an api.RetryError.
 func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, req pinholeRequest, claims map[pinholeKey]string) (target, error) {
 	local := req.local
 	current := lb.pinholeAddrs(o, req.recorded)
@@ -201,6 +203,7 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 			return !local[t.name]
 		})
 	}
+	taken := lb.takenPorts(o, req.plans, cands, claims)
 	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
 		name, _, err := lb.selfNode(ctx, nodes)
 		if err != nil {
@@ -212,35 +215,53 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 			return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: the router opens pinholes only to this node (UPnP), %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
+		if pe := taken[cands[0].addr]; pe != nil {
+			return target{}, lb.retry(pe) // the only node it may be served at
+		}
 	}
+	inUse := false
+	cands = slices.DeleteFunc(cands, func(t target) bool {
+		pe := taken[t.addr]
+		if pe != nil {
+			reasons[t.name] = fmt.Sprintf("has %s in use at its address %s by service %s", pe.Key, t.addr, pe.Claimant)
+			inUse = true
+		}
+		return pe != nil
+	})
 	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
-	if len(cands) > 1 && !slices.ContainsFunc(cands, func(c target) bool { return slices.Contains(current, c.addr) }) {
-		cands = lb.leastTaken(o, req.admitted, cands, claims)
-	}
 	tgt, ok := chooseTarget(o.key(), cands, current)
-	if !ok {
+	switch {
+	case !ok && inUse:
+		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6 (%w): %s", ErrNoEligibleNode, o.key(), ErrPortInUse, describeReasons(reasons)))
+	case !ok:
 		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
 	return tgt, nil
 }
 
-// leastTaken returns the candidates where the fewest of the ports of plans
-// are taken: claimed (see pinholeClaims) or held by another Service of this
-// process.
-func (lb *LoadBalancer) leastTaken(o owner, plans []portPlan, cands []target, claims map[pinholeKey]string) []target {
+// takenPorts returns, for each candidate's address where a port of plans is
+// taken by another Service (its status records the pinhole: claims; or
+// another Service of this process holds it), an ErrPortInUse PortError for
+// the first such port, naming its holder.
+func (lb *LoadBalancer) takenPorts(o owner, plans []portPlan, cands []target, claims map[pinholeKey]string) map[netip.Addr]*PortError {
+	out := make(map[netip.Addr]*PortError)
 	lb.mu.Lock()
-	taken := make(map[netip.Addr]int, len(cands))
+	defer lb.mu.Unlock()
 	for _, c := range cands {
 		for _, p := range plans {
-			pk := pinholeKey{Protocol: p.key.Protocol, Addr: c.addr, Port: p.key.ExternalPort}
-			if _, ok := claims[pk]; ok || lb.pinholeHeldByOtherLocked(o, pk) {
-				taken[c.addr]++
+			k := pinholeKey{Protocol: p.key.Protocol, Addr: c.addr, Port: p.key.ExternalPort}
+			holder, ok := claims[k]
+			if !ok {
+				holder = lb.pinholeHolderLocked(o, k)
+			}
+			if holder != "" {
+				out[c.addr] = &PortError{Service: o.key(), Key: p.key, Claimant: holder,
+					Err: fmt.Errorf("%w: on IPv6 at %s, the address of node %s", ErrPortInUse, c.addr, c.name)}
+				break
 			}
 		}
 	}
-	lb.mu.Unlock()
-	fewest := slices.MinFunc(cands, func(a, b target) int { return cmp.Compare(taken[a.addr], taken[b.addr]) })
-	return slices.DeleteFunc(slices.Clone(cands), func(c target) bool { return taken[c.addr] > taken[fewest.addr] })
+	return out
 }
 
 // pinholeClaims returns the pinholes the statuses of the cluster's Services
@@ -383,6 +404,17 @@ func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
 		}
 	}
 	return false
+}
+
+// pinholeHolderLocked returns the name of the Service of this process other
+// than o that holds k, or "". The caller holds lb.mu.
+func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) string {
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return s.name
+		}
+	}
+	return ""
 }
 
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded

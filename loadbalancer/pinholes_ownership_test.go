@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -122,7 +123,12 @@ func TestRestartedProcessLeavesAContestedPinholeWithItsHolder(t *testing.T) {
 
 	st, err := e.ensure(t, refused, nodes)
 	if err != nil {
-		t.Fatalf("Ensure of the refused Service: %v", err)
+		// Its one node with a global address has 8080 taken: it is not
+		// served on IPv6 (it may not have an ingress there at all).
+		if !errors.Is(err, ErrPortInUse) {
+			t.Fatalf("Ensure of the refused Service: %v, want served or ErrPortInUse", err)
+		}
+		st = &v1.LoadBalancerStatus{}
 	}
 	for _, ing := range st.Ingress {
 		for _, p := range ing.Ports {
@@ -146,7 +152,15 @@ func TestRefusedServiceIsNotGivenTheHoldersIPv6IngressAndPort(t *testing.T) {
 	holder.Status.LoadBalancer = *e.mustEnsure(t, holder, nodes)
 	refused := lbService("default", "refused", withFamilies(v1.IPv6Protocol),
 		withPorts(port("http", v1.ProtocolTCP, 8080, 30081), port("alt", v1.ProtocolTCP, 9090, 30090)))
-	st := e.mustEnsure(t, refused, nodes)
+	st, err := e.ensure(t, refused, nodes)
+	if err != nil {
+		// Its one node with a global address has 8080 taken: it is not
+		// served on IPv6, so it has no ingress there.
+		if !errors.Is(err, ErrPortInUse) {
+			t.Fatalf("Ensure of the refused Service: %v, want served or ErrPortInUse", err)
+		}
+		st = &v1.LoadBalancerStatus{}
+	}
 	for _, h := range holder.Status.LoadBalancer.Ingress {
 		for _, r := range st.Ingress {
 			if h.IP != r.IP {
