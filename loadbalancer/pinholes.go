@@ -18,6 +18,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -111,7 +112,10 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	claims := lb.pinholeClaims(o, req.recorded)
+	claims, err := lb.pinholeClaims(o, req.recorded)
+	if err != nil {
+		return netip.Addr{}, nil, err // its pinholes stay: the statuses are not known yet
+	}
 	tgt, err := lb.ipv6Target(ctx, o, nodes, req, claims)
 	if err != nil {
 		// IPv6 not served: its status will record no pinhole, so none
@@ -269,15 +273,25 @@ func (lb *LoadBalancer) takenPorts(o owner, plans []portPlan, cands []target, cl
 // handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
 // for an IPv4 port, a Service whose status records a pinhole keeps it; o is
 // not served one another's status records, unless its own records it too
-// (own). Only running background work knows the Services: before, none.
-func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]string {
+// (own). Only running background work knows the Services, and a pinhole
+// has no description on the router, so the statuses are its only record:
+// while the Service cache is not current (Initialize without Run yet, Run
+// syncing, or returned) it returns an api.RetryError rather than serve
+// blind, as waitNodes does for mappings. Without background work at all
+// (no Initialize) there is no record to read: none, and the foreground
+// arbitrates alone, among the Services of its calls.
+func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) (map[pinholeKey]string, error) {
 	ph, w := lb.bg.now()
-	if ph != phaseRunning {
-		return nil
+	switch ph {
+	case phaseRunning:
+	case phaseNotStarted:
+		return nil, nil
+	default:
+		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s on IPv6: waiting for the Service cache to sync, to learn the pinholes other Services' statuses record (background work %s)", o.key(), ph), lb.cfg.RetryAfter)
 	}
 	svcs, err := w.services.List(labels.Everything())
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("loadbalancer: service %s on IPv6: list services: %w", o.key(), err)
 	}
 	claims := make(map[pinholeKey]string)
 	for _, s := range svcs {
@@ -292,7 +306,7 @@ func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]
 			}
 		}
 	}
-	return claims
+	return claims, nil
 }
 
 // reservePinhole makes o the holder of k in this process, unless another

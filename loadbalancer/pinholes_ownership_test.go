@@ -8,8 +8,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ccmkit/ccmkit/fake"
+	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
@@ -218,6 +220,11 @@ func TestPinholeNotGivenToASecondServiceBeforeTheServicesAreKnown(t *testing.T) 
 		t.Fatal(err)
 	}
 	restarted.seeNodes(nodes)
+	// Initialized, its Service cache not synced (Run not started): a
+	// process with no Initialize at all has no record to wait for.
+	if err := restarted.Initialize(context.Background(), fakecluster.ClientBuilder(k8sfake.NewClientset())); err != nil {
+		t.Fatal(err)
+	}
 	taker := lbService("default", "taker", withFamilies(v1.IPv6Protocol))
 	st, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, taker, nodes)
 	if err == nil {
