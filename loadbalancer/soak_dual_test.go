@@ -311,18 +311,21 @@ func (s *soak) checkPinholes(ctx context.Context, began time.Time, svcs []*v1.Se
 			}
 		}
 		if len(v6) == 0 {
-			// Liveness: a Service whose IPv6 can be served is, unless
-			// every port it wants is open to another Service at each
-			// address it could be served at.
-			for _, p := range ports {
-				free := false
-				for a := range el {
-					if _, ok := isOpen[soakPinholeKey{p.Protocol, a, p.Port}]; !ok {
-						free = true
+			// Liveness: a Service whose IPv6 can be served is: it is
+			// served at an eligible node's address only where none of
+			// its ports is open to another Service (kube-proxy would
+			// give it that one's traffic), so it is owed service when
+			// one such address exists.
+			for a := range el {
+				free := true
+				for _, p := range ports {
+					if _, ok := isOpen[soakPinholeKey{p.Protocol, a, p.Port}]; ok {
+						free = false
+						break
 					}
 				}
 				if free {
-					fail("%s: not served on IPv6 (status %s), and %s/%d is free at an eligible node's address (%v)", k, describeStatus(st), p.Protocol, p.Port, el)
+					fail("%s: not served on IPv6 (status %s), and every port it wants is free at eligible node %s's address %s", k, describeStatus(st), el[a], a)
 					break
 				}
 			}
