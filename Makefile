@@ -105,12 +105,18 @@ fuzz-smoke:
 ## last line is the summary (soak: N operations, M faults, K checks, V violations, converged ...).
 ## Each CCM process runs one load balancer as a deployment of edge-ccm does: DEPLOY=ccm (upstream's
 ## service controller, classless Services) or standalone (the class controller, Services of its
-## class and classless ones); unset: by the seed, ccm when odd.
+## class and classless ones); unset: by the seed, ccm when odd. FAMILIES=dual (MODE upnp, secure, pcp
+## or pcp-only; BACKEND=fake) adds IPv6: IPv6-only and dual-stack Services in either order, their
+## second family added and dropped, nodes given, moved to another prefix and losing a global IPv6
+## address, IPv6 pinholes (UPnP: node-0's own; PCP: any node) and other hosts' pinholes that must never
+## be closed or changed; a quiet point also wants one ingress per family served in spec.ipFamilies
+## order and no pinhole open that no live Service holds. FAMILIES=ipv4 (the default) is the soak as before.
 BACKEND ?= fake
 MODE ?= upnp
 DURATION ?= 90s
 SEED ?= 0
 DEPLOY ?=
+FAMILIES ?= ipv4
 ## RACE=-race runs it under the race detector: upstream's service controller (v0.37) then reports
 ## its own race between a node sync and a Service sync (serviceCache.allServices), which node changes
 ## during Service syncs hit.
@@ -118,7 +124,7 @@ RACE ?=
 soak:
 	@mkdir -p bin
 	@{ $(GO) test $(RACE) -v -count=1 -timeout 0 -run '^TestSoak$$' ./loadbalancer/ -args -soak \
-		-soak.backend=$(BACKEND) -soak.mode=$(MODE) -soak.duration=$(DURATION) -soak.seed=$(SEED) -soak.deploy=$(DEPLOY) 2>&1; \
+		-soak.backend=$(BACKEND) -soak.mode=$(MODE) -soak.duration=$(DURATION) -soak.seed=$(SEED) -soak.deploy=$(DEPLOY) -soak.families=$(FAMILIES) 2>&1; \
 		echo $$? >bin/soak.rc; } | tee bin/soak.log | grep -v '^soak: [0-9]* operations'; \
 		grep '^soak: [0-9]* operations' bin/soak.log | tail -1; exit $$(cat bin/soak.rc)
 

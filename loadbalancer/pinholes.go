@@ -18,6 +18,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -111,12 +112,18 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	if failed == nil {
 		failed = make(map[igd.Key]*PortError)
 	}
-	tgt, err := lb.ipv6Target(ctx, o, nodes, req.recorded, req.local)
+	claims, err := lb.pinholeClaims(o, req.recorded)
 	if err != nil {
-		return netip.Addr{}, nil, err // its pinholes stay until a node is eligible, or their leases end
+		return netip.Addr{}, nil, err // its pinholes stay: the statuses are not known yet
+	}
+	tgt, err := lb.ipv6Target(ctx, o, nodes, req, claims)
+	if err != nil {
+		// IPv6 not served: its status will record no pinhole, so none
+		// is kept (a restarted process could not find it, and the
+		// address may be another host's once no node reports it).
+		return netip.Addr{}, nil, errors.Join(err, lb.closePinholes(ctx, t, req.recorded, nil))
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
-	claims := lb.pinholeClaims(o, req.recorded)
 	keep := make(map[pinholeKey]bool)
 	var errs []error
 	for _, p := range req.admitted {
@@ -126,14 +133,13 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 				Err: fmt.Errorf("%w: the router opens IPv6 pinholes from port %d only (UPnP)", igd.ErrNotAuthorized, minPinholePort)}
 			continue
 		}
-		if other, ok := claims[k]; ok {
-			failed[p.key] = &PortError{Service: o.key(), Key: p.key, Claimant: other,
-				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
-			continue
-		}
+		// ipv6Target chose an address where no port is taken; one taken
+		// since (another Service of this process reserved it in between)
+		// fails the family, and the next try chooses again: the status
+		// never lists the address with a port another is served at.
 		due, pe := lb.reservePinhole(o, k)
 		if pe != nil {
-			failed[p.key] = pe
+			errs = append(errs, lb.retry(pe))
 			continue
 		}
 		keep[k] = true
@@ -162,12 +168,20 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 // ipv6Target returns the node o's pinholes go to, with its address: among
 // the eligible nodes with a global IPv6 address (through a client that opens
 // pinholes only for its own host, this process's node only; for Local, those
-// of local, with a ready endpoint), the one they go to now (held or
-// recorded), else the highest rendezvous hash, as for IPv4. A node's address
-// is the one its pinholes go to while it reports it, else its first global
-// address (globalIPv6). With none: ErrNoEligibleNode and an api.RetryError.
-func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, recorded []pinholeKey, local map[string]bool) (target, error) {
-	current := lb.pinholeAddrs(o, recorded)
+// of req.local, with a ready endpoint) where none of its ports is taken (see
+// takenPorts), the one they go to now (held or recorded), else the highest
+// rendezvous hash, as for IPv4. A Service's IPv6 ingress is the node's own
+// address, and kube-proxy takes the traffic to every port of a Service at
+// each of its ingress IPs (whatever each port's error), so a Service given
+// an ingress where one of its ports is another's would take that one's
+// traffic too; a pinhole is per node address, so the port may be free at
+// the next node. A node's address is the one its pinholes go to while it
+// reports it, else its first global address (globalIPv6). With none:
+// ErrNoEligibleNode (through a client for this host only, ErrPortInUse when
+// its ports are taken there) and an api.RetryError.
+func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Node, req pinholeRequest, claims map[pinholeKey]string) (target, error) {
+	local := req.local
+	current := lb.pinholeAddrs(o, req.recorded)
 	reasons := make(map[string]string)
 	var cands []target
 	for _, n := range nodes {
@@ -193,6 +207,7 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 			return !local[t.name]
 		})
 	}
+	taken := lb.takenPorts(o, req.plans, cands, claims)
 	if lb.pinholeScope == nil || !lb.pinholeScope.PinholesForAnyHost() {
 		name, _, err := lb.selfNode(ctx, nodes)
 		if err != nil {
@@ -204,13 +219,53 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 			return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: the router opens pinholes only to this node (UPnP), %s, which %s",
 				ErrNoEligibleNode, o.key(), name, why))
 		}
+		if pe := taken[cands[0].addr]; pe != nil {
+			return target{}, lb.retry(pe) // the only node it may be served at
+		}
 	}
+	inUse := false
+	cands = slices.DeleteFunc(cands, func(t target) bool {
+		pe := taken[t.addr]
+		if pe != nil {
+			reasons[t.name] = fmt.Sprintf("has %s in use at its address %s by service %s", pe.Key, t.addr, pe.Claimant)
+			inUse = true
+		}
+		return pe != nil
+	})
 	slices.SortFunc(cands, func(a, b target) int { return cmp.Compare(a.name, b.name) })
 	tgt, ok := chooseTarget(o.key(), cands, current)
-	if !ok {
+	switch {
+	case !ok && inUse:
+		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6 (%w): %s", ErrNoEligibleNode, o.key(), ErrPortInUse, describeReasons(reasons)))
+	case !ok:
 		return target{}, lb.retry(fmt.Errorf("%w for service %s on IPv6: %s", ErrNoEligibleNode, o.key(), describeReasons(reasons)))
 	}
 	return tgt, nil
+}
+
+// takenPorts returns, for each candidate's address where a port of plans is
+// taken by another Service (its status records the pinhole: claims; or
+// another Service of this process holds it), an ErrPortInUse PortError for
+// the first such port, naming its holder.
+func (lb *LoadBalancer) takenPorts(o owner, plans []portPlan, cands []target, claims map[pinholeKey]string) map[netip.Addr]*PortError {
+	out := make(map[netip.Addr]*PortError)
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, c := range cands {
+		for _, p := range plans {
+			k := pinholeKey{Protocol: p.key.Protocol, Addr: c.addr, Port: p.key.ExternalPort}
+			holder, ok := claims[k]
+			if !ok {
+				holder = lb.pinholeHolderLocked(o, k)
+			}
+			if holder != "" {
+				out[c.addr] = &PortError{Service: o.key(), Key: p.key, Claimant: holder,
+					Err: fmt.Errorf("%w: on IPv6 at %s, the address of node %s", ErrPortInUse, c.addr, c.name)}
+				break
+			}
+		}
+	}
+	return out
 }
 
 // pinholeClaims returns the pinholes the statuses of the cluster's Services
@@ -218,15 +273,25 @@ func (lb *LoadBalancer) ipv6Target(ctx context.Context, o owner, nodes []*v1.Nod
 // handed to this LoadBalancer, opted in, not being deleted, with IPv6. As
 // for an IPv4 port, a Service whose status records a pinhole keeps it; o is
 // not served one another's status records, unless its own records it too
-// (own). Only running background work knows the Services: before, none.
-func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]string {
+// (own). Only running background work knows the Services, and a pinhole
+// has no description on the router, so the statuses are its only record:
+// while the Service cache is not current (Initialize without Run yet, Run
+// syncing, or returned) it returns an api.RetryError rather than serve
+// blind, as waitNodes does for mappings. Without background work at all
+// (no Initialize) there is no record to read: none, and the foreground
+// arbitrates alone, among the Services of its calls.
+func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) (map[pinholeKey]string, error) {
 	ph, w := lb.bg.now()
-	if ph != phaseRunning {
-		return nil
+	switch ph {
+	case phaseRunning:
+	case phaseNotStarted:
+		return nil, nil
+	default:
+		return nil, api.NewRetryError(fmt.Sprintf("loadbalancer: service %s on IPv6: waiting for the Service cache to sync, to learn the pinholes other Services' statuses record (background work %s)", o.key(), ph), lb.cfg.RetryAfter)
 	}
 	svcs, err := w.services.List(labels.Everything())
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("loadbalancer: service %s on IPv6: list services: %w", o.key(), err)
 	}
 	claims := make(map[pinholeKey]string)
 	for _, s := range svcs {
@@ -241,7 +306,7 @@ func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) map[pinholeKey]
 			}
 		}
 	}
-	return claims
+	return claims, nil
 }
 
 // reservePinhole makes o the holder of k in this process, unless another
@@ -353,6 +418,17 @@ func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
 		}
 	}
 	return false
+}
+
+// pinholeHolderLocked returns the name of the Service of this process other
+// than o that holds k, or "". The caller holds lb.mu.
+func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) string {
+	for token, s := range lb.services {
+		if _, ok := s.pinholes[k]; ok && token != o.token {
+			return s.name
+		}
+	}
+	return ""
 }
 
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded

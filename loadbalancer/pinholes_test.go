@@ -380,3 +380,98 @@ func TestPinholeRecordedInAnotherServicesStatusIsNotTaken(t *testing.T) {
 		t.Errorf("holder's status (-want +got):\n%s", diff)
 	}
 }
+
+// A Service whose IPv6 can no longer be served gets its pinholes closed:
+// its node stopped reporting the global address they go to (the address may
+// be another host's now), the node is gone, or it is not ready (the status
+// records no IPv6 ingress, so a pinhole kept would be known to no other
+// process).
+func TestPinholesClosedWhenIPv6CannotBeServed(t *testing.T) {
+	withoutGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB)), newNode("node-b", addrB, withIPv6(ulaB))}
+	notReadyA := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA), notReady), newNode("node-b", addrB, withIPv6(ulaB))}
+	tests := []struct {
+		name    string
+		mode    pinholeMode
+		nodes   []*v1.Node
+		deleted string // a node deleted (the watch's forgetNode)
+		want    []string
+	}{
+		{"own node, its address gone", ownNodePinholes, withoutGUA, "", nil},
+		{"any host, its address gone", anyHostPinhole, withoutGUA, "", nil},
+		{"any host, the node deleted", anyHostPinhole, withoutGUA[1:], "node-a", nil},
+		{"any host, the node not ready", anyHostPinhole, notReadyA, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, tt.mode)
+			svc := dualService("web")
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			diffStrings(t, "pinholes open at first", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
+			if tt.deleted != "" {
+				e.lb.forgetNode(tt.deleted)
+			}
+			st, err := e.ensure(t, svc, tt.nodes)
+			if err != nil {
+				t.Fatalf("Ensure with no node to serve IPv6 (IPv4 is served): %v", err)
+			}
+			if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080), v1.PortStatus{Port: 5353, Protocol: v1.ProtocolUDP})}, st.Ingress); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			diffStrings(t, "pinholes open", tt.want, f.Open())
+		})
+	}
+}
+
+// A Service's pinholes go to an eligible node where the ports it wants are
+// free, when the node rendezvous hashing prefers has them taken by another
+// Service: a pinhole is per node address, so both are served on IPv6.
+func TestPinholesGoToANodeWhereThePortsAreFree(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))}
+	first := lbService("default", "first", withFamilies(v1.IPv6Protocol))
+	first.Status.LoadBalancer = *e.mustEnsure(t, first, nodes)
+	taken := first.Status.LoadBalancer.Ingress[0].IP
+	free := map[string]string{guaA.String(): guaB.String(), guaB.String(): guaA.String()}[taken]
+	cands := []target{{name: "node-a", addr: guaA}, {name: "node-b", addr: guaB}}
+	name := ""
+	for i := range 100 { // a Service whose hash prefers the node first holds 8080 at
+		if tgt, _ := chooseTarget(fmt.Sprintf("default/second-%d", i), cands, nil); tgt.addr.String() == taken {
+			name = fmt.Sprintf("second-%d", i)
+			break
+		}
+	}
+	second := lbService("default", name, withFamilies(v1.IPv6Protocol))
+	st, err := e.ensure(t, second, nodes)
+	if err != nil {
+		t.Fatalf("Ensure of a second Service wanting TCP/8080 on IPv6: %v, want it served at the other node", err)
+	}
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(free, tcp(8080))}, st.Ingress); diff != "" {
+		t.Errorf("second's status (-want +got):\n%s", diff)
+	}
+	diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaB, 8080)}, f.Open())
+}
+
+// A Service whose IPv6 cannot be served (its only node with a global address
+// is not ready) has no IPv6 ingress in its status; so it keeps no pinhole
+// either, or a restarted process that deletes the Service could not find
+// them, and they would stay open until their lease ends.
+func TestPinholesKeptWithNoEligibleNodeAreClosedByARestartedProcess(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	notReadyA := []*v1.Node{newNode("node-a", addrA, withIPv6(guaA), notReady), newNode("node-b", addrB, withIPv6(ulaB))}
+	svc := dualService("web")
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	st, err := e.ensure(t, svc, notReadyA)
+	if err != nil {
+		t.Fatalf("Ensure with node-a not ready: %v", err)
+	}
+	svc.Status.LoadBalancer = *st
+	restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.seeNodes(notReadyA)
+	if err := restarted.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes open after a restarted process deleted the Service (status "+describeStatus(*st)+")", nil, f.Open())
+}

@@ -642,7 +642,11 @@ func (lb *LoadBalancer) knownKeys(o owner, svc *v1.Service, plans []portPlan, ex
 }
 
 // recordedPinholes returns the pinholes svc's status records: each port of
-// an ingress whose IP is a global IPv6 address.
+// an ingress whose IP is a global IPv6 address, but none recorded with an
+// error. A port with an error was not opened for svc (refused: another
+// Service holds it, the router or Config.Admit refused it), so its record
+// is no proof of ownership: it neither claims the pinhole from another
+// Service nor has it closed when svc goes.
 func recordedPinholes(svc *v1.Service) []pinholeKey {
 	var out []pinholeKey
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
@@ -651,6 +655,9 @@ func recordedPinholes(svc *v1.Service) []pinholeKey {
 			continue
 		}
 		for _, p := range ing.Ports {
+			if p.Error != nil {
+				continue
+			}
 			if k, ok := portKey(p.Protocol, p.Port); ok {
 				out = append(out, pinholeKey{Protocol: k.Protocol, Addr: ip.WithZone(""), Port: k.ExternalPort})
 			}

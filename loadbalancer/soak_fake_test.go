@@ -25,6 +25,10 @@ type fakeWorld struct {
 	lost, slow atomic.Int64
 	slowFor    atomic.Int64 // nanoseconds
 	checked    atomic.Int64
+	// v6 is the IPv6 side (dual only, soak_dual_fake_test.go); planting
+	// is set while other hosts open their pinholes, which no fault hits.
+	v6       *fakePinholes6
+	planting atomic.Bool
 
 	// mu serialises the writes of other owners, reboots and wipes with the
 	// CCM's UPnP writes, so a write can be judged on the table it met.
@@ -50,7 +54,23 @@ func newFakeWorld(t *testing.T, s *soak) (*fakeWorld, error) {
 			return nil, err
 		}
 	}
+	if s.dual {
+		if err := w.startPinholes(); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
 	w.router.Intercept(fake.RouterHooks{
+		SOAPAction: func(ctx context.Context, from netip.Addr, action string, next fake.ActionFunc) error {
+			// Slow replies here; lost ones where the Server answers
+			// (serveIPv6).
+			if pinholes, _ := pinholeAction(action); pinholes && from == soakGUA(0, 1) && !w.planting.Load() {
+				if err := w.delay(ctx); err != nil {
+					return err
+				}
+			}
+			return next(ctx)
+		},
 		AddPortMapping: func(ctx context.Context, from netip.Addr, m igd.Mapping, next fake.AddFunc) (igd.Mapping, error) {
 			if !w.ccm(from) {
 				return next(ctx, m)
@@ -130,7 +150,7 @@ func (w *fakeWorld) lose() bool { return w.lost.Load() > 0 && w.lost.Add(-1) >= 
 // onPCPAnswer drops or delays the answers to MAP requests while those
 // faults are armed (the mapping is made or deleted all the same).
 func (w *fakeWorld) onPCPAnswer(call fake.PCPCall, answer []byte) []byte {
-	if call.Version != 2 {
+	if call.Version != 2 || w.planting.Load() {
 		return answer
 	}
 	if w.slow.Load() > 0 && w.slow.Add(-1) >= 0 {
@@ -183,7 +203,7 @@ func (w *fakeWorld) replaceForeignLocked() {
 	}
 }
 
-func (w *fakeWorld) reboot(context.Context) {
+func (w *fakeWorld) reboot(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.pcp != nil {
@@ -192,13 +212,26 @@ func (w *fakeWorld) reboot(context.Context) {
 		w.router.Reboot()
 	}
 	w.replaceForeignLocked()
+	w.replantLocked(ctx)
 }
 
-func (w *fakeWorld) wipe(context.Context) {
+func (w *fakeWorld) wipe(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.router.Reboot() // the table only: no announcement, the PCP epoch goes on
 	w.replaceForeignLocked()
+	w.replantLocked(ctx)
+}
+
+// replantLocked opens the other hosts' pinholes again after the router lost
+// them (dual). The caller holds w.mu.
+func (w *fakeWorld) replantLocked(ctx context.Context) {
+	if w.v6 == nil || w.v6.planted == nil {
+		return // not planted yet
+	}
+	if err := w.plantPinholesLocked(ctx); err != nil {
+		w.s.violateNow("opening other hosts' pinholes again after a reboot: %v", err)
+	}
 }
 
 func (w *fakeWorld) setWAN(_ context.Context, a netip.Addr) bool {
@@ -271,6 +304,7 @@ func (w *fakeWorld) writesChecked() int { return int(w.checked.Load()) }
 func (w *fakeWorld) checkForeign() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.checkForeignPinholesLocked()
 	if len(w.foreign) == 0 {
 		return
 	}
@@ -297,6 +331,7 @@ func (w *fakeWorld) checkForeign() {
 }
 
 func (w *fakeWorld) close() {
+	w.closePinholes()
 	if w.pcp != nil {
 		_ = w.pcp.Close()
 	}

@@ -51,6 +51,7 @@ var (
 	soakSeed     = flag.Uint64("soak.seed", 0, "the schedule's seed; 0 picks one and prints it")
 	soakVerbose  = flag.Bool("soak.log", false, "print each operation as it runs")
 	soakKlog     = flag.String("soak.klog", "", "a file to write the processes' logs to (verbosity 4), for a violation's cause")
+	soakFamilies = flag.String("soak.families", "ipv4", "the IP families: ipv4 (IPv4-only Services) or dual (IPv4-only, IPv6-only and dual-stack Services, nodes with global IPv6 addresses, and IPv6 pinholes through UPnP in modes upnp and secure, through PCP in modes pcp and pcp-only; see soak_dual_test.go)")
 	soakDeploy   = flag.String("soak.deploy", "", "the deployment each process is: ccm (upstream's service controller, classless Services) or standalone (the class controller, soakClass and classless Services); \"\" = by the seed, ccm when odd")
 )
 
@@ -132,6 +133,10 @@ type soakSvc struct {
 	annotated bool
 	class     string
 	lb        bool // type LoadBalancer, else ClusterIP
+	// families is spec.ipFamilies (nil: IPv4, as before the dual-stack
+	// dimension), policy spec.ipFamilyPolicy.
+	families  []v1.IPFamily
+	policy    v1.IPFamilyPolicy
 	endpoints map[string]bool
 	nextPort  int
 }
@@ -142,6 +147,9 @@ type soakNode struct {
 	slot     int
 	ready    bool
 	excluded bool
+	// prefix is the IPv6 prefix of the node's global address
+	// (soakGUA), 0 while it reports none (dual only).
+	prefix int
 }
 
 // soakModel is the state the schedule draws from: what it asked for, never
@@ -247,7 +255,11 @@ func (s *soakSvc) String() string {
 	for _, n := range slices.Sorted(maps.Keys(s.endpoints)) {
 		eps = append(eps, fmt.Sprintf("%s:%t", n, s.endpoints[n]))
 	}
-	return fmt.Sprintf("%s/%s %s %s annotated=%t class=%s ports=[%s] endpoints=[%s]", s.ns, s.name, typ, pol, s.annotated, class, strings.Join(ps, " "), strings.Join(eps, " "))
+	fams := ""
+	if s.families != nil {
+		fams = fmt.Sprintf(" families=%v %s", s.families, s.policy)
+	}
+	return fmt.Sprintf("%s/%s %s %s annotated=%t class=%s%s ports=[%s] endpoints=[%s]", s.ns, s.name, typ, pol, s.annotated, class, fams, strings.Join(ps, " "), strings.Join(eps, " "))
 }
 
 // object is s as the API server holds it (spec and metadata only).
@@ -280,6 +292,11 @@ func (s *soakSvc) apply(o *v1.Service) {
 		}
 	}
 	o.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+	o.Spec.IPFamilyPolicy = nil
+	if s.families != nil {
+		o.Spec.IPFamilies = slices.Clone(s.families)
+		o.Spec.IPFamilyPolicy = ptr.To(s.policy)
+	}
 	o.Spec.Ports = nil
 	for _, p := range s.ports {
 		o.Spec.Ports = append(o.Spec.Ports, v1.ServicePort{Name: p.name, Protocol: p.proto, Port: p.port, NodePort: p.nodePort})
@@ -335,6 +352,8 @@ func (p *soakProcess) stop() {
 type soak struct {
 	t    *testing.T
 	mode string
+	// dual: -soak.families=dual (soak_dual_test.go).
+	dual bool
 	// deploy is what each process runs, as a deployment does: one
 	// LoadBalancer, handed Services by upstream's service controller
 	// ("ccm": classless ones) or by the class controller ("standalone":
@@ -431,6 +450,9 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	client, ann := s.world.ccmClient(s.t)
 	cfg := Config{Client: client, Lease: soakLease, RenewInterval: soakRenew, ProbeInterval: soakProbe, Announcer: ann,
 		SecureMode: s.mode == "secure"}
+	if s.dual {
+		cfg.Pinholes = s.world.(soakPinholeWorld).pinholeClient(s.t)
+	}
 	if cfg.SecureMode {
 		cfg.NodeName = soakSecureNode
 	}
@@ -490,8 +512,8 @@ func TestSoak(t *testing.T) {
 	if seed == 0 {
 		seed = rand.Uint64()%1_000_000 + 1
 	}
-	fmt.Printf("soak: backend %s, mode %s, duration %s, seed %d (make soak BACKEND=%s MODE=%s DURATION=%s SEED=%d)\n",
-		*soakBackend, *soakMode, *soakDuration, seed, *soakBackend, *soakMode, *soakDuration, seed)
+	fmt.Printf("soak: backend %s, mode %s, families %s, duration %s, seed %d (make soak BACKEND=%s MODE=%s FAMILIES=%s DURATION=%s SEED=%d)\n",
+		*soakBackend, *soakMode, *soakFamilies, *soakDuration, seed, *soakBackend, *soakMode, *soakFamilies, *soakDuration, seed)
 	if !slices.Contains([]string{"upnp", "igd1", "secure", "pcp", "pcp-only"}, *soakMode) {
 		t.Fatalf("-soak.mode %q: must be upnp, igd1, secure, pcp or pcp-only", *soakMode)
 	}
@@ -503,7 +525,16 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("-soak.deploy %q: must be ccm or standalone", deploy)
 	}
 	fmt.Printf("soak: each process runs one load balancer as the %s deployment does\n", deploy)
-	s := &soak{t: t, mode: *soakMode, deploy: deploy, fingerprint: fnv.New64a()}
+	if *soakFamilies != "ipv4" && *soakFamilies != "dual" {
+		t.Fatalf("-soak.families %q: must be ipv4 or dual", *soakFamilies)
+	}
+	s := &soak{t: t, mode: *soakMode, deploy: deploy, dual: *soakFamilies == "dual", fingerprint: fnv.New64a()}
+	if s.dual && s.mode == "igd1" {
+		t.Fatalf("-soak.families dual: mode igd1 has no IPv6 firewall control (IGD:1); use upnp, secure, pcp or pcp-only")
+	}
+	if s.dual {
+		fmt.Printf("soak: dual-stack: IPv4, IPv6 and dual-stack Services; pinholes through %s\n", s.pinholeProtocol())
+	}
 	var err error
 	switch *soakBackend {
 	case "fake":
@@ -515,6 +546,9 @@ func TestSoak(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := s.world.(soakPinholeWorld); s.dual && !ok {
+		t.Fatalf("-soak.families dual: backend %s opens no IPv6 pinholes yet", *soakBackend)
 	}
 	baseline := runtime.NumGoroutine() // the router's own (the lab's) stay
 	s.model = &soakModel{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), nodePorts: map[int32]bool{}, nextNP: 30000,
@@ -534,13 +568,21 @@ func (s *soak) run(seed uint64, baseline int) {
 		n := &soakNode{name: fmt.Sprintf("node-%d", i), slot: i, ready: true}
 		s.model.nodes = append(s.model.nodes, n)
 		s.model.nodeSeq++
-		objs = append(objs, soakNodeObject(n, s.world.nodeAddr(i)))
+		if s.dual {
+			n.prefix = 1
+		}
+		objs = append(objs, s.nodeObject(n))
 	}
 	p, err := s.newProcess(ctx, objs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.procs = []*soakProcess{p}
+	if s.dual {
+		if err := s.world.(soakPinholeWorld).plantPinholes(ctx); err != nil {
+			t.Fatalf("opening other hosts' pinholes: %v", err)
+		}
+	}
 	stopWatch := s.watchForeign()
 
 	for n := 0; time.Since(start) < *soakDuration; n++ {
@@ -635,7 +677,7 @@ func (s *soak) report(seed uint64) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "soak: %d violations (seed %d, make soak BACKEND=%s MODE=%s SEED=%d):\n", len(vs), seed, *soakBackend, s.mode, seed)
+	fmt.Fprintf(&b, "soak: %d violations (seed %d, make soak BACKEND=%s MODE=%s FAMILIES=%s SEED=%d):\n", len(vs), seed, *soakBackend, s.mode, *soakFamilies, seed)
 	for _, v := range vs {
 		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
 	}
@@ -728,6 +770,11 @@ func (s *soak) step(ctx context.Context) {
 		{1, true, func() string { return s.restart(ctx) }},
 		{1, true, func() string { return s.handOver(ctx) }},
 	}
+	if s.dual {
+		for _, o := range s.dualOps(ctx) {
+			ops = append(ops, op(o))
+		}
+	}
 	total := 0
 	for _, o := range ops {
 		total += o.weight
@@ -777,6 +824,9 @@ func (s *soak) createService(ctx context.Context) string {
 		}
 	}
 	m.moveEndpoints(sv)
+	if s.dual {
+		m.drawFamilies(sv)
+	}
 	m.svcs = append(m.svcs, sv)
 	err := s.apiCreate(ctx, sv)
 	return "create " + sv.String() + errSuffix(err)
@@ -939,8 +989,13 @@ func (s *soak) changeNode(ctx context.Context) string {
 		n := &soakNode{name: fmt.Sprintf("node-%d", m.nodeSeq), slot: slot, ready: m.rng.IntN(4) != 0}
 		m.nodeSeq++
 		m.nodes = append(m.nodes, n)
-		_, err := nodes.Create(ctx, soakNodeObject(n, s.world.nodeAddr(slot)), metav1.CreateOptions{})
-		return fmt.Sprintf("add node %s at %s ready=%t", n.name, s.world.nodeAddr(slot), n.ready) + errSuffix(err)
+		v6 := ""
+		if s.dual {
+			n.prefix = m.rng.IntN(3)
+			v6 = " and " + s.describeGUA(n)
+		}
+		_, err := nodes.Create(ctx, s.nodeObject(n), metav1.CreateOptions{})
+		return fmt.Sprintf("add node %s at %s%s ready=%t", n.name, s.world.nodeAddr(slot), v6, n.ready) + errSuffix(err)
 	case 1: // remove (never the CCM's host)
 		if len(m.nodes) < 2 {
 			return ""
@@ -969,7 +1024,7 @@ func (s *soak) changeNode(ctx context.Context) string {
 		}
 		o, err := nodes.Get(ctx, n.name, metav1.GetOptions{})
 		if err == nil {
-			want := soakNodeObject(n, s.world.nodeAddr(n.slot))
+			want := s.nodeObject(n)
 			o.Status.Conditions, o.Labels = want.Status.Conditions, want.Labels
 			_, err = nodes.Update(ctx, o, metav1.UpdateOptions{})
 		}
@@ -1056,6 +1111,16 @@ func (s *soak) quiet(ctx context.Context, seed uint64) {
 	deadline := began.Add(base)
 	if s.mode == "pcp-only" && !s.wiped.IsZero() {
 		if d := s.wiped.Add(soakLease + base); d.After(deadline) {
+			deadline = d
+		}
+	}
+	if s.dual && !s.wiped.IsZero() {
+		// A pinhole the router lost that no probe finds (a PCP router
+		// cannot be asked about one; through UPnP one is probed only by
+		// a process holding no mapping, else a mapping it wrote before
+		// the loss must be probed) is opened again at its renewal, due
+		// within half a lease, at the next pass.
+		if d := s.wiped.Add(soakLease/2 + soakRenew + base); d.After(deadline) {
 			deadline = d
 		}
 	}
