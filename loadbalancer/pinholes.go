@@ -357,7 +357,9 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 // closePinholes closes, in turn t, every pinhole of t's Service not in keep:
 // those this process holds for it and those recorded (what its status
 // records, recordedPinholes: what another process, or this one before a
-// restart, opened), but none another Service of this process holds. One it
+// restart, opened), but none another Service of this process holds. The
+// Service holds each from when it is picked until its close returns, so no
+// other Service of this process opens it meanwhile. One it
 // fails to close is held, and closed again by the next operation; one the
 // router refuses to close (UPnP: not this host's) is left to its lease.
 // Without Config.Pinholes, or with none to close, it calls nothing.
@@ -379,6 +381,14 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 			stale = append(stale, k)
 		}
 	}
+	// o holds each until its close returns, as a mapping being removed is
+	// held: another Service of this process is refused it (ErrPortInUse,
+	// retried) instead of opening it for the close to remove.
+	lb.updateLocked(o, func(s *serviceState) {
+		for _, k := range stale {
+			s.holdPinhole(k, time.Time{})
+		}
+	})
 	lb.mu.Unlock()
 	slices.SortFunc(stale, comparePinholes)
 	var errs []error

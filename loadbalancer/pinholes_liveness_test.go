@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,7 +18,9 @@ import (
 // goneAddrPinholes is a PinholeClient on a host that no longer has the
 // address gone: a request from it cannot be sent (UPnP sends each
 // pinhole's request from its own address, provider/edge ownPinholes), so
-// every ClosePinhole of a pinhole there fails, and not as a refusal.
+// every ClosePinhole of a pinhole there is refused, as provider/edge's
+// ownPinholes refuses it: an error matching igd.ErrNotAuthorized (and the
+// bind error).
 type goneAddrPinholes struct {
 	anyHostPinholes
 	gone netip.Addr
@@ -25,7 +28,7 @@ type goneAddrPinholes struct {
 
 func (g goneAddrPinholes) ClosePinhole(ctx context.Context, p pinhole.Pinhole) error {
 	if p.InternalClient == g.gone {
-		return fmt.Errorf("pinhole: dial from [%s]: bind: cannot assign requested address", g.gone)
+		return fmt.Errorf("%w: this host does not have address %s: dial from [%s]: %w", igd.ErrNotAuthorized, g.gone, g.gone, syscall.EADDRNOTAVAIL)
 	}
 	return g.anyHostPinholes.ClosePinhole(ctx, p)
 }

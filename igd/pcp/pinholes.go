@@ -72,9 +72,10 @@ func NewPinholes(cfg PinholesConfig) (*Pinholes, error) {
 // field; nothing is sent). A router that refuses THIRD_PARTY gives an
 // error matching igd.ErrThirdPartyRefused, one whose policy refuses the
 // request igd.ErrNotAuthorized; every refusal matches igd.ErrRefused. A
-// pinhole the router holds under another nonce (another cluster's, or one
-// renewed in place before) is not deleted, and the MAP renews it as the
-// router decides. A success that does not name p's own address and port
+// pinhole the router holds under another nonce (its delete is answered
+// NOT_AUTHORIZED: another cluster's, a LAN host's own, or one renewed in
+// place before) is neither deleted nor mapped: an error matching
+// igd.ErrNotAuthorized, and it stays its owner's. A success that does not name p's own address and port
 // as the external ones (a router that translates), or grants less than
 // p.Lease, is an error too: the pinhole is not the one asked for, or ends
 // before the caller renews it.
@@ -83,7 +84,12 @@ func (p *Pinholes) OpenPinhole(ctx context.Context, ph pinhole.Pinhole) error {
 		return fmt.Errorf("pcp: open pinhole: %w", err)
 	}
 	switch err := p.pcp.wire().Delete(ctx, ph.Protocol, ph.InternalClient, ph.InternalPort, p.nonce(ph)); {
-	case err == nil, errors.Is(err, pcpwire.ErrNoResources), errors.Is(err, pcpwire.ErrNotAuthorized):
+	case err == nil, errors.Is(err, pcpwire.ErrNoResources):
+	case errors.Is(err, pcpwire.ErrNotAuthorized):
+		// Fresh proof the router holds it under another nonce: a MAP would
+		// renew it in place (and on miniupnpd < 2.3.6 drop its owner's
+		// nonce), so it is left to its owner (DESIGN.md).
+		return fmt.Errorf("pcp: open pinhole %s: the router holds it under another nonce (another cluster's or a LAN host's, or one renewed in place by an older build, which ends with its lease): left to its owner: %w", ph, notAuthorized(err))
 	default:
 		return fmt.Errorf("pcp: open pinhole %s: %w", ph, err)
 	}

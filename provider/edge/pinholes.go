@@ -2,12 +2,15 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"sync"
+	"syscall"
 
+	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/loadbalancer"
@@ -100,21 +103,40 @@ func (o *ownPinholes) client(local netip.Addr) (*pinhole.UPnPClient, error) {
 }
 
 // OpenPinhole implements loadbalancer.PinholeClient: from p's own address.
+// At an address this host does not have, an error matching
+// igd.ErrNotAuthorized (see notThisHost).
 func (o *ownPinholes) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
 	c, err := o.client(p.InternalClient)
 	if err != nil {
 		return err
 	}
-	return c.OpenPinhole(ctx, p)
+	return notThisHost(p, c.OpenPinhole(ctx, p))
 }
 
 // ClosePinhole implements loadbalancer.PinholeClient: from p's own address.
+// At an address this host does not have (another node's, after the
+// controller moved, or this node's old prefix), an error matching
+// igd.ErrNotAuthorized: the load balancer leaves such a pinhole to its
+// lease, as it does one miniupnpd refuses with 606.
 func (o *ownPinholes) ClosePinhole(ctx context.Context, p pinhole.Pinhole) error {
 	c, err := o.client(p.InternalClient)
 	if err != nil {
 		return err
 	}
-	return c.ClosePinhole(ctx, p)
+	return notThisHost(p, c.ClosePinhole(ctx, p))
+}
+
+// notThisHost returns err, as a refusal matching igd.ErrNotAuthorized (and
+// still matching err) when the request could not be sent because this host
+// does not have p's address (bind: EADDRNOTAVAIL): UPnP takes a pinhole's
+// request only from its own address, so no request from this host can
+// open or close it; the router would refuse it as miniupnpd's 606 does.
+func notThisHost(p pinhole.Pinhole, err error) error {
+	if err == nil || !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return err
+	}
+	return fmt.Errorf("edge: gateway.ipv6: %w: this host does not have address %s, and UPnP takes a pinhole's request only from its own address: %w",
+		igd.ErrNotAuthorized, p.InternalClient, err)
 }
 
 // PinholeHeld implements loadbalancer.PinholeProber.
