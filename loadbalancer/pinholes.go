@@ -256,9 +256,9 @@ func (lb *LoadBalancer) takenPorts(o owner, plans []portPlan, cands []target, cl
 			k := pinholeKey{Protocol: p.key.Protocol, Addr: c.addr, Port: p.key.ExternalPort}
 			holder, ok := claims[k]
 			if !ok {
-				holder = lb.pinholeHolderLocked(o, k)
+				holder, ok = lb.pinholeHolderLocked(o, k)
 			}
-			if holder != "" {
+			if ok {
 				out[c.addr] = &PortError{Service: o.key(), Key: p.key, Claimant: holder,
 					Err: fmt.Errorf("%w: on IPv6 at %s, the address of node %s", ErrPortInUse, c.addr, c.name)}
 				break
@@ -315,11 +315,9 @@ func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) (map[pinholeKey
 func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *PortError) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	for token, s := range lb.services {
-		if _, ok := s.pinholes[k]; ok && token != o.token {
-			return false, &PortError{Service: o.key(), Key: igd.Key{Protocol: k.Protocol, ExternalPort: k.Port}, Claimant: s.name,
-				Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
-		}
+	if holder, other := lb.pinholeHolderLocked(o, k); other {
+		return false, &PortError{Service: o.key(), Key: igd.Key{Protocol: k.Protocol, ExternalPort: k.Port}, Claimant: holder,
+			Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
 	}
 	s := lb.stateLocked(o)
 	renewAt, held := s.pinholes[k]
@@ -377,7 +375,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 		}
 	}
 	for _, k := range recorded {
-		if !keep[k] && !slices.Contains(stale, k) && !lb.pinholeHeldByOtherLocked(o, k) {
+		if _, other := lb.pinholeHolderLocked(o, k); !keep[k] && !slices.Contains(stale, k) && !other {
 			stale = append(stale, k)
 		}
 	}
@@ -419,26 +417,15 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 	return nil
 }
 
-// pinholeHeldByOtherLocked reports whether a Service of this process other
-// than o holds k. The caller holds lb.mu.
-func (lb *LoadBalancer) pinholeHeldByOtherLocked(o owner, k pinholeKey) bool {
-	for token, s := range lb.services {
-		if _, ok := s.pinholes[k]; ok && token != o.token {
-			return true
-		}
-	}
-	return false
-}
-
 // pinholeHolderLocked returns the name of the Service of this process other
-// than o that holds k, or "". The caller holds lb.mu.
-func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) string {
+// than o that holds k, and whether one does. The caller holds lb.mu.
+func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) (name string, held bool) {
 	for token, s := range lb.services {
 		if _, ok := s.pinholes[k]; ok && token != o.token {
-			return s.name
+			return s.name, true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
