@@ -19,6 +19,7 @@ type LoadBalancer struct {
 	passes, probes atomic.Int64    // finished background passes and probes
 	bg             background      // the background work's lifecycle (lifecycle.go)
 	mode           routerMode      // chosen in New from what cfg.Client declares (mode.go)
+	families       []family        // chosen in New: IPv4 mappings, then IPv6 pinholes (family.go)
 	pinholeScope   AnyHostPinholes // cfg.Pinholes, when it says whom it opens for (nil: its own host only)
 	pinholeProber  PinholeProber   // cfg.Pinholes, when it can check a pinhole (nil: it cannot)
 
@@ -42,6 +43,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 	lb := &LoadBalancer{cfg: cfg, cluster: cfg.ClusterName, nodeAddrs: make(map[netip.Addr]string),
 		services: make(map[string]*serviceState), bg: background{hinted: make(map[types.UID]bool), wake: make(chan struct{}, 1)}}
 	lb.mode = newMode(lb)
+	lb.families = newFamilies(lb)
 	lb.pinholeScope, _ = cfg.Pinholes.(AnyHostPinholes)
 	lb.pinholeProber, _ = cfg.Pinholes.(PinholeProber)
 	return lb, nil

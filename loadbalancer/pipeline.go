@@ -1,8 +1,9 @@
 // This file is the load balancer's pipeline, read top-down: the
 // cloudprovider.LoadBalancer calls, then the steps every Ensure, Update and
 // Delete takes a Service through: select it, serve each of its IP families
-// (the family step: IPv4 as mappings, IPv6 as pinholes), plan its ports,
-// prove what the router holds, write, report its status. The Service-level
+// (the family step: each through its family, family.go: IPv4 as mappings,
+// IPv6 as pinholes), plan its ports, prove what the router holds, write,
+// report its status. The Service-level
 // work (its families, ports, admission, target nodes, what its status
 // records, how its families' ingresses join into one status, events) is
 // done here; other files are handed plain data, and what a step asks of
@@ -350,26 +351,41 @@ type operation struct {
 }
 
 // serve is EnsureLoadBalancer for a selected Service, and a pass's work on
-// one, in turn t: the family step. A Service of IPv4 only (or, with no
-// Config.Pinholes, any Service) is served by serveIPv4 alone, as it always
-// was; one whose spec.ipFamilies include IPv6 by serveFamilies. A family
-// dropped from the spec loses its pinholes here.
+// one, in turn t: the family step. Its ports are planned once (an invalid
+// Service is withdrawn from every family); each family of the load
+// balancer (family.go) then serves it if its spec.ipFamilies name the
+// family, or removes what it holds there (a family dropped from the spec);
+// joinFamilies makes one status of what was served.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	fams := families(svc)
-	if !slices.Contains(fams, v1.IPv6Protocol) || lb.cfg.Pinholes == nil {
-		st, err := lb.serveIPv4(ctx, t, svc, nodes, op)
-		if lb.familyDown(t.owner) { // it had IPv6 and no longer has
-			lb.update(t.owner, func(s *serviceState) { s.familyDown = false })
-		}
-		if err == nil && slices.Contains(fams, v1.IPv6Protocol) {
-			lb.familyNotServed(t.owner, svc, v1.IPv6Protocol, errNoPinholeClient)
-		}
-		if cerr := lb.closePinholes(ctx, t, recordedPinholes(svc), nil); cerr != nil { // none recorded: no call
-			return st, errors.Join(err, cerr)
-		}
-		return st, err
+	plans, invalid := planServicePorts(t.owner, svc)
+	if served, _ := lb.servedFamilies(fams); invalid == nil && len(served) == 0 {
+		invalid = errNoFamily(t.owner, fams)
 	}
-	return lb.serveFamilies(ctx, t, svc, nodes, op, fams)
+	if invalid != nil {
+		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
+	}
+	var got []familyStatus
+	var dropped []error
+	for _, f := range lb.families {
+		if !slices.Contains(fams, f.ipFamily()) {
+			if f.holds(t.owner, svc) {
+				dropped = append(dropped, f.withdraw(ctx, t, svc))
+			}
+			continue
+		}
+		st, err := f.serve(ctx, t, svc, plans, nodes, op)
+		if errors.Is(err, ErrInvalidService) {
+			// Ports the user asked to restrict must not stay open.
+			return nil, errors.Join(err, lb.withdrawIn(ctx, t, svc))
+		}
+		got = append(got, familyStatus{family: f.ipFamily(), status: st, err: err})
+	}
+	st, err := lb.joinFamilies(t.owner, svc, fams, got)
+	if derr := errors.Join(dropped...); derr != nil {
+		return st, errors.Join(err, derr)
+	}
+	return st, err
 }
 
 // families returns svc's IP families in the order of spec.ipFamilies; none
@@ -381,65 +397,68 @@ func families(svc *v1.Service) []v1.IPFamily {
 	return svc.Spec.IPFamilies
 }
 
-// recordsIPv4 reports whether o may hold IPv4 mappings: this process holds
-// keys of it, or its status has an IPv4 ingress with ports.
-func (lb *LoadBalancer) recordsIPv4(o owner, svc *v1.Service) bool {
+// servedFamilies returns the families of lb that serve one of fams, and
+// whether every one of fams has a family.
+func (lb *LoadBalancer) servedFamilies(fams []v1.IPFamily) (served []family, all bool) {
+	for _, f := range lb.families {
+		if slices.Contains(fams, f.ipFamily()) {
+			served = append(served, f)
+		}
+	}
+	return served, len(served) == len(fams)
+}
+
+// ipv4Mappings is the IPv4 family: one port mapping per port of the
+// Service, from the router's external address to a node's nodePort.
+type ipv4Mappings struct{ lb *LoadBalancer }
+
+func (ipv4Mappings) ipFamily() v1.IPFamily { return v1.IPv4Protocol }
+
+func (m ipv4Mappings) serve(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	return m.lb.serveIPv4(ctx, t, svc, plans, nodes, op)
+}
+
+// holds: this process holds keys of o, or svc's status has an IPv4 ingress
+// with ports.
+func (m ipv4Mappings) holds(o owner, svc *v1.Service) bool {
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		if ip, err := netip.ParseAddr(ing.IP); err == nil && ip.Unmap().Is4() && len(ing.Ports) > 0 {
 			return true
 		}
 	}
-	return len(lb.keysHeldBy(o)) > 0
+	return len(m.lb.keysHeldBy(o)) > 0
 }
 
-// serveFamilies serves svc, whose spec.ipFamilies include IPv6, on each of
-// its families: IPv4 through the router's mappings (serveIPv4), IPv6
-// through pinholes (serveIPv6). The status has one ingress per family
-// served, in the order of spec.ipFamilies (joinFamilies); a family not
-// served gets a Warning event (familyNotServed) while the other is served;
-// with none served it fails, with IPv4's error first.
-func (lb *LoadBalancer) serveFamilies(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation, fams []v1.IPFamily) (*v1.LoadBalancerStatus, error) {
-	o := t.owner
-	plans, invalid := planServicePorts(o, svc)
-	if invalid != nil {
-		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc)) // pinholes too
-	}
-	var st4 *v1.LoadBalancerStatus
-	var err4 error
-	switch {
-	case slices.Contains(fams, v1.IPv4Protocol):
-		if st4, err4 = lb.serveIPv4(ctx, t, svc, nodes, op); errors.Is(err4, ErrInvalidService) {
-			return nil, err4 // it withdrew the mappings and the pinholes
-		}
-	case lb.recordsIPv4(o, svc):
-		// IPv6 only now: the mappings of its IPv4 family go.
-		if err := lb.withdrawMappings(ctx, t, svc); err != nil {
-			return nil, err
-		}
-	}
-	if !op.pass && !slices.Contains(fams, v1.IPv4Protocol) {
-		lb.update(o, func(s *serviceState) { s.deleted = false })
-	}
-	ing6, err6 := lb.serveIPv6(ctx, t, svc, plans, nodes)
-	if errors.Is(err6, ErrInvalidService) { // Local without background work
-		return nil, errors.Join(err6, lb.withdrawIn(ctx, t, svc))
-	}
-	st, unserved, err := lb.joinFamilies(o, fams, st4, err4, ing6, err6)
-	switch unserved {
-	case v1.IPv6Protocol:
-		lb.familyNotServed(o, svc, unserved, err6)
-	case v1.IPv4Protocol:
-		lb.familyNotServed(o, svc, unserved, err4)
-	}
-	return st, err
+func (m ipv4Mappings) withdraw(ctx context.Context, t *turn, svc *v1.Service) error {
+	return m.lb.withdrawMappings(ctx, t, svc)
 }
 
-// serveIPv4 serves svc's IPv4 family: its ports mapped on the router. With
-// every port refused, or with no node to map to and a port another holds,
-// it returns the status saying so beside the error.
-func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+// ipv6Pinholes is the IPv6 family: one pinhole per port of the Service, to
+// one node's global address (no NAT), through Config.Pinholes.
+type ipv6Pinholes struct{ lb *LoadBalancer }
+
+func (ipv6Pinholes) ipFamily() v1.IPFamily { return v1.IPv6Protocol }
+
+func (p ipv6Pinholes) serve(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	return p.lb.serveIPv6(ctx, t, svc, plans, nodes, op)
+}
+
+func (p ipv6Pinholes) holds(o owner, svc *v1.Service) bool {
+	return p.lb.holdsPinholes(o, recordedPinholes(svc))
+}
+
+func (p ipv6Pinholes) withdraw(ctx context.Context, t *turn, svc *v1.Service) error {
+	return p.lb.closePinholes(ctx, t, recordedPinholes(svc), nil)
+}
+
+// serveIPv4 serves svc's IPv4 family at plans (its ports, valid): each
+// port mapped on the router. With every port refused, or with no node to
+// map to and a port another holds, it returns the status saying so beside
+// the error. An invalid Service (its loadBalancerIP, its
+// externalTrafficPolicy) is returned as such, for the pipeline to withdraw.
+func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	o := t.owner
-	plans, invalid := planPorts(o, svc)
+	var invalid error
 	admitted, refused := lb.admit(o, svc, plans) // refused ports are withdrawn
 	// Asked in every operation's turn: an address the router no longer
 	// reports (its WAN link went down) is never served from a cache.
@@ -447,7 +466,7 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 	if extErr != nil && !errors.Is(extErr, ErrExternalIPNotUsable) {
 		return nil, fmt.Errorf("loadbalancer: ensure service %s: %w", o.key(), extErr)
 	}
-	if invalid == nil && extErr == nil {
+	if extErr == nil {
 		invalid = checkLoadBalancerIP(o, svc, ext)
 	}
 	var failed map[igd.Key]*PortError
@@ -464,8 +483,7 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 			invalid = err
 		}
 		if invalid != nil {
-			// Ports the user asked to restrict must not stay open.
-			return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
+			return nil, invalid // the pipeline withdraws it
 		}
 		if !op.pass {
 			lb.update(o, func(s *serviceState) { s.deleted = false })
@@ -526,7 +544,10 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 // its status records, for Local the nodes with a ready endpoint) and
 // servePinholes opens them. It returns the IPv6 ingress, each port that
 // could not be opened with its reason, or why the family cannot be served.
-func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node) (*v1.LoadBalancerIngress, error) {
+func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
+	if !op.pass {
+		lb.update(t.owner, func(s *serviceState) { s.deleted = false })
+	}
 	req := pinholeRequest{plans: plans}
 	req.admitted, req.refused = lb.admit(t.owner, svc, plans)
 	req.recorded = recordedPinholes(svc)
@@ -541,17 +562,16 @@ func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service,
 	if err != nil {
 		return nil, err
 	}
-	return &status(addr, plans, portReasons(failed)).Ingress[0], nil
+	return status(addr, plans, portReasons(failed)), nil
 }
 
-// planPorts validates svc and returns the mappings it wants, sorted by key.
-// Every problem is reported, each as a *ServiceError naming the field; a
-// Service without IPv4 is one (see planServicePorts for its other family).
+// planPorts validates svc and returns the mappings it wants, sorted by key,
+// for arbitration among IPv4 Services: every problem is reported, each as a
+// *ServiceError naming the field; a Service without IPv4 is one.
 func planPorts(o owner, svc *v1.Service) ([]portPlan, error) {
 	plans, err := planServicePorts(o, svc)
-	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, v1.IPv4Protocol) {
-		bad := &ServiceError{Service: o.key(), Field: "spec.ipFamilies", Value: fmt.Sprint(svc.Spec.IPFamilies), Reason: "the router maps IPv4 only; an IPv6-only Service cannot be served"}
-		return nil, errors.Join(bad, err)
+	if fams := families(svc); !slices.Contains(fams, v1.IPv4Protocol) {
+		return nil, errors.Join(errNoFamily(o, fams), err)
 	}
 	return plans, err
 }
@@ -801,9 +821,14 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 	return lb.withdrawIn(ctx, t, svc)
 }
 
-// withdrawIn removes every mapping and pinhole of svc, in turn t.
+// withdrawIn removes everything svc holds on each family (its mappings, its
+// pinholes), in turn t.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
-	return errors.Join(lb.withdrawMappings(ctx, t, svc), lb.closePinholes(ctx, t, recordedPinholes(svc), nil))
+	var errs []error
+	for _, f := range lb.families {
+		errs = append(errs, f.withdraw(ctx, t, svc))
+	}
+	return errors.Join(errs...)
 }
 
 // withdrawMappings removes every mapping of svc, in turn t.
@@ -874,8 +899,10 @@ func (lb *LoadBalancer) familyNotServed(o owner, svc *v1.Service, fam v1.IPFamil
 		why = joined.Unwrap()[0] // the reason, without the retry joined to it
 	}
 	msg := why.Error()
-	var already bool
-	lb.update(o, func(s *serviceState) { already = s.familyWarned[fam] == msg })
+	lb.mu.Lock()
+	s := lb.services[o.token]
+	already := s != nil && s.familyWarned[fam] == msg
+	lb.mu.Unlock()
 	if already {
 		return
 	}
@@ -884,12 +911,13 @@ func (lb *LoadBalancer) familyNotServed(o owner, svc *v1.Service, fam v1.IPFamil
 		other = v1.IPv6Protocol
 	}
 	if lb.tell(svc, v1.EventTypeWarning, EventReasonIPFamilyNotServed, "Not served on %s: %s; the Service is served on %s", fam, msg, other) {
-		lb.update(o, func(s *serviceState) {
-			if s.familyWarned == nil {
-				s.familyWarned = make(map[v1.IPFamily]string)
-			}
-			s.familyWarned[fam] = msg
-		})
+		lb.mu.Lock()
+		s := lb.stateLocked(o)
+		if s.familyWarned == nil {
+			s.familyWarned = make(map[v1.IPFamily]string)
+		}
+		s.familyWarned[fam] = msg
+		lb.mu.Unlock()
 	}
 }
 
@@ -971,48 +999,64 @@ const EventReasonIPFamilyNotServed = "IPFamilyNotServed"
 // errNoPinholeClient is why IPv6 is not served without Config.Pinholes.
 var errNoPinholeClient = errors.New("the router opens no IPv6 firewall pinholes (IPv6 is not enabled: no pinhole client; in provider/edge, gateway.ipv6.enabled)")
 
-// joinFamilies returns the status and error of o, a Service of families
-// fams, served on IPv4 as st4 and err4 (both zero when it has no IPv4) and
-// on IPv6 as ing6 and err6. A family that failed while the other was served
-// is not served: it is returned as unserved (the caller warns why:
-// familyNotServed) and the Service is served; with none served, the
-// Service fails with IPv4's error (as an IPv4-only one does) and IPv6's.
-func (lb *LoadBalancer) joinFamilies(o owner, fams []v1.IPFamily, st4 *v1.LoadBalancerStatus, err4 error, ing6 *v1.LoadBalancerIngress, err6 error) (_ *v1.LoadBalancerStatus, unserved v1.IPFamily, _ error) {
-	hasV4 := slices.Contains(fams, v1.IPv4Protocol)
-	served4 := hasV4 && err4 == nil && st4 != nil
-	served6 := err6 == nil && ing6 != nil
-	switch {
-	case !served4 && !served6:
-		lb.update(o, func(s *serviceState) { s.familyDown = false }) // the caller retries
-		if hasV4 {
-			return st4, "", errors.Join(err4, err6)
+// familyStatus is one family's outcome of serving a Service: its status
+// (one ingress) or why it is not served.
+type familyStatus struct {
+	family v1.IPFamily
+	status *v1.LoadBalancerStatus
+	err    error
+}
+
+// joinFamilies returns the status and error of o, svc of families fams,
+// served on each family of got (in the load balancer's order, IPv4 first).
+// The status has one ingress per family served, in the order of fams. A
+// family not served while another is (one that failed, or one the load
+// balancer has no family for) gets a Warning event saying why
+// (familyNotServed); one that failed is retried in the background
+// (familyDown). With none served, the Service fails with each family's
+// error, and the first family's status (for a pass to record).
+func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamily, got []familyStatus) (*v1.LoadBalancerStatus, error) {
+	var errs []error
+	var down, served []v1.IPFamily
+	for _, g := range got {
+		if g.err == nil && g.status != nil {
+			served = append(served, g.family)
+			continue
 		}
-		return nil, "", err6
-	case !served6:
-		unserved = v1.IPv6Protocol
-	case hasV4 && !served4:
-		unserved = v1.IPv4Protocol
+		down = append(down, g.family)
+		errs = append(errs, g.err)
 	}
-	down := hasV4 && !served4 || !served6
+	if len(served) == 0 {
+		lb.update(o, func(s *serviceState) { s.familyDown = false }) // the caller retries
+		var st *v1.LoadBalancerStatus
+		if len(got) > 0 {
+			st = got[0].status
+		}
+		if len(errs) == 1 {
+			return st, errs[0]
+		}
+		return st, errors.Join(errs...)
+	}
 	lb.update(o, func(s *serviceState) {
-		s.familyDown = down
-		for _, f := range fams {
-			if f == v1.IPv4Protocol && served4 || f == v1.IPv6Protocol && served6 {
-				delete(s.familyWarned, f)
-			}
+		s.familyDown = len(down) > 0
+		for _, f := range served {
+			delete(s.familyWarned, f)
 		}
 	})
-	if down {
+	if len(down) > 0 {
 		lb.bg.poke() // retried in the background
 	}
 	st := &v1.LoadBalancerStatus{}
 	for _, f := range fams {
+		i := slices.IndexFunc(got, func(g familyStatus) bool { return g.family == f })
 		switch {
-		case f == v1.IPv4Protocol && served4:
-			st.Ingress = append(st.Ingress, st4.Ingress...)
-		case f == v1.IPv6Protocol && served6:
-			st.Ingress = append(st.Ingress, *ing6)
+		case i < 0:
+			lb.familyNotServed(o, svc, f, errNoPinholeClient)
+		case slices.Contains(served, f):
+			st.Ingress = append(st.Ingress, got[i].status.Ingress...)
+		default:
+			lb.familyNotServed(o, svc, f, got[i].err)
 		}
 	}
-	return st, unserved, nil
+	return st, nil
 }
