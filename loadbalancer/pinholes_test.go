@@ -475,3 +475,33 @@ func TestPinholesKeptWithNoEligibleNodeAreClosedByARestartedProcess(t *testing.T
 	}
 	diffStrings(t, "pinholes open after a restarted process deleted the Service (status "+describeStatus(*st)+")", nil, f.Open())
 }
+
+// A Service whose IPv6 cannot be served, and whose status still records the
+// pinholes it had (its sync fails and writes none), has each closed once:
+// the retries that follow do not close them again (through UPnP a close
+// re-adds the pinhole for a second to learn its ID, opening the firewall
+// each time). A pinhole it opens again is closed again when it goes.
+func TestPinholesRecordedByAFailingServiceAreClosedOnce(t *testing.T) {
+	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
+	for name, mode := range map[string]pinholeMode{"own node": ownNodePinholes, "any host": anyHostPinhole} {
+		t.Run(name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
+			svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			f.Calls()
+			closes := []string{"close " + pin(igd.TCP, guaA, 8080)}
+			for i, want := range [][]string{closes, nil, nil} {
+				if _, err := e.ensure(t, svc, noGUA); err == nil {
+					t.Fatalf("Ensure %d with no node to serve IPv6 succeeded", i+1)
+				}
+				diffStrings(t, fmt.Sprintf("calls of Ensure %d with no node to serve IPv6", i+1), want, f.Calls())
+			}
+			e.mustEnsure(t, svc, dualNodes())
+			diffStrings(t, "calls once served again", []string{"open " + pin(igd.TCP, guaA, 8080)}, f.Calls())
+			if _, err := e.ensure(t, svc, noGUA); err == nil {
+				t.Fatal("Ensure with no node to serve IPv6 succeeded")
+			}
+			diffStrings(t, "calls once it fails again", closes, f.Calls())
+		})
+	}
+}
