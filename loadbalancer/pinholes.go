@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -121,7 +122,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 		// IPv6 not served: its status will record no pinhole, so none
 		// is kept (a restarted process could not find it, and the
 		// address may be another host's once no node reports it).
-		return netip.Addr{}, nil, errors.Join(err, lb.closePinholes(ctx, t, req.recorded, nil))
+		return netip.Addr{}, nil, errors.Join(err, lb.closePinholes(ctx, t, lb.notClosed(o, req.recorded), nil))
 	}
 	anyHost := lb.pinholeScope != nil && lb.pinholeScope.PinholesForAnyHost()
 	keep := make(map[pinholeKey]bool)
@@ -155,7 +156,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 			errs = append(errs, fmt.Errorf("loadbalancer: service %s: open IPv6 pinhole %s %s: %w", o.key(), k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 		}
 	}
-	errs = append(errs, lb.closePinholes(ctx, t, req.recorded, keep))
+	errs = append(errs, lb.closePinholes(ctx, t, lb.notClosed(o, req.recorded), keep))
 	if err := errors.Join(errs...); err != nil {
 		return netip.Addr{}, nil, err
 	}
@@ -400,7 +401,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 		}
 		lb.update(o, func(s *serviceState) {
 			if err == nil {
-				delete(s.pinholes, k)
+				s.closePinhole(k)
 				return
 			}
 			s.holdPinhole(k, time.Time{})
@@ -415,6 +416,23 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 		return fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
 	}
 	return nil
+}
+
+// notClosed returns the pinholes of recorded (what o's status records) that
+// this process has not closed for o since it last held them: the retries of
+// a Service whose status goes on recording pinholes it no longer has close
+// each once (through UPnP a close opens the pinhole for a second). A
+// withdrawal closes every recorded pinhole, closed before or not.
+func (lb *LoadBalancer) notClosed(o owner, recorded []pinholeKey) []pinholeKey {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	s := lb.services[o.token]
+	if s == nil || len(s.closed) == 0 {
+		return recorded
+	}
+	// One the status no longer records needs no memory.
+	maps.DeleteFunc(s.closed, func(k pinholeKey, _ bool) bool { return !slices.Contains(recorded, k) })
+	return slices.DeleteFunc(slices.Clone(recorded), func(k pinholeKey) bool { return s.closed[k] })
 }
 
 // pinholeHolderLocked returns the name of the Service of this process other

@@ -42,6 +42,10 @@ type serviceState struct {
 	// last warned as not served with.
 	pinholes     map[pinholeKey]time.Time
 	familyWarned map[v1.IPFamily]string
+	// closed holds the pinholes this process closed for the Service since
+	// it last held them: its status may go on recording them (a failing
+	// sync writes none), and a failing Service's retries close each once.
+	closed map[pinholeKey]bool
 	// familyDown says the last operation served one family of the Service
 	// and not the other: retried in the background as failed ports are.
 	familyDown bool
@@ -152,7 +156,7 @@ func (lb *LoadBalancer) openTurnLocked(o owner) (t *turn, busy <-chan struct{}) 
 		close(ch)
 		maps.DeleteFunc(s.swept, func(_ igd.Key, w sweep) bool { return lb.cfg.Clock.Since(w.at) >= lb.cfg.effectiveLease() })
 		if len(s.held) == 0 && !s.deleted && !s.warned.IsValid() && len(s.failed) == 0 && len(s.swept) == 0 &&
-			len(s.pinholes) == 0 && len(s.familyWarned) == 0 && !s.familyDown {
+			len(s.pinholes) == 0 && len(s.closed) == 0 && len(s.familyWarned) == 0 && !s.familyDown {
 			delete(lb.services, o.token) // nothing worth keeping
 		}
 	}}, nil
@@ -296,6 +300,16 @@ func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
 		s.pinholes = make(map[pinholeKey]time.Time)
 	}
 	s.pinholes[k] = renewAt
+	delete(s.closed, k)
+}
+
+// closePinhole records that s closed k.
+func (s *serviceState) closePinhole(k pinholeKey) {
+	delete(s.pinholes, k)
+	if s.closed == nil {
+		s.closed = make(map[pinholeKey]bool)
+	}
+	s.closed[k] = true
 }
 
 // familyDown reports whether o's last operation served one of its families
