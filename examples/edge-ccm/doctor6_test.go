@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -31,38 +29,16 @@ import (
 var nodeGUA = netip.MustParseAddr("2001:db8:1::10")
 
 // serveIPv6 serves r's UPnP on the IPv6 loopback, seeing every caller as
-// nodeGUA, and returns its description URL; it skips the test where the
-// host has no IPv6 loopback.
+// nodeGUA (a client dials it with fake.DialAs(nodeGUA)), and returns its
+// description URL; it skips the test where the host has no IPv6 loopback.
 func serveIPv6(t *testing.T, r *fake.Router) string {
 	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+	if err != nil {
+		t.Skip(err)
+	}
 	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
-	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
-}
-
-// asNodeGUA dials over loopback and reports nodeGUA as the local address.
-func asNodeGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr {
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(nodeGUA, 50000))
+	return s.RootDescURL
 }
 
 // TestDoctorChecksIPv6 runs the doctor against fake routers (IPv4 over
@@ -124,7 +100,7 @@ func TestDoctorChecksIPv6(t *testing.T) {
 			}
 			dn := doctorNet{
 				igd:       func(c igd.Config) igd.Config { c.RootDescURL = srv.RootDescURL; return c },
-				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = asNodeGUA; return c },
+				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = fake.DialAs(nodeGUA); return c },
 				ipv6Addrs: func(string) ([]netip.Addr, error) { return tc.addrs, nil },
 			}
 			if tc.pcp {

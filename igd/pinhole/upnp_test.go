@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -23,34 +22,17 @@ var gua = netip.MustParseAddr("2001:db8:1::10")
 // machine has no IPv6 loopback.
 func fakeRouter(t *testing.T, r *fake.Router) string {
 	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return gua }})
-	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return gua }})
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		t.Skip(err)
 	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
+	t.Cleanup(s.Close)
+	return s.RootDescURL
 }
 
 // asGUA dials over loopback and reports gua as the connection's local
 // address, as a host whose request leaves from its GUA.
-func asGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr { return net.TCPAddrFromAddrPort(netip.AddrPortFrom(gua, 50000)) }
+var asGUA = fake.DialAs(gua)
 
 // TestClientSendsNothingFromAnotherAddress: a connection that left from
 // another address than Config.LocalAddr (here ::1) is closed before the

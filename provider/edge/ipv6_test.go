@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,42 +21,6 @@ import (
 
 // nodeGUA is the global IPv6 address of the test node, n1.
 var nodeGUA = netip.MustParseAddr("2001:db8:1::10")
-
-// ipv6Server serves r's UPnP (pinholes included) on the IPv6 loopback,
-// seeing every caller as nodeGUA, and returns its description URL; it skips
-// the test where the host has no IPv6 loopback.
-func ipv6Server(t *testing.T, r *fake.Router) string {
-	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
-	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
-	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
-}
-
-// dialAsNodeGUA dials over loopback and reports nodeGUA as the connection's
-// local address, as a request that leaves from the node's GUA.
-func dialAsNodeGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr {
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(nodeGUA, 50000))
-}
 
 // TestIPv6ServesDualStackServices builds the provider from a cloud-config
 // naming a fake router and checks a dual-stack Service's status and the
@@ -121,13 +84,20 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 				config += "  protocol: pcp\n  pcpSecretFile: " + secret + "\n"
 			}
 			if tt.ipv6 != "" {
-				config += "  ipv6:\n" + strings.ReplaceAll(tt.ipv6, "%URL%", ipv6Server(t, router))
+				// The router's UPnP on the IPv6 loopback, seeing every
+				// caller as the node's GUA.
+				s6, err := fake.NewServer6(router, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+				if err != nil {
+					t.Skip(err)
+				}
+				t.Cleanup(s6.Close)
+				config += "  ipv6:\n" + strings.ReplaceAll(tt.ipv6, "%URL%", s6.RootDescURL)
 			}
 			cfg, err := ParseConfig(strings.NewReader(config + "loadBalancer:\n  nodeName: n1\n"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cloud, err := New(cfg, Options{pinholeDial: dialAsNodeGUA})
+			cloud, err := New(cfg, Options{pinholeDial: fake.DialAs(nodeGUA)})
 			if err != nil {
 				t.Fatal(err)
 			}
