@@ -107,6 +107,9 @@ type Options struct {
 	// pinholeDial, when set, opens the UPnP pinhole client's connections
 	// (tests: a fake router on loopback that takes them for the node's).
 	pinholeDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// hostAddrs, when set, returns this host's addresses on an interface
+	// ("" = all); nil reads this host's.
+	hostAddrs func(iface string) ([]netip.Addr, error)
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
