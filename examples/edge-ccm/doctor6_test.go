@@ -22,6 +22,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
@@ -199,7 +200,7 @@ func TestLabDoctorIPv6(t *testing.T) {
 					return c
 				},
 				ipv6Addrs: func(iface string) (addrs []netip.Addr, err error) {
-					err = n.Do(func() error { addrs, err = hostAddrs(iface); return err })
+					err = n.Do(func() error { addrs, err = hostinfo.InterfaceAddrs(iface); return err })
 					return addrs, err
 				},
 			}

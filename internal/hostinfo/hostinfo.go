@@ -140,3 +140,33 @@ func (h System) LocalAddr(ctx context.Context, router netip.Addr) (netip.Addr, e
 	}
 	return ap.Addr().Unmap(), nil
 }
+
+// InterfaceAddrs returns this host's addresses on the interface iface
+// names or numbers ("" = every interface), in the host's order: the
+// addresses of the network namespace of the calling thread.
+func InterfaceAddrs(iface string) ([]netip.Addr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, i := range ifs {
+		if iface != "" && i.Name != iface && strconv.Itoa(i.Index) != iface {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", i.Name, err)
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
+}
