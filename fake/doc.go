@@ -82,7 +82,9 @@
 // specification says 704) and 606 for another host's pinhole. Reboot
 // wipes the pinholes and numbers new ones from 1 again; Router.Pinholes
 // lists the open ones. Calls go through the SOAPAction hooks and are logged
-// as MethodSOAPAction.
+// as MethodSOAPAction. NewServer6 serves it on the IPv6 loopback, where a
+// pinhole client needs it, and DialAs lets that client act as a host's
+// global address.
 //
 // All fakes are safe for concurrent use, guard their state with one mutex,
 // and return copies from their accessors.

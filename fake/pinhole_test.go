@@ -1,10 +1,7 @@
 package fake_test
 
 import (
-	"context"
 	"errors"
-	"net"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"testing"
@@ -31,46 +28,19 @@ var guaA = netip.MustParseAddr("2001:db8:1::10")
 // host. It skips the test where the machine has no IPv6 loopback.
 func pinholeServer(t *testing.T, r *fake.Router, host netip.Addr) string {
 	t.Helper()
-	s := newServer(t, r, fake.ServerOptions{ClientAddr: fixed(host)})
-	ln, err := net.Listen("tcp", "[::1]:0")
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: fixed(host)})
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		t.Skip(err)
 	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
+	t.Cleanup(s.Close)
+	return s.RootDescURL
 }
-
-// fromHost is a dial function that connects over loopback and reports host
-// as the connection's local address: the fake Server sees the caller as
-// host (ServerOptions.ClientAddr), and pinhole.UPnPClient checks that its
-// connection leaves from its Config.LocalAddr.
-func fromHost(host netip.Addr) func(ctx context.Context, network, address string) (net.Conn, error) {
-	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, address)
-		if err != nil {
-			return nil, err
-		}
-		return hostConn{Conn: c, local: net.TCPAddrFromAddrPort(netip.AddrPortFrom(host, 50000))}, nil
-	}
-}
-
-type hostConn struct {
-	net.Conn
-	local net.Addr
-}
-
-func (c hostConn) LocalAddr() net.Addr { return c.local }
 
 // pinholeClient returns the real pinhole client acting as host, talking to r
 // through a fake Server.
 func pinholeClient(t *testing.T, r *fake.Router, host netip.Addr) *pinhole.UPnPClient {
 	t.Helper()
-	c, err := pinhole.New(pinhole.Config{LocalAddr: host, RootDescURL: pinholeServer(t, r, host), DialContext: fromHost(host)})
+	c, err := pinhole.New(pinhole.Config{LocalAddr: host, RootDescURL: pinholeServer(t, r, host), DialContext: fake.DialAs(host)})
 	if err != nil {
 		t.Fatalf("pinhole.New: %v", err)
 	}

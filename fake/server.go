@@ -83,11 +83,36 @@ const (
 	pppConnPath  = "/ctl/PPPConn"
 )
 
-// NewServer starts a Server for r. Close it when done (t.Cleanup(s.Close)).
-// It panics if opts.Service is not one of the UPnPService constants.
+// NewServer starts a Server for r on the IPv4 loopback. Close it when done
+// (t.Cleanup(s.Close)). It panics if opts.Service is not one of the
+// UPnPService constants.
 func NewServer(r *Router, opts ServerOptions) *Server {
 	h := newHandler(r, opts)
-	srv := httptest.NewServer(h)
+	return startServer(h, httptest.NewServer(h))
+}
+
+// NewServer6 starts a Server for r, as NewServer does, on the IPv6 loopback
+// ([::1]): its URLs are IPv6 literals, as a pinhole client (package
+// igd/pinhole) requires of the router's. Where this host has no IPv6
+// loopback it starts nothing and returns an error (a test skips then).
+// To let a pinhole client act as a LAN host with a global address, set
+// opts.ClientAddr to return that address and give the client DialAs(it).
+// Close the Server when done. It panics as NewServer does.
+func NewServer6(r *Router, opts ServerOptions) (*Server, error) {
+	h := newHandler(r, opts)
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		return nil, fmt.Errorf("fake: listen on the IPv6 loopback: %w", err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	return startServer(h, srv), nil
+}
+
+// startServer is the Server of h served by srv, started.
+func startServer(h *handler, srv *httptest.Server) *Server {
 	return &Server{RootDescURL: srv.URL + rootDescPath, srv: srv, handler: h}
 }
 
@@ -95,7 +120,8 @@ func NewServer(r *Router, opts ServerOptions) *Server {
 // on a server of the caller's own.
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) { s.handler.ServeHTTP(w, req) }
 
-// URL returns the base URL of the server, "http://127.0.0.1:PORT".
+// URL returns the base URL of the server, "http://127.0.0.1:PORT" (with
+// NewServer6, "http://[::1]:PORT").
 func (s *Server) URL() string { return s.srv.URL }
 
 // ControlURL returns the URL of the connection service's SOAP endpoint.

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,7 +18,6 @@ import (
 	"github.com/ccmkit/ccmkit/internal/upnp"
 	"github.com/huin/goupnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
-	"github.com/huin/goupnp/soap"
 )
 
 const (
@@ -493,61 +490,16 @@ func (c *UPnPClient) fetchRoot(ctx context.Context, loc *url.URL) (root *goupnp.
 	if resp.StatusCode != http.StatusOK {
 		return nil, "", fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
-	root, err = parseRoot(resp.Body, loc) // the body is capped by the client's transport
+	root, err = upnp.ParseRoot(resp.Body, loc) // the body is capped by the client's transport
 	if err != nil {
 		return nil, "", err
 	}
 	return root, resp.Header.Get("Server"), nil
 }
 
-// parseRoot parses a root description fetched from loc, and resolves its
-// URLs against its URLBase or, without one, loc.
-func parseRoot(r io.Reader, loc *url.URL) (*goupnp.RootDevice, error) {
-	root := new(goupnp.RootDevice)
-	dec := xml.NewDecoder(r)
-	dec.DefaultSpace = goupnp.DeviceXMLNamespace
-	dec.CharsetReader = charsetReader
-	if err := dec.Decode(root); err != nil {
-		return nil, fmt.Errorf("parse description: %w", err)
-	}
-	base := loc
-	if root.URLBaseStr != "" {
-		b, err := url.Parse(root.URLBaseStr)
-		if err != nil {
-			return nil, fmt.Errorf("parse description: URLBase %q: %w", root.URLBaseStr, err)
-		}
-		base = b
-	}
-	root.SetURLBase(base)
-	return root, nil
-}
-
-// charsetReader accepts the one non-UTF-8 encoding routers are seen to
-// declare, ISO-8859-1 (Latin-1), whose bytes are the first 256 code points.
-func charsetReader(label string, r io.Reader) (io.Reader, error) {
-	switch strings.ToLower(label) {
-	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "us-ascii", "ascii":
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return nil, err
-		}
-		runes := make([]rune, len(b))
-		for i, c := range b {
-			runes[i] = rune(c)
-		}
-		return strings.NewReader(string(runes)), nil
-	}
-	return nil, fmt.Errorf("unsupported charset %q", label)
-}
-
 // newConn builds goupnp's generated client for srv, sending through hc.
 func newConn(root *goupnp.RootDevice, loc *url.URL, srv *goupnp.Service, hc *http.Client) wanConnection {
-	sc := goupnp.ServiceClient{
-		SOAPClient: &soap.SOAPClient{EndpointURL: srv.ControlURL.URL, HTTPClient: *hc},
-		RootDevice: root,
-		Location:   loc,
-		Service:    srv,
-	}
+	sc := upnp.ServiceClient(root, loc, srv, hc)
 	switch srv.ServiceType {
 	case upnp.ServiceWANIPConnection2:
 		return &internetgateway2.WANIPConnection2{ServiceClient: sc}

@@ -45,7 +45,7 @@ func FuzzParseRootDescription(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, desc []byte) {
-		root, err := parseRoot(bytes.NewReader(desc), loc)
+		root, err := upnp.ParseRoot(bytes.NewReader(desc), loc)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "parse description: ") {
 				t.Fatalf("error %q does not say what failed", err)

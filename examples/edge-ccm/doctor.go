@@ -42,7 +42,8 @@ const doctorCommand = "doctor"
 
 // The doctor's exit codes: 0 when edge-ccm will work with the cloud-config,
 // exitProblem when the router or the config needs a change first,
-// exitCannotCheck when no check could run (bad flags or config, no router).
+// exitCannotCheck when no check could run (bad flags or config, no router
+// with gateway.ipv6 off).
 const (
 	exitProblem     = 1
 	exitCannotCheck = 2
@@ -87,7 +88,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file, to read the Services' ports; \"\" = the pod's service account, if any")
 	class := fs.String("load-balancer-class", DefaultClass, "the loadBalancerClass served: Services of it, and those without a class, are read for their ports")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. With\ngateway.ipv6 enabled it checks IPv6 too: this host's global address, the\nrouter's IPv6 firewall, and a test pinhole to this host (opened and closed).\nExit status 0: edge-ccm will work; %d: fix the first failed finding; %d: the check\ncould not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
+		fmt.Fprintf(stderr, "Usage: edge-ccm %s [flags]\n\nChecks what the router allows, by probe mappings of its own (removed at once),\nagainst the cloud-config, and each port the Services will use. The router is\nthis host's default gateway, or the one gateway.url names; the router finding\nsays which and lists the LAN hosts that answered and were not used. With\ngateway.ipv6 enabled it checks IPv6 too: this host's global address, the\nrouter's IPv6 firewall, and a test pinhole to this host (opened and closed),\nwhether or not an IPv4 router answers. Exit status 0: edge-ccm will work; %d:\nfix the first failed finding; %d: the check could not run.\n\n", doctorCommand, exitProblem, exitCannotCheck)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -152,7 +153,15 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 		ServicePorts: ports,
 	})
 	if err != nil {
-		return fail(err)
+		if !cfg.Gateway.IPv6.Enabled {
+			return fail(err)
+		}
+		// No IPv4 router answered; its IPv6 firewall may (behind a
+		// carrier's NAT, the router's control URL can be reachable over
+		// IPv6 only): the IPv6 checks still run.
+		rep = routercheck.Report{Findings: []routercheck.Finding{{Check: routercheck.CheckRouter, Status: routercheck.Fail,
+			Detail: err.Error() + "; the IPv4 checks did not run",
+			Fix:    "name the router with gateway.url (its description on its IPv4 LAN address), or turn UPnP IGD on in it"}}}
 	}
 	v6 := ipv6Findings(ctx, cfg.Gateway, net)
 	rep.Findings = append(rep.Findings, v6...)
@@ -179,13 +188,13 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer, net do
 	return 0
 }
 
-// servedOnIPv6 turns a failed external-ip finding into a warning when IPv6
-// works: behind a carrier's NAT, Services that have IPv6 are served on it
-// (their IPv4 family gets an IPFamilyNotServed event); IPv4-only ones are
-// not served.
+// servedOnIPv6 turns a failed router or external-ip finding into a warning
+// when IPv6 works: with no usable IPv4 router, or behind a carrier's NAT,
+// Services that have IPv6 are served on it (their IPv4 family gets an
+// IPFamilyNotServed event); IPv4-only ones are not served.
 func servedOnIPv6(fs []routercheck.Finding) {
 	for i, f := range fs {
-		if f.Check == routercheck.CheckExternalIP && f.Status == routercheck.Fail {
+		if (f.Check == routercheck.CheckRouter || f.Check == routercheck.CheckExternalIP) && f.Status == routercheck.Fail {
 			fs[i].Status = routercheck.Warn
 			fs[i].Fix = "Services with IPv6 in spec.ipFamilies are served on IPv6 only (their IPv4 family gets an IPFamilyNotServed event); IPv4-only Services are not served: make them dual-stack, or " + f.Fix
 		}

@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
@@ -56,7 +55,7 @@ func ipv6Findings(ctx context.Context, g edge.GatewayConfig, dn doctorNet) []rou
 	}
 	addrs := dn.ipv6Addrs
 	if addrs == nil {
-		addrs = hostAddrs
+		addrs = hostinfo.InterfaceAddrs
 	}
 	host, err := addrs(g.IPv6.Interface)
 	var all []netip.Addr // the global ones, in the host's order
@@ -199,35 +198,6 @@ func testPinhole(ctx context.Context, o pinholeOpener, self netip.Addr, via stri
 		d += ": Services are served on IPv6 through any eligible node, any port (pinholes to other nodes need pcp_allow_thirdparty=yes, not probed)"
 	}
 	return routercheck.Finding{Check: checkIPv6Pinhole, Status: routercheck.OK, Detail: d}
-}
-
-// hostAddrs returns this host's addresses on the interface iface names
-// or numbers ("" = every one), in the host's order.
-func hostAddrs(iface string) ([]netip.Addr, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, i := range ifs {
-		if iface != "" && i.Name != iface && strconv.Itoa(i.Index) != iface {
-			continue
-		}
-		addrs, err := i.Addrs()
-		if err != nil {
-			return nil, fmt.Errorf("addresses of %s: %w", i.Name, err)
-		}
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-				out = append(out, ip)
-			}
-		}
-	}
-	return out, nil
 }
 
 // joinAddrs is "a, b, c".

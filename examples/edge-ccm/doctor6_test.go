@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -24,6 +24,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 	"github.com/ccmkit/ccmkit/igd/routercheck"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/provider/edge"
 )
 
@@ -31,38 +32,16 @@ import (
 var nodeGUA = netip.MustParseAddr("2001:db8:1::10")
 
 // serveIPv6 serves r's UPnP on the IPv6 loopback, seeing every caller as
-// nodeGUA, and returns its description URL; it skips the test where the
-// host has no IPv6 loopback.
+// nodeGUA (a client dials it with fake.DialAs(nodeGUA)), and returns its
+// description URL; it skips the test where the host has no IPv6 loopback.
 func serveIPv6(t *testing.T, r *fake.Router) string {
 	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+	if err != nil {
+		t.Skip(err)
+	}
 	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
-	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
-}
-
-// asNodeGUA dials over loopback and reports nodeGUA as the local address.
-func asNodeGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr {
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(nodeGUA, 50000))
+	return s.RootDescURL
 }
 
 // TestDoctorChecksIPv6 runs the doctor against fake routers (IPv4 over
@@ -115,16 +94,11 @@ func TestDoctorChecksIPv6(t *testing.T) {
 			t.Cleanup(srv.Close)
 			url6 := serveIPv6(t, r)
 			if tc.noIPv6 {
-				ln, err := net.Listen("tcp", "[::1]:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				url6 = "http://" + ln.Addr().String() + "/rootDesc.xml"
-				ln.Close()
+				url6 = deadURL(t, "[::1]")
 			}
 			dn := doctorNet{
 				igd:       func(c igd.Config) igd.Config { c.RootDescURL = srv.RootDescURL; return c },
-				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = asNodeGUA; return c },
+				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = fake.DialAs(nodeGUA); return c },
 				ipv6Addrs: func(string) ([]netip.Addr, error) { return tc.addrs, nil },
 			}
 			if tc.pcp {
@@ -176,6 +150,100 @@ func TestDoctorChecksIPv6(t *testing.T) {
 	}
 }
 
+// TestDoctorChecksIPv6WithoutAnIPv4Router: with gateway.ipv6 enabled, an
+// IPv4 router that is not found (nothing answers SSDP, or gateway.url does
+// not answer; behind a carrier's NAT the router's IPv6 side may still be
+// there) does not stop the doctor before its IPv6 checks. The router
+// finding is a failure unless every IPv6 check passes, when it is a
+// warning (IPv4-only Services are not served, the others are, on IPv6), as
+// a carrier's external address is; with IPv6 off no router is still
+// "cannot check".
+func TestDoctorChecksIPv6WithoutAnIPv4Router(t *testing.T) {
+	const on = "  ipv6:\n    enabled: true\n    url: %URL%\n"
+	for _, tc := range []struct {
+		name   string
+		ipv6   string // the gateway section's ipv6 lines; %URL% is the IPv6 description
+		url4   bool   // gateway.url names a port nothing listens on; else SSDP finds nothing
+		noIPv6 bool   // the IPv6 URL names a port nothing listens on
+		want   int
+		wantFs map[string]routercheck.Status // router and IPv6 findings; nil: no report
+	}{
+		{name: "nothing answers SSDP, IPv6 works", ipv6: on, want: 0,
+			wantFs: map[string]routercheck.Status{routercheck.CheckRouter: routercheck.Warn, checkIPv6Address: routercheck.OK, checkIPv6Firewall: routercheck.OK, checkIPv6Pinhole: routercheck.OK}},
+		{name: "nothing answers SSDP, no IPv6 firewall", ipv6: on, noIPv6: true, want: exitProblem,
+			wantFs: map[string]routercheck.Status{routercheck.CheckRouter: routercheck.Fail, checkIPv6Address: routercheck.OK, checkIPv6Firewall: routercheck.Fail, checkIPv6Pinhole: routercheck.Skipped}},
+		{name: "gateway.url does not answer, IPv6 works", ipv6: on, url4: true, want: 0,
+			wantFs: map[string]routercheck.Status{routercheck.CheckRouter: routercheck.Warn, checkIPv6Address: routercheck.OK, checkIPv6Firewall: routercheck.OK, checkIPv6Pinhole: routercheck.OK}},
+		{name: "nothing answers SSDP, IPv6 off", want: exitCannotCheck},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := fake.NewRouter(fake.RouterConfig{Clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+			url6 := serveIPv6(t, r)
+			if tc.noIPv6 {
+				url6 = deadURL(t, "[::1]")
+			}
+			gateway := "gateway:\n"
+			if tc.url4 {
+				gateway += "  url: " + deadURL(t, "127.0.0.1") + "\n"
+			}
+			dn := doctorNet{
+				igd: func(c igd.Config) igd.Config {
+					c.ListenPacket = func(context.Context, string, string) (net.PacketConn, error) {
+						return nil, errors.New("no IPv4 network") // SSDP finds nothing
+					}
+					return c
+				},
+				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = fake.DialAs(nodeGUA); return c },
+				ipv6Addrs: func(string) ([]netip.Addr, error) { return []netip.Addr{nodeGUA}, nil },
+			}
+			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
+			if err := os.WriteFile(path, []byte(gateway+strings.ReplaceAll(tc.ipv6, "%URL%", url6)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			code := doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443", "--output", "json"}, &out, &errOut, dn)
+			if code != tc.want {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.want, out.String(), errOut.String())
+			}
+			if tc.wantFs == nil {
+				if out.Len() != 0 {
+					t.Errorf("a report with no check run:\n%s", out.String())
+				}
+				return
+			}
+			var rep routercheck.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("--output json: %v\n%s\nstderr: %s", err, out.String(), errOut.String())
+			}
+			got := map[string]routercheck.Status{}
+			for _, f := range rep.Findings {
+				if _, ok := tc.wantFs[f.Check]; ok {
+					got[f.Check] = f.Status
+				}
+			}
+			if diff := cmp.Diff(tc.wantFs, got); diff != "" {
+				t.Errorf("findings (-want +got):\n%s\nall: %+v", diff, rep.Findings)
+			}
+			if ph := r.Pinholes(); len(ph) != 0 {
+				t.Errorf("the doctor left pinholes open: %+v", ph)
+			}
+		})
+	}
+}
+
+// deadURL is a description URL on host ("127.0.0.1", "[::1]") where
+// nothing listens.
+func deadURL(t *testing.T, host string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Skip(err)
+	}
+	url := "http://" + ln.Addr().String() + "/rootDesc.xml"
+	ln.Close()
+	return url
+}
+
 // statuses are the external-ip and IPv6 checks' statuses, in that order.
 func statuses(ext, addr, fw, ph routercheck.Status) map[string]routercheck.Status {
 	return map[string]routercheck.Status{routercheck.CheckExternalIP: ext, checkIPv6Address: addr, checkIPv6Firewall: fw, checkIPv6Pinhole: ph}
@@ -223,7 +291,7 @@ func TestLabDoctorIPv6(t *testing.T) {
 					return c
 				},
 				ipv6Addrs: func(iface string) (addrs []netip.Addr, err error) {
-					err = n.Do(func() error { addrs, err = hostAddrs(iface); return err })
+					err = n.Do(func() error { addrs, err = hostinfo.InterfaceAddrs(iface); return err })
 					return addrs, err
 				},
 			}

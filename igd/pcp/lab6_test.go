@@ -10,6 +10,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // IPv6 lab tests: Pinholes against miniupnpd 2.3.1 in igdtest's IPv6 lab
@@ -91,19 +92,19 @@ func TestLabPinholeOpensTheWayInOnlyWhileOpen(t *testing.T) {
 			serve(t, n, addr)
 			ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: tt.port, Protocol: igd.TCP, Lease: 10 * time.Minute}
 			wantReach(t, lab, addr, false, "before the pinhole")
-			if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+			if err := ccm.OpenPinhole(pcplab.Context(t), ph); err != nil {
 				t.Fatalf("OpenPinhole(%s) = %v", ph, err)
 			}
 			wantReach(t, lab, addr, true, "while the pinhole is open")
-			if err := ccm.ClosePinhole(labContext(t), ph); err != nil {
+			if err := ccm.ClosePinhole(pcplab.Context(t), ph); err != nil {
 				t.Fatalf("ClosePinhole(%s) = %v", ph, err)
 			}
 			wantReach(t, lab, addr, false, "after ClosePinhole")
 
-			if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+			if err := ccm.OpenPinhole(pcplab.Context(t), ph); err != nil {
 				t.Fatal(err)
 			}
-			if err := labPinholes(t, lab, 2).ClosePinhole(labContext(t), ph); err != nil {
+			if err := labPinholes(t, lab, 2).ClosePinhole(pcplab.Context(t), ph); err != nil {
 				t.Fatalf("ClosePinhole from node 2 with the same secret = %v", err)
 			}
 			wantReach(t, lab, addr, false, "after the other controller's ClosePinhole")
@@ -125,12 +126,12 @@ func TestLabRenewedPinholeCloses(t *testing.T) {
 	serve(t, n, addr)
 	ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: 10 * time.Minute}
 	for range 3 {
-		if err := ccm.OpenPinhole(labContext(t), ph); err != nil {
+		if err := ccm.OpenPinhole(pcplab.Context(t), ph); err != nil {
 			t.Fatal(err)
 		}
 		wantReach(t, lab, addr, true, "after OpenPinhole")
 	}
-	if err := ccm.ClosePinhole(labContext(t), ph); err != nil {
+	if err := ccm.ClosePinhole(pcplab.Context(t), ph); err != nil {
 		t.Fatalf("ClosePinhole after two renewals = %v, want nil", err)
 	}
 	wantReach(t, lab, addr, false, "after ClosePinhole")
@@ -158,7 +159,7 @@ func TestLabIPv6ClientFindsTheDefaultRouter(t *testing.T) {
 	ph := pinhole.Pinhole{InternalClient: target.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Minute}
 	// The route table read is the calling thread's: call from inside the
 	// node's namespace, as a controller runs in its own.
-	if err := n.Do(func() error { return p.OpenPinhole(labContext(t), ph) }); err != nil {
+	if err := n.Do(func() error { return p.OpenPinhole(pcplab.Context(t), ph) }); err != nil {
 		t.Fatalf("OpenPinhole through the default router = %v", err)
 	}
 	wantReach(t, lab, addr, true, "after OpenPinhole")

@@ -1,7 +1,6 @@
 package pcp_test
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
@@ -18,36 +18,11 @@ import (
 // names the function of miniupnpd/pcpserver.c (tag miniupnpd_2_3_1) that
 // explains what it pins.
 
-// labContext bounds a lab test: the lab answers in milliseconds, the bound
-// only stops a hung test.
-func labContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // pcpClient is a PCP client acting from node i, talking to the router's LAN
 // address.
 func pcpClient(t *testing.T, lab *igdtest.Lab, i int) *pcp.Client {
 	t.Helper()
-	n := lab.Nodes[i]
-	c, err := pcp.NewClient(pcp.Config{
-		Gateway:      func(context.Context) (netip.Addr, error) { return lab.RouterLAN, nil },
-		DialContext:  n.DialContext,
-		ListenPacket: n.ListenPacket,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// upnpClient is igd's UPnP client acting from node i: the peer's view of
-// the router's table.
-func upnpClient(t *testing.T, lab *igdtest.Lab, i int) *igd.UPnPClient {
-	t.Helper()
-	c, err := igd.NewClient(lab.ClientConfig(i))
+	c, err := pcp.NewClient(pcp.Config(pcplab.Config(lab, i)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,26 +35,13 @@ func upnpClient(t *testing.T, lab *igdtest.Lab, i int) *igd.UPnPClient {
 // palindromes).
 func desc(nonce [12]byte) string { return fake.PCPDescription(nonce) }
 
-// wantMapping fails the test unless the router holds key -> want with
-// description d.
-func wantMapping(t *testing.T, ctx context.Context, u *igd.UPnPClient, key igd.Key, want netip.AddrPort, d string) {
-	t.Helper()
-	m, err := u.GetPortMapping(ctx, key.Protocol, key.ExternalPort)
-	if err != nil {
-		t.Fatalf("GetPortMapping(%s) = %v, want %s %q", key, err, want, d)
-	}
-	if got := netip.AddrPortFrom(m.InternalClient, m.InternalPort); got != want || m.Description != d {
-		t.Fatalf("router holds %s -> %s %q, want %s %q", key, got, m.Description, want, d)
-	}
-}
-
 // TestLabBackendMapped: Backend.Mapped asks miniupnpd whether it holds a
 // mapping without changing it (a delete with a random nonce: DeletePCPMap
 // refuses it, NOT_AUTHORIZED, while the mapping is there), and reports it
 // gone after a reboot (NO_RESOURCES).
 func TestLabBackendMapped(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	b, err := pcp.NewBackend(pcp.BackendConfig{PCP: pcpClient(t, lab, 0), Secret: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +55,7 @@ func TestLabBackendMapped(t *testing.T) {
 			t.Errorf("Mapped %d while the mapping is there = %t, %v; want true", i, got, err)
 		}
 	}
-	wantMapping(t, ctx, upnpClient(t, lab, 0), m.Key(), netip.AddrPortFrom(lab.Nodes[1].Addr, 30080),
+	pcplab.WantMapping(t, ctx, pcplab.UPnPClient(t, lab, 0), m.Key(), netip.AddrPortFrom(lab.Nodes[1].Addr, 30080),
 		desc(pcpwire.NonceFor([]byte("0123456789abcdef0123456789abcdef"), "default/web", m.Key())))
 	lab.Reboot(t)
 	if got, err := b.Mapped(ctx, igd.TCP, lab.Nodes[1].Addr, 30080); err != nil || got {
@@ -108,7 +70,7 @@ func TestLabBackendMapped(t *testing.T) {
 // mapping again instead when it has one.
 func TestLabEpochLost(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, PCPAllowThirdParty: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	c := pcpClient(t, lab, 0)
 	for i, what := range []string{"first, nothing heard before", "again, the server running", "after a reboot of the lab"} {
 		if i == 2 {

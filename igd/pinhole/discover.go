@@ -4,21 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/huin/goupnp"
 	"github.com/huin/goupnp/dcps/internetgateway2"
-	"github.com/huin/goupnp/soap"
 
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
 // ssdpGroup is the link-local SSDP multicast group (UPnP Device
@@ -139,19 +137,10 @@ func (c *UPnPClient) probe(ctx context.Context, loc string) (firewallControl, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetch description: HTTP %s", resp.Status)
 	}
-	root := new(goupnp.RootDevice)
-	dec := xml.NewDecoder(resp.Body)
-	dec.DefaultSpace = goupnp.DeviceXMLNamespace
-	if err := dec.Decode(root); err != nil {
-		return nil, fmt.Errorf("parse description: %w", err)
+	root, err := upnp.ParseRoot(resp.Body, u)
+	if err != nil {
+		return nil, err
 	}
-	base := u
-	if root.URLBaseStr != "" {
-		if base, err = url.Parse(root.URLBaseStr); err != nil {
-			return nil, fmt.Errorf("parse description: URLBase %q: %w", root.URLBaseStr, err)
-		}
-	}
-	root.SetURLBase(base)
 	var srv *goupnp.Service
 	root.Device.VisitServices(func(s *goupnp.Service) {
 		if srv == nil && s.ServiceType == internetgateway2.URN_WANIPv6FirewallControl_1 {
@@ -164,12 +153,7 @@ func (c *UPnPClient) probe(ctx context.Context, loc string) (firewallControl, er
 	if _, err := ipv6URL(srv.ControlURL.URL.String()); err != nil {
 		return nil, fmt.Errorf("control URL: %w", err)
 	}
-	return &internetgateway2.WANIPv6FirewallControl1{ServiceClient: goupnp.ServiceClient{
-		SOAPClient: &soap.SOAPClient{EndpointURL: srv.ControlURL.URL, HTTPClient: *c.hc},
-		RootDevice: root,
-		Location:   u,
-		Service:    srv,
-	}}, nil
+	return &internetgateway2.WANIPv6FirewallControl1{ServiceClient: upnp.ServiceClient(root, u, srv, c.hc)}, nil
 }
 
 // newHTTPClient returns the client every request goes through: no proxy,

@@ -3,6 +3,7 @@ package pinhole_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,34 +24,17 @@ var gua = netip.MustParseAddr("2001:db8:1::10")
 // machine has no IPv6 loopback.
 func fakeRouter(t *testing.T, r *fake.Router) string {
 	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return gua }})
-	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return gua }})
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		t.Skip(err)
 	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
+	t.Cleanup(s.Close)
+	return s.RootDescURL
 }
 
 // asGUA dials over loopback and reports gua as the connection's local
 // address, as a host whose request leaves from its GUA.
-func asGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr { return net.TCPAddrFromAddrPort(netip.AddrPortFrom(gua, 50000)) }
+var asGUA = fake.DialAs(gua)
 
 // TestClientSendsNothingFromAnotherAddress: a connection that left from
 // another address than Config.LocalAddr (here ::1) is closed before the
@@ -109,5 +93,46 @@ func TestDeleteReturnsOtherRefusals(t *testing.T) {
 	}
 	if err := c.Delete(t.Context(), 7); !errors.Is(err, igd.ErrNotAuthorized) {
 		t.Errorf("Delete: %v, want igd.ErrNotAuthorized", err)
+	}
+}
+
+// TestDescriptionInLatin1: a router whose root description declares
+// ISO-8859-1 (and writes its name in it, as some home routers do) is used
+// as igd's client uses it: the pinhole is opened.
+func TestDescriptionInLatin1(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	s, err := fake.NewServer6(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return gua }})
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(s.Close)
+	latin1 := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/rootDesc.xml" {
+			s.ServeHTTP(w, req)
+			return
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		body := strings.Replace(rec.Body.String(), `<?xml version="1.0"?>`, `<?xml version="1.0" encoding="ISO-8859-1"?>`, 1)
+		body = strings.Replace(body, "<friendlyName>Debian router</friendlyName>", "<friendlyName>Fritz\xe4Box</friendlyName>", 1)
+		w.Header().Set("Content-Type", "text/xml; charset=\"iso-8859-1\"")
+		io.WriteString(w, body)
+	})
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	hs := &http.Server{Handler: latin1}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	c, err := pinhole.New(pinhole.Config{LocalAddr: gua, RootDescURL: "http://" + ln.Addr().String() + "/rootDesc.xml", DialContext: asGUA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Add(t.Context(), pinhole.Pinhole{InternalClient: gua, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Hour}); err != nil {
+		t.Fatalf("Add through a router describing itself in ISO-8859-1: %v", err)
+	}
+	if got := len(r.Pinholes()); got != 1 {
+		t.Errorf("the router holds %d pinholes, want 1", got)
 	}
 }

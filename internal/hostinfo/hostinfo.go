@@ -140,3 +140,60 @@ func (h System) LocalAddr(ctx context.Context, router netip.Addr) (netip.Addr, e
 	}
 	return ap.Addr().Unmap(), nil
 }
+
+// Interface is one of this host's network interfaces with its addresses.
+type Interface struct {
+	// Name and Index are the interface's ("eth0", 2).
+	Name  string
+	Index int
+	// Addrs are its addresses, in the host's order.
+	Addrs []netip.Addr
+}
+
+// Interfaces returns this host's interfaces and their addresses, in the
+// host's order: those of the network namespace of the calling thread.
+func Interfaces() ([]Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Interface, 0, len(ifs))
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", i.Name, err)
+		}
+		in := Interface{Name: i.Name, Index: i.Index}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+					in.Addrs = append(in.Addrs, ip.Unmap())
+				}
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Is reports whether iface names or numbers i ("" names every interface).
+func (i Interface) Is(iface string) bool {
+	return iface == "" || iface == i.Name || iface == strconv.Itoa(i.Index)
+}
+
+// InterfaceAddrs returns this host's addresses on the interface iface
+// names or numbers ("" = every interface), in the host's order: the
+// addresses of the network namespace of the calling thread.
+func InterfaceAddrs(iface string) ([]netip.Addr, error) {
+	ifs, err := Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, i := range ifs {
+		if i.Is(iface) {
+			out = append(out, i.Addrs...)
+		}
+	}
+	return out, nil
+}

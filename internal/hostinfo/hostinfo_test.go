@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -61,4 +63,29 @@ func TestSystemDefaultGateway(t *testing.T) {
 	if _, err := (System{RouteFile: filepath.Join(t.TempDir(), "missing")}).DefaultGateway(t.Context()); err == nil {
 		t.Error("DefaultGateway(missing file) succeeded")
 	}
+}
+
+// TestInterfacesListLoopback: the loopback interface is listed with
+// 127.0.0.1, unmapped, and InterfaceAddrs selects it by name and by index.
+func TestInterfacesListLoopback(t *testing.T) {
+	ifs, err := Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := netip.MustParseAddr("127.0.0.1")
+	for _, i := range ifs {
+		for _, a := range i.Addrs {
+			if a != lo {
+				continue
+			}
+			for _, name := range []string{i.Name, strconv.Itoa(i.Index), ""} {
+				got, err := InterfaceAddrs(name)
+				if err != nil || !slices.Contains(got, lo) {
+					t.Errorf("InterfaceAddrs(%q) = %v, %v; want it to hold 127.0.0.1", name, got, err)
+				}
+			}
+			return
+		}
+	}
+	t.Fatalf("no interface holds 127.0.0.1 (unmapped): %+v", ifs)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
@@ -21,36 +22,11 @@ import (
 // Each names the function of miniupnpd/pcpserver.c (tag miniupnpd_2_3_1)
 // that explains what it pins.
 
-// labContext bounds a lab test: the lab answers in milliseconds, the bound
-// only stops a hung test.
-func labContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // pcpClient is a PCP client acting from node i, talking to the router's LAN
 // address.
 func pcpClient(t *testing.T, lab *igdtest.Lab, i int) *pcpwire.Client {
 	t.Helper()
-	n := lab.Nodes[i]
-	c, err := pcpwire.NewClient(pcpwire.Config{
-		Gateway:      func(context.Context) (netip.Addr, error) { return lab.RouterLAN, nil },
-		DialContext:  n.DialContext,
-		ListenPacket: n.ListenPacket,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// upnpClient is igd's UPnP client acting from node i: the peer's view of
-// the router's table.
-func upnpClient(t *testing.T, lab *igdtest.Lab, i int) *igd.UPnPClient {
-	t.Helper()
-	c, err := igd.NewClient(lab.ClientConfig(i))
+	c, err := pcpwire.NewClient(pcplab.Config(lab, i))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,26 +60,13 @@ var (
 	nonceB = [12]byte{0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb, 0xb}
 )
 
-// wantMapping fails the test unless the router holds key -> want with
-// description d.
-func wantMapping(t *testing.T, ctx context.Context, u *igd.UPnPClient, key igd.Key, want netip.AddrPort, d string) {
-	t.Helper()
-	m, err := u.GetPortMapping(ctx, key.Protocol, key.ExternalPort)
-	if err != nil {
-		t.Fatalf("GetPortMapping(%s) = %v, want %s %q", key, err, want, d)
-	}
-	if got := netip.AddrPortFrom(m.InternalClient, m.InternalPort); got != want || m.Description != d {
-		t.Fatalf("router holds %s -> %s %q, want %s %q", key, got, m.Description, want, d)
-	}
-}
-
 // TestLabMapThirdParty: a MAP from node 0 for node 1 (THIRD_PARTY, allowed by
 // pcp_allow_thirdparty) is installed as node 1's mapping with the nonce as
 // its description (ValidatePCPMsg writes "PCP MAP %08x%08x%08x";
 // CreatePCPMap_NAT installs it), and the internet reaches node 1 through it.
 func TestLabMapThirdParty(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	serveHTTP(t, lab, 1, 30080)
 	c := pcpClient(t, lab, 0)
 	got, err := c.Map(ctx, pcpwire.MapRequest{
@@ -116,7 +79,7 @@ func TestLabMapThirdParty(t *testing.T) {
 	if got.ExternalAddr != lab.ExternalIP || got.ExternalPort != 8080 || got.Lifetime != time.Hour {
 		t.Errorf("Map = %+v, want %s:8080 for 1h", got, lab.ExternalIP)
 	}
-	wantMapping(t, ctx, upnpClient(t, lab, 0), igd.Key{Protocol: igd.TCP, ExternalPort: 8080},
+	pcplab.WantMapping(t, ctx, pcplab.UPnPClient(t, lab, 0), igd.Key{Protocol: igd.TCP, ExternalPort: 8080},
 		netip.AddrPortFrom(lab.Nodes[1].Addr, 30080), desc(nonceA))
 	body, err := lab.InternetGet(ctx, fmt.Sprintf("http://%s:8080/", lab.ExternalIP))
 	if want := "hello from " + lab.Nodes[1].Addr.String(); err != nil || body != want {
@@ -132,9 +95,9 @@ func TestLabMapThirdParty(t *testing.T) {
 // host's AddPortMapping overwrites one.
 func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	c := pcpClient(t, lab, 0)
-	u := upnpClient(t, lab, 0)
+	u := pcplab.UPnPClient(t, lab, 0)
 	node1 := lab.Nodes[1].Addr
 	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
 	if _, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: node1, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
@@ -145,7 +108,7 @@ func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	if !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Fatalf("Delete with another nonce = %v, want ErrNotAuthorized", err)
 	}
-	wantMapping(t, ctx, u, key, netip.AddrPortFrom(node1, 30080), desc(nonceA))
+	pcplab.WantMapping(t, ctx, u, key, netip.AddrPortFrom(node1, 30080), desc(nonceA))
 
 	if err := c.Delete(ctx, igd.TCP, node1, 30080, nonceA); err != nil {
 		t.Fatalf("Delete with the nonce = %v\nminiupnpd log:\n%s", err, lab.Log())
@@ -161,7 +124,7 @@ func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	if _, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: node1, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
 		t.Fatal(err)
 	}
-	if err := upnpClient(t, lab, 1).DeletePortMapping(ctx, igd.TCP, 8080); err != nil {
+	if err := pcplab.UPnPClient(t, lab, 1).DeletePortMapping(ctx, igd.TCP, 8080); err != nil {
 		t.Fatalf("UPnP DeletePortMapping of a PCP mapping = %v", err)
 	}
 	if _, err := u.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
@@ -172,10 +135,10 @@ func TestLabDeleteNeedsTheNonce(t *testing.T) {
 	if _, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: node1, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := upnpClient(t, lab, 1).AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: node1, InternalPort: 30081, Description: "upnp"}); err != nil {
+	if _, err := pcplab.UPnPClient(t, lab, 1).AddPortMapping(ctx, igd.Mapping{Protocol: igd.TCP, ExternalPort: 8080, InternalClient: node1, InternalPort: 30081, Description: "upnp"}); err != nil {
 		t.Fatalf("UPnP AddPortMapping over a PCP mapping by its target = %v", err)
 	}
-	wantMapping(t, ctx, u, key, netip.AddrPortFrom(node1, 30081), "upnp")
+	pcplab.WantMapping(t, ctx, u, key, netip.AddrPortFrom(node1, 30081), "upnp")
 }
 
 // TestLabPreferFailure: with PREFER_FAILURE, a MAP for an external port that
@@ -189,8 +152,8 @@ func TestLabDeleteNeedsTheNonce(t *testing.T) {
 // port.
 func TestLabPreferFailure(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
-	ctx := labContext(t)
-	u1 := upnpClient(t, lab, 1)
+	ctx := pcplab.Context(t)
+	u1 := pcplab.UPnPClient(t, lab, 1)
 	theirs := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8081, InternalClient: lab.Nodes[1].Addr, InternalPort: 30081, Description: "node 1's"}
 	if _, err := u1.AddPortMapping(ctx, theirs); err != nil {
 		t.Fatal(err)
@@ -204,7 +167,7 @@ func TestLabPreferFailure(t *testing.T) {
 		list, _ := lab.Upnpc(ctx, 0, "-l")
 		t.Fatalf("Map with PreferFailure on a held port = %+v, %v, want ErrCannotProvideExternal\n%s\n%s\nminiupnpd log:\n%s", res, err, out, list, lab.Log())
 	}
-	wantMapping(t, ctx, u1, key, netip.AddrPortFrom(lab.Nodes[1].Addr, 30081), "node 1's")
+	pcplab.WantMapping(t, ctx, u1, key, netip.AddrPortFrom(lab.Nodes[1].Addr, 30081), "node 1's")
 	if m, err := u1.GetPortMapping(ctx, igd.TCP, 8082); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Fatalf("the mapping the router made on 8082 despite PREFER_FAILURE is still there: %+v, %v", m, err)
 	}
@@ -219,7 +182,7 @@ func TestLabPreferFailure(t *testing.T) {
 	if got.ExternalPort != 8082 {
 		t.Errorf("Map without PreferFailure got port %d, want 8082 (the next free one)", got.ExternalPort)
 	}
-	wantMapping(t, ctx, u1, key, netip.AddrPortFrom(lab.Nodes[1].Addr, 30081), "node 1's")
+	pcplab.WantMapping(t, ctx, u1, key, netip.AddrPortFrom(lab.Nodes[1].Addr, 30081), "node 1's")
 }
 
 // TestLabThirdPartyRefused: without pcp_allow_thirdparty, THIRD_PARTY is
@@ -227,13 +190,13 @@ func TestLabPreferFailure(t *testing.T) {
 // own address, named or not, carries no option and works.
 func TestLabThirdPartyRefused(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	c := pcpClient(t, lab, 0)
 	_, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: lab.Nodes[1].Addr, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceA})
 	if !errors.Is(err, pcpwire.ErrUnsupportedOption) {
 		t.Fatalf("Map for another host = %v, want ErrUnsupportedOption", err)
 	}
-	u := upnpClient(t, lab, 0)
+	u := pcplab.UPnPClient(t, lab, 0)
 	if _, err := u.GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Fatalf("after the refusal, GetPortMapping = %v; want ErrNoSuchEntry", err)
 	}
@@ -242,7 +205,7 @@ func TestLabThirdPartyRefused(t *testing.T) {
 		if _, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalAddr: addr, InternalPort: 30080 + uint16(i), ExternalPort: port, Lifetime: time.Hour, Nonce: nonceA}); err != nil {
 			t.Fatalf("Map for this host (InternalAddr %v) = %v", addr, err)
 		}
-		wantMapping(t, ctx, u, igd.Key{Protocol: igd.TCP, ExternalPort: port}, netip.AddrPortFrom(lab.Nodes[0].Addr, 30080+uint16(i)), desc(nonceA))
+		pcplab.WantMapping(t, ctx, u, igd.Key{Protocol: igd.TCP, ExternalPort: port}, netip.AddrPortFrom(lab.Nodes[0].Addr, 30080+uint16(i)), desc(nonceA))
 	}
 }
 
@@ -251,7 +214,7 @@ func TestLabThirdPartyRefused(t *testing.T) {
 // clamped value.
 func TestLabLifetimeClamp(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{MinLifetime: 60 * time.Second, MaxLifetime: 600 * time.Second})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	c := pcpClient(t, lab, 0)
 	for i, tt := range []struct{ ask, want time.Duration }{
 		{10 * time.Second, 60 * time.Second},
@@ -287,7 +250,7 @@ func TestLabRestart(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			lab := igdtest.Start(t, igdtest.Options{})
-			ctx := labContext(t)
+			ctx := pcplab.Context(t)
 			n := lab.Nodes[0]
 			opened := make(chan struct{})
 			c, err := pcpwire.NewClient(pcpwire.Config{
@@ -353,7 +316,7 @@ func TestLabRestart(t *testing.T) {
 // The target host itself takes a mapping over without any option.
 func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 3, PCPAllowThirdParty: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	node1 := lab.Nodes[1].Addr
 	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
 	owner := pcpClient(t, lab, 0)
@@ -368,7 +331,7 @@ func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	if got.ExternalPort != 8080 {
 		t.Errorf("re-MAP got port %d, want 8080", got.ExternalPort)
 	}
-	wantMapping(t, ctx, upnpClient(t, lab, 0), key, netip.AddrPortFrom(node1, 30080), desc(nonceB))
+	pcplab.WantMapping(t, ctx, pcplab.UPnPClient(t, lab, 0), key, netip.AddrPortFrom(node1, 30080), desc(nonceB))
 	if err := owner.Delete(ctx, igd.TCP, node1, 30080, nonceA); !errors.Is(err, pcpwire.ErrNotAuthorized) {
 		t.Errorf("the first owner's Delete after the takeover = %v, want ErrNotAuthorized", err)
 	}
@@ -377,7 +340,7 @@ func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	if err := other.Delete(ctx, igd.TCP, node1, 30080, nonceB); err != nil {
 		t.Errorf("the new holder's Delete = %v, want success", err)
 	}
-	if _, err := upnpClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
+	if _, err := pcplab.UPnPClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 8080); !errors.Is(err, igd.ErrNoSuchEntry) {
 		t.Errorf("after the new holder's Delete, GetPortMapping = %v; want ErrNoSuchEntry", err)
 	}
 
@@ -388,14 +351,14 @@ func TestLabReMapIgnoresTheNonce(t *testing.T) {
 	if _, err := pcpClient(t, lab, 1).Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, ExternalPort: 8080, Lifetime: time.Hour, Nonce: nonceB}); err != nil {
 		t.Fatalf("re-MAP by the target host with another nonce = %v, want success", err)
 	}
-	wantMapping(t, ctx, upnpClient(t, lab, 0), key, netip.AddrPortFrom(node1, 30080), desc(nonceB))
+	pcplab.WantMapping(t, ctx, pcplab.UPnPClient(t, lab, 0), key, netip.AddrPortFrom(node1, 30080), desc(nonceB))
 }
 
 // TestLabNoServer: with NAT-PMP/PCP off nothing listens on 5351; the ICMP
 // port unreachable ends the call at once.
 func TestLabNoServer(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{DisableNATPMP: true})
-	ctx := labContext(t)
+	ctx := pcplab.Context(t)
 	c := pcpClient(t, lab, 0)
 	start := time.Now()
 	_, err := c.Map(ctx, pcpwire.MapRequest{Protocol: igd.TCP, InternalPort: 30080, Lifetime: time.Hour, Nonce: nonceA})
@@ -416,13 +379,13 @@ func TestLabNoServer(t *testing.T) {
 // 1 holds 8081, and Map's undo then deletes it.
 func TestLabPreferFailureTakesTheNextPortsMapping(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
-	ctx := labContext(t)
-	u1 := upnpClient(t, lab, 1)
+	ctx := pcplab.Context(t)
+	u1 := pcplab.UPnPClient(t, lab, 1)
 	theirs := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8081, InternalClient: lab.Nodes[1].Addr, InternalPort: 30081, Description: "node 1's"}
 	if _, err := u1.AddPortMapping(ctx, theirs); err != nil {
 		t.Fatal(err)
 	}
-	u0 := upnpClient(t, lab, 0)
+	u0 := pcplab.UPnPClient(t, lab, 0)
 	own := igd.Mapping{Protocol: igd.TCP, ExternalPort: 8082, InternalClient: lab.Nodes[0].Addr, InternalPort: 30080, Description: "node 0's forward"}
 	if _, err := u0.AddPortMapping(ctx, own); err != nil {
 		t.Fatal(err)

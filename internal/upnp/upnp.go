@@ -1,8 +1,10 @@
 // Package upnp holds the UPnP IGD facts that ccmkit's own packages (igd,
 // the fake router, the conformance suites, routercheck, the load balancer)
 // share and a CCM author does not need: the error codes igd gives meaning
-// to, the connection service types it speaks, and the widest listing every
-// router answers safely. A CCM author branches on igd's sentinel errors, or
+// to, the connection service types it speaks, the widest listing every
+// router answers safely, and how a root description is read and a
+// service's SOAP client made (igd's and igd/pinhole's, for the same
+// routers). A CCM author branches on igd's sentinel errors, or
 // reads a code with igd.Code.
 package upnp
 

@@ -178,7 +178,11 @@ type LoadBalancerConfig struct {
 	// router behind NAT); false: Services wait for a public one.
 	AllowNonPublicExternalIP bool `json:"allowNonPublicExternalIP"`
 	// NodeName is the node this CCM runs on. "": $NODE_NAME, else the node
-	// whose address is this host's address toward the router.
+	// whose address is this host's address toward the router; with UPnP
+	// pinholes (gateway.ipv6) and no secureMode, first the node whose
+	// address is the IPv4 address on the interface holding this host's
+	// global IPv6 address (gateway.ipv6.interface when set), which works
+	// where the IPv4 router is not found.
 	NodeName string `json:"nodeName"`
 
 	// The operator's limits. Each refused port is not mapped (a mapping the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 	"github.com/ccmkit/ccmkit/provider"
 )
@@ -107,6 +108,9 @@ type Options struct {
 	// pinholeDial, when set, opens the UPnP pinhole client's connections
 	// (tests: a fake router on loopback that takes them for the node's).
 	pinholeDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// interfaces, when set, returns this host's interfaces and their
+	// addresses; nil reads this host's.
+	interfaces func() ([]hostinfo.Interface, error)
 }
 
 // New builds the edge provider from cfg: a provider.Cloud named "edge" made
@@ -117,7 +121,9 @@ type Options struct {
 // per node address) or igd/pcp's Pinholes, under the mappings' secret. cfg is validated; the
 // node name is taken from cfg alone (Factory fills it from $NODE_NAME); with
 // no node name, a load balancer for a secure-mode router finds its own node
-// by matching its address toward the router against the nodes' addresses.
+// by matching its address toward the router against the nodes' addresses,
+// and one with UPnP pinholes (and no secure mode) by the IPv4 address
+// beside this host's global IPv6 address first.
 // New makes no network call: the router is discovered on first use.
 func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	if err := cfg.Validate(); err != nil {
@@ -152,6 +158,13 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 			return nil, fmt.Errorf("edge: router client: %w", err)
 		}
 		client = upnp
+		if cfg.Gateway.IPv6.Enabled && !cfg.Gateway.usesPCP() && cfg.LoadBalancer.NodeName == "" && !cfg.LoadBalancer.SecureMode {
+			interfaces := opts.interfaces
+			if interfaces == nil {
+				interfaces = hostinfo.Interfaces
+			}
+			client = selfByAddress{UPnPClient: upnp, iface: cfg.Gateway.IPv6.Interface, interfaces: interfaces}
+		}
 		if cfg.Gateway.usesPCP() {
 			bc := pcp.BackendConfig{UPnP: upnp, PCP: pcpClient, Secret: secret, FallBack: cfg.Gateway.Protocol != ProtocolPCP}
 			if cfg.Gateway.Protocol == ProtocolPCPOnly {

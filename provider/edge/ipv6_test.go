@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,47 +16,12 @@ import (
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/fake/cluster"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
 // nodeGUA is the global IPv6 address of the test node, n1.
 var nodeGUA = netip.MustParseAddr("2001:db8:1::10")
-
-// ipv6Server serves r's UPnP (pinholes included) on the IPv6 loopback,
-// seeing every caller as nodeGUA, and returns its description URL; it skips
-// the test where the host has no IPv6 loopback.
-func ipv6Server(t *testing.T, r *fake.Router) string {
-	t.Helper()
-	s := fake.NewServer(r, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
-	t.Cleanup(s.Close)
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
-	}
-	hs := httptest.NewUnstartedServer(s)
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	t.Cleanup(hs.Close)
-	return hs.URL + "/rootDesc.xml"
-}
-
-// dialAsNodeGUA dials over loopback and reports nodeGUA as the connection's
-// local address, as a request that leaves from the node's GUA.
-func dialAsNodeGUA(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return guaConn{c}, nil
-}
-
-type guaConn struct{ net.Conn }
-
-func (guaConn) LocalAddr() net.Addr {
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(nodeGUA, 50000))
-}
 
 // TestIPv6ServesDualStackServices builds the provider from a cloud-config
 // naming a fake router and checks a dual-stack Service's status and the
@@ -66,7 +30,12 @@ func (guaConn) LocalAddr() net.Addr {
 // naming the node in THIRD_PARTY), the status has the IPv6 ingress after
 // the IPv4 one, as spec.ipFamilies orders them, and the router holds one
 // pinhole per port; with it off, the Service is served on IPv4 only, as
-// before, and the router holds no pinhole.
+// before, and the router holds no pinhole. With no loadBalancer.nodeName,
+// UPnP pinholes go to this host's node, the one reporting the IPv4 address
+// on the interface that holds this host's global IPv6 address, even when
+// the IPv4 router's client gives no address a node reports (the fake
+// router on 127.0.0.1) or none at all (no IPv4 router found, as behind a
+// carrier's NAT).
 func TestIPv6ServesDualStackServices(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString([]byte(randomBytes(32)))), 0o600); err != nil {
@@ -79,12 +48,20 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 	svc.Spec.IPFamilyPolicy = &policy
 	svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 	dual := []v1.LoadBalancerIngress{ingress(fake.DefaultExternalIP.String(), 8443), ingress(nodeGUA.String(), 8443)}
+	host := []hostinfo.Interface{ // this host's interfaces: n1's
+		{Name: "lo", Index: 1, Addrs: addrs("127.0.0.1", "::1")},
+		{Name: "eth0", Index: 2, Addrs: addrs("192.168.1.2", "fe80::10", "fd00:1::10", nodeGUA.String())},
+		{Name: "cni0", Index: 3, Addrs: addrs("10.42.0.1", "fe80::20")},
+	}
 	for _, tt := range []struct {
 		name  string
 		ipv6  string // the gateway.ipv6 section; %URL% is replaced by the router's IPv6 description URL
 		pcp   bool   // PCP on 127.0.0.1:5351 and [::1]:5351, and gateway.protocol pcp
 		cgnat bool   // the router's WAN address is a carrier's (100.64.0.1)
-		want  []v1.LoadBalancerIngress
+		// noNodeName leaves loadBalancer.nodeName out (else n1); noIPv4
+		// makes gateway.url name a port nothing listens on.
+		noNodeName, noIPv4 bool
+		want               []v1.LoadBalancerIngress
 		// wantPinholes are the router's open pinholes ("TCP [addr]:port").
 		wantPinholes []string
 	}{
@@ -94,6 +71,8 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 		// Behind a carrier's NAT the IPv4 family is not served (its
 		// address is not public): the Service is served on IPv6 alone.
 		{name: "upnp behind CGNAT", ipv6: "    enabled: true\n    url: %URL%\n", cgnat: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
+		{name: "upnp without nodeName", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, want: dual, wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
+		{name: "upnp without nodeName or IPv4 router", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, noIPv4: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var wan netip.Addr // the default, public
@@ -103,7 +82,11 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 			router := fake.NewRouter(fake.RouterConfig{ExternalIP: wan})
 			srv := fake.NewServer(router, fake.ServerOptions{})
 			t.Cleanup(srv.Close)
-			config := "gateway:\n  url: " + srv.RootDescURL + "\n"
+			url4 := srv.RootDescURL
+			if tt.noIPv4 {
+				url4 = deadURL(t, "127.0.0.1")
+			}
+			config := "gateway:\n  url: " + url4 + "\n"
 			if tt.pcp {
 				for _, addr := range []string{"127.0.0.1:5351", "[::1]:5351"} {
 					conn, err := net.ListenPacket("udp", addr)
@@ -121,13 +104,23 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 				config += "  protocol: pcp\n  pcpSecretFile: " + secret + "\n"
 			}
 			if tt.ipv6 != "" {
-				config += "  ipv6:\n" + strings.ReplaceAll(tt.ipv6, "%URL%", ipv6Server(t, router))
+				// The router's UPnP on the IPv6 loopback, seeing every
+				// caller as the node's GUA.
+				s6, err := fake.NewServer6(router, fake.ServerOptions{ClientAddr: func(*http.Request) netip.Addr { return nodeGUA }})
+				if err != nil {
+					t.Skip(err)
+				}
+				t.Cleanup(s6.Close)
+				config += "  ipv6:\n" + strings.ReplaceAll(tt.ipv6, "%URL%", s6.RootDescURL)
 			}
-			cfg, err := ParseConfig(strings.NewReader(config + "loadBalancer:\n  nodeName: n1\n"))
+			if !tt.noNodeName {
+				config += "loadBalancer:\n  nodeName: n1\n"
+			}
+			cfg, err := ParseConfig(strings.NewReader(config))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cloud, err := New(cfg, Options{pinholeDial: dialAsNodeGUA})
+			cloud, err := New(cfg, Options{pinholeDial: fake.DialAs(nodeGUA), interfaces: func() ([]hostinfo.Interface, error) { return host, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}

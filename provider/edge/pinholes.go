@@ -7,12 +7,15 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/internal/hostinfo"
 	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
@@ -146,4 +149,81 @@ func (o *ownPinholes) PinholeHeld(ctx context.Context, p pinhole.Pinhole) (bool,
 		return false, err
 	}
 	return c.PinholeHeld(ctx, p)
+}
+
+// selfByAddress is the router client the load balancer finds its own node
+// by (Client.LocalAddr, when loadBalancer.nodeName is empty) where UPnP
+// pinholes serve IPv6 and the router maps IPv4 to any host (no
+// secureMode): the address then only names the node, which it finds among
+// the Nodes' IPv4 InternalIP and ExternalIP. UPnP pinholes may go only to
+// the node whose global IPv6 address this host has (the router opens them
+// to the address a request comes from), and that address is the better
+// guide: the UPnP client's address toward the router names the node only
+// while the IPv4 router is found, which behind a carrier's NAT it may not
+// be. Every other method is the UPnP client's.
+type selfByAddress struct {
+	*igd.UPnPClient
+	// iface is gateway.ipv6.interface: "" = every interface.
+	iface string
+	// interfaces returns this host's interfaces and their addresses.
+	interfaces func() ([]hostinfo.Interface, error)
+}
+
+// LocalAddr returns this host's IPv4 address beside its global IPv6
+// address: the one IPv4 address (not loopback or link-local) of the one
+// interface (gateway.ipv6.interface when set) that holds global IPv6
+// addresses, as a Node whose InternalIP is its LAN address reports it.
+// Where there is no such single address it returns the UPnP client's
+// address toward the router, and when that is unknown too, an error naming
+// loadBalancer.nodeName and both reasons.
+func (c selfByAddress) LocalAddr(ctx context.Context) (netip.Addr, error) {
+	a, why := c.besideGlobalIPv6()
+	if why == "" {
+		return a, nil
+	}
+	a, err := c.UPnPClient.LocalAddr(ctx)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("edge: loadBalancer.nodeName is empty, %s, and the IPv4 router gives no address toward it: %w; set loadBalancer.nodeName (or %s)", why, err, EnvNodeName)
+	}
+	return a, nil
+}
+
+// besideGlobalIPv6 returns the IPv4 address LocalAddr prefers, or why there
+// is none.
+func (c selfByAddress) besideGlobalIPv6() (netip.Addr, string) {
+	where := "this host"
+	if c.iface != "" {
+		where = "gateway.ipv6.interface " + c.iface
+	}
+	ifs, err := c.interfaces()
+	if err != nil {
+		return netip.Addr{}, fmt.Sprintf("the interfaces of %s cannot be read (%v)", where, err)
+	}
+	var holders []hostinfo.Interface // the interfaces with a global IPv6 address
+	for _, i := range ifs {
+		if i.Is(c.iface) && slices.ContainsFunc(i.Addrs, func(a netip.Addr) bool { return pinhole.ValidateInternalClient(a) == nil }) {
+			holders = append(holders, i)
+		}
+	}
+	switch len(holders) {
+	case 0:
+		return netip.Addr{}, where + " has no global IPv6 address"
+	case 1:
+	default:
+		names := make([]string, len(holders))
+		for i, h := range holders {
+			names[i] = h.Name
+		}
+		return netip.Addr{}, fmt.Sprintf("global IPv6 addresses are on several interfaces of %s (%s): set gateway.ipv6.interface", where, strings.Join(names, ", "))
+	}
+	var v4 []netip.Addr
+	for _, a := range holders[0].Addrs {
+		if a.Is4() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
+			v4 = append(v4, a)
+		}
+	}
+	if len(v4) != 1 {
+		return netip.Addr{}, fmt.Sprintf("%s, the interface with this host's global IPv6 address, has %d IPv4 addresses, not one", holders[0].Name, len(v4))
+	}
+	return v4[0], ""
 }
