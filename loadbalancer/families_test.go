@@ -294,3 +294,54 @@ func TestDroppedFamilyIsNoLongerRetried(t *testing.T) {
 		})
 	}
 }
+
+// A Service served on one family of two (the other retried in the
+// background) that is then withdrawn from every family (it became invalid,
+// or was deleted) is no longer retried: nothing of it is served, so there is
+// no family to retry, and its state is not kept for a retry.
+func TestWithdrawnServiceIsNoLongerRetriedForAFamily(t *testing.T) {
+	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	tests := []struct {
+		name     string
+		families []v1.IPFamily
+		change   func(*v1.Service)
+		delete   bool // EnsureLoadBalancerDeleted instead of an Ensure
+	}{
+		{name: "IPv4 only now, with a port without a nodePort", families: []v1.IPFamily{v4},
+			change: func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 }},
+		{name: "IPv4 only now, with a loadBalancerIP not the router's", families: []v1.IPFamily{v4},
+			change: func(s *v1.Service) { s.Spec.LoadBalancerIP = "203.0.113.99" }},
+		{name: "still dual stack, with a port without a nodePort", families: []v1.IPFamily{v4, v6},
+			change: func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 }},
+		{name: "still dual stack, with a loadBalancerIP not the router's", families: []v1.IPFamily{v4, v6},
+			change: func(s *v1.Service) { s.Spec.LoadBalancerIP = "203.0.113.99" }},
+		{name: "deleted", families: []v1.IPFamily{v4, v6}, delete: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+			svc := lbService("default", "web", withFamilies(v4, v6))
+			e.mustEnsure(t, svc, noGUA)
+			if !e.lb.anyFailedPorts() {
+				t.Fatal("a Service served on IPv4 only, of two families, is not retried")
+			}
+			svc = svc.DeepCopy()
+			svc.Spec.IPFamilies = tt.families
+			if tt.change != nil {
+				tt.change(svc)
+			}
+			if tt.delete {
+				if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+					t.Fatalf("EnsureLoadBalancerDeleted: %v", err)
+				}
+			} else if _, err := e.ensure(t, svc, noGUA); !errors.Is(err, ErrInvalidService) {
+				t.Fatalf("Ensure error = %v, want %v", err, ErrInvalidService)
+			}
+			if e.lb.anyFailedPorts() {
+				t.Error("a Service withdrawn from every family is still retried in the background (every 30 s) for a family")
+			}
+			diffRows(t, "router table after the withdrawal", e.table(), nil)
+		})
+	}
+}
