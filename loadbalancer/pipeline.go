@@ -822,8 +822,10 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 }
 
 // withdrawIn removes everything svc holds on each family (its mappings, its
-// pinholes), in turn t.
+// pinholes), in turn t. Served on no family, svc has none to retry
+// (familyDown) nor warn about again.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
+	lb.update(t.owner, func(s *serviceState) { s.familyDown, s.familyWarned = false, nil })
 	var errs []error
 	for _, f := range lb.families {
 		errs = append(errs, f.withdraw(ctx, t, svc))
