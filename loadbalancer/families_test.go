@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -342,6 +343,67 @@ func TestWithdrawnServiceIsNoLongerRetriedForAFamily(t *testing.T) {
 				t.Error("a Service withdrawn from every family is still retried in the background (every 30 s) for a family")
 			}
 			diffRows(t, "router table after the withdrawal", e.table(), nil)
+		})
+	}
+}
+
+// A family dropped from a Service's spec stays recorded in its status while
+// removing what the Service holds there fails: the status is the record a
+// restarted (or failed-over) process removes it from, and a background pass
+// must not write one that no longer names it. Once the router answers
+// again, a restarted process removes it.
+func TestDroppedFamilyStaysRecordedWhileItsWithdrawalFails(t *testing.T) {
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	tests := []struct {
+		name string
+		to   []v1.IPFamily
+		fail func(e *env, f *fakePinholes)
+	}{
+		{name: "IPv4 dropped, its mapping not removed", to: []v1.IPFamily{v6}, fail: func(e *env, _ *fakePinholes) {
+			e.router.Intercept(fake.RouterHooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+				return errRouterDown
+			}})
+		}},
+		{name: "IPv6 dropped, its pinhole not closed", to: []v1.IPFamily{v4}, fail: func(_ *env, f *fakePinholes) {
+			f.Fail(errRouterDown)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+			nodes := dualNodes()
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], lbService("default", "web", withFamilies(v4, v6)))
+			eventually(t, "both families in the status", func() bool {
+				return len(r.service(t, "default", "web").Status.LoadBalancer.Ingress) == 2
+			})
+			live := r.service(t, "default", "web")
+			live.Spec.IPFamilies = tt.to
+			updateSpec(t, r.client, live)
+			tt.fail(e, f)
+			r.tick(t)
+			r.stop(t)
+			live = r.service(t, "default", "web")
+			e.router.ClearHooks()
+			f.Fail(nil)
+
+			restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			restarted.seeNodes(nodes)
+			if _, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, live, nodes); err != nil {
+				t.Fatalf("Ensure by a restarted process: %v", err)
+			}
+			var wantTable, wantOpen []string
+			if slices.Contains(tt.to, v4) {
+				wantTable = []string{row(igd.TCP, 8080, addrB, 30080, desc("default", "web", "http"))}
+			}
+			if slices.Contains(tt.to, v6) {
+				wantOpen = []string{pin(igd.TCP, guaA, 8080)}
+			}
+			after := " after a restarted process served the Service (status after the failed pass " + describeStatus(live.Status.LoadBalancer) + ")"
+			diffRows(t, "router table"+after, e.table(), wantTable)
+			diffStrings(t, "pinholes open"+after, wantOpen, f.Open())
 		})
 	}
 }
