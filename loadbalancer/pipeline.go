@@ -360,8 +360,8 @@ type operation struct {
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	fams := families(svc)
 	plans, invalid := planServicePorts(t.owner, svc)
-	if served, _ := lb.servedFamilies(fams); invalid == nil && len(served) == 0 {
-		invalid = errNoFamily(t.owner, fams)
+	if served, _ := lb.servedFamilies(fams); len(served) == 0 {
+		invalid = errors.Join(errNoFamily(t.owner, fams), invalid) // every problem reported
 	}
 	if invalid != nil {
 		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
