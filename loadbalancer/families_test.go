@@ -407,3 +407,28 @@ func TestDroppedFamilyStaysRecordedWhileItsWithdrawalFails(t *testing.T) {
 		})
 	}
 }
+
+// An Ensure after EnsureLoadBalancerDeleted (the Service still wants its
+// load balancer) that serves the Service on one family of two lifts the
+// deleted mark: background passes renew and retry it again, also when its
+// IPv4 family failed before it was served (the external IP not read).
+func TestEnsureServingOneFamilyAfterADeleteLetsPassesServeIt(t *testing.T) {
+	e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web", withFamilies(v1.IPv4Protocol, v1.IPv6Protocol))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		return netip.Addr{}, errRouterDown
+	}})
+	st := e.mustEnsure(t, svc, dualNodes())
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Fatalf("status served on IPv6 only (-want +got):\n%s", diff)
+	}
+	tn := e.lb.tryAcquire(newOwner(testCluster, "default", "web"), svc)
+	if tn == nil {
+		t.Fatal("a background pass is kept off the Service (the deleted mark stayed): its pinholes would not be renewed, nor its IPv4 family retried")
+	}
+	tn.release()
+}
