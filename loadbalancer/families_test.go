@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,141 @@ func TestDroppedFamilyIsNoLongerRetried(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Service served on one family of two (the other retried in the
+// background) that is then withdrawn from every family (it became invalid,
+// or was deleted) is no longer retried: nothing of it is served, so there is
+// no family to retry, and its state is not kept for a retry.
+func TestWithdrawnServiceIsNoLongerRetriedForAFamily(t *testing.T) {
+	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	tests := []struct {
+		name     string
+		families []v1.IPFamily
+		change   func(*v1.Service)
+		delete   bool // EnsureLoadBalancerDeleted instead of an Ensure
+	}{
+		{name: "IPv4 only now, with a port without a nodePort", families: []v1.IPFamily{v4},
+			change: func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 }},
+		{name: "IPv4 only now, with a loadBalancerIP not the router's", families: []v1.IPFamily{v4},
+			change: func(s *v1.Service) { s.Spec.LoadBalancerIP = "203.0.113.99" }},
+		{name: "still dual stack, with a port without a nodePort", families: []v1.IPFamily{v4, v6},
+			change: func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 }},
+		{name: "still dual stack, with a loadBalancerIP not the router's", families: []v1.IPFamily{v4, v6},
+			change: func(s *v1.Service) { s.Spec.LoadBalancerIP = "203.0.113.99" }},
+		{name: "deleted", families: []v1.IPFamily{v4, v6}, delete: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+			svc := lbService("default", "web", withFamilies(v4, v6))
+			e.mustEnsure(t, svc, noGUA)
+			if !e.lb.anyFailedPorts() {
+				t.Fatal("a Service served on IPv4 only, of two families, is not retried")
+			}
+			svc = svc.DeepCopy()
+			svc.Spec.IPFamilies = tt.families
+			if tt.change != nil {
+				tt.change(svc)
+			}
+			if tt.delete {
+				if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+					t.Fatalf("EnsureLoadBalancerDeleted: %v", err)
+				}
+			} else if _, err := e.ensure(t, svc, noGUA); !errors.Is(err, ErrInvalidService) {
+				t.Fatalf("Ensure error = %v, want %v", err, ErrInvalidService)
+			}
+			if e.lb.anyFailedPorts() {
+				t.Error("a Service withdrawn from every family is still retried in the background (every 30 s) for a family")
+			}
+			diffRows(t, "router table after the withdrawal", e.table(), nil)
+		})
+	}
+}
+
+// A family dropped from a Service's spec stays recorded in its status while
+// removing what the Service holds there fails: the status is the record a
+// restarted (or failed-over) process removes it from, and a background pass
+// must not write one that no longer names it. Once the router answers
+// again, a restarted process removes it.
+func TestDroppedFamilyStaysRecordedWhileItsWithdrawalFails(t *testing.T) {
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	tests := []struct {
+		name string
+		to   []v1.IPFamily
+		fail func(e *env, f *fakePinholes)
+	}{
+		{name: "IPv4 dropped, its mapping not removed", to: []v1.IPFamily{v6}, fail: func(e *env, _ *fakePinholes) {
+			e.router.Intercept(fake.RouterHooks{DeletePortMapping: func(context.Context, netip.Addr, igd.Key, fake.DeleteFunc) error {
+				return errRouterDown
+			}})
+		}},
+		{name: "IPv6 dropped, its pinhole not closed", to: []v1.IPFamily{v4}, fail: func(_ *env, f *fakePinholes) {
+			f.Fail(errRouterDown)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+			nodes := dualNodes()
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], lbService("default", "web", withFamilies(v4, v6)))
+			eventually(t, "both families in the status", func() bool {
+				return len(r.service(t, "default", "web").Status.LoadBalancer.Ingress) == 2
+			})
+			live := r.service(t, "default", "web")
+			live.Spec.IPFamilies = tt.to
+			updateSpec(t, r.client, live)
+			tt.fail(e, f)
+			r.tick(t)
+			r.stop(t)
+			live = r.service(t, "default", "web")
+			e.router.ClearHooks()
+			f.Fail(nil)
+
+			restarted, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			restarted.seeNodes(nodes)
+			if _, err := restarted.EnsureLoadBalancer(context.Background(), testCluster, live, nodes); err != nil {
+				t.Fatalf("Ensure by a restarted process: %v", err)
+			}
+			var wantTable, wantOpen []string
+			if slices.Contains(tt.to, v4) {
+				wantTable = []string{row(igd.TCP, 8080, addrB, 30080, desc("default", "web", "http"))}
+			}
+			if slices.Contains(tt.to, v6) {
+				wantOpen = []string{pin(igd.TCP, guaA, 8080)}
+			}
+			after := " after a restarted process served the Service (status after the failed pass " + describeStatus(live.Status.LoadBalancer) + ")"
+			diffRows(t, "router table"+after, e.table(), wantTable)
+			diffStrings(t, "pinholes open"+after, wantOpen, f.Open())
+		})
+	}
+}
+
+// An Ensure after EnsureLoadBalancerDeleted (the Service still wants its
+// load balancer) that serves the Service on one family of two lifts the
+// deleted mark: background passes renew and retry it again, also when its
+// IPv4 family failed before it was served (the external IP not read).
+func TestEnsureServingOneFamilyAfterADeleteLetsPassesServeIt(t *testing.T) {
+	e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	svc := lbService("default", "web", withFamilies(v1.IPv4Protocol, v1.IPv6Protocol))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
+		t.Fatal(err)
+	}
+	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		return netip.Addr{}, errRouterDown
+	}})
+	st := e.mustEnsure(t, svc, dualNodes())
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Fatalf("status served on IPv6 only (-want +got):\n%s", diff)
+	}
+	tn := e.lb.tryAcquire(newOwner(testCluster, "default", "web"), svc)
+	if tn == nil {
+		t.Fatal("a background pass is kept off the Service (the deleted mark stayed): its pinholes would not be renewed, nor its IPv4 family retried")
+	}
+	tn.release()
 }

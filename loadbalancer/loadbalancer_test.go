@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
@@ -163,6 +165,46 @@ func TestEnsureRefusesBadInputWithoutTouchingRouter(t *testing.T) {
 			}
 			if n := e.router.CallCount(fake.MethodAddPortMapping) + e.router.CallCount(fake.MethodDeletePortMapping); n != 0 {
 				t.Errorf("router was changed: %v", e.router.Calls())
+			}
+		})
+	}
+}
+
+// Every problem of a Service's spec is reported, each as a ServiceError
+// naming its field, not only the first found.
+func TestEnsureNamesEveryBadField(t *testing.T) {
+	tests := []struct {
+		name   string
+		svc    *v1.Service
+		fields []string
+	}{
+		{"IPv6 only (no pinhole client), no nodePort", newService("default", "s", withFamilies(v1.IPv6Protocol), withPorts(port("x", v1.ProtocolTCP, 9000, 0))),
+			[]string{"spec.ipFamilies", "spec.ports[0].nodePort"}},
+		{"SCTP, source ranges", newService("default", "s", withPorts(port("x", v1.ProtocolSCTP, 9000, 30900)), func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"} }),
+			[]string{"spec.loadBalancerSourceRanges", "spec.ports[0].protocol"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, fake.RouterConfig{})
+			_, err := e.ensure(t, tt.svc, threeNodes())
+			var fields []string
+			var walk func(error)
+			walk = func(err error) {
+				if se, ok := err.(*ServiceError); ok {
+					fields = append(fields, se.Field)
+				}
+				if j, ok := err.(interface{ Unwrap() []error }); ok {
+					for _, e := range j.Unwrap() {
+						walk(e)
+					}
+				} else if e := errors.Unwrap(err); e != nil {
+					walk(e)
+				}
+			}
+			walk(err)
+			slices.Sort(fields)
+			if diff := cmp.Diff(tt.fields, fields); diff != "" {
+				t.Errorf("fields named by the ServiceErrors of %v (-want +got):\n%s", err, diff)
 			}
 		})
 	}

@@ -401,7 +401,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 		}
 		lb.update(o, func(s *serviceState) {
 			if err == nil {
-				s.closePinhole(k)
+				s.closePinhole(k, lb.cfg.Clock.Now())
 				return
 			}
 			s.holdPinhole(k, time.Time{})
@@ -419,10 +419,13 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 }
 
 // notClosed returns the pinholes of recorded (what o's status records) that
-// this process has not closed for o since it last held them: the retries of
-// a Service whose status goes on recording pinholes it no longer has close
-// each once (through UPnP a close opens the pinhole for a second). A
-// withdrawal closes every recorded pinhole, closed before or not.
+// this process has not closed for o within the last renewal interval since
+// it last held them: the retries of a Service whose status goes on recording
+// pinholes it no longer has close each at most once per renewal interval
+// (through UPnP a close opens the pinhole for a second), and one another
+// process opened again (a fail-over's overlap) is closed again within one,
+// not left to its lease. A withdrawal closes every recorded pinhole, closed
+// before or not.
 func (lb *LoadBalancer) notClosed(o owner, recorded []pinholeKey) []pinholeKey {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -430,9 +433,12 @@ func (lb *LoadBalancer) notClosed(o owner, recorded []pinholeKey) []pinholeKey {
 	if s == nil || len(s.closed) == 0 {
 		return recorded
 	}
-	// One the status no longer records needs no memory.
-	maps.DeleteFunc(s.closed, func(k pinholeKey, _ bool) bool { return !slices.Contains(recorded, k) })
-	return slices.DeleteFunc(slices.Clone(recorded), func(k pinholeKey) bool { return s.closed[k] })
+	// One the status no longer records, or closed a renewal interval ago,
+	// needs no memory.
+	maps.DeleteFunc(s.closed, func(k pinholeKey, at time.Time) bool {
+		return !slices.Contains(recorded, k) || lb.cfg.Clock.Since(at) >= lb.cfg.RenewInterval
+	})
+	return slices.DeleteFunc(slices.Clone(recorded), func(k pinholeKey) bool { _, ok := s.closed[k]; return ok })
 }
 
 // pinholeHolderLocked returns the name of the Service of this process other

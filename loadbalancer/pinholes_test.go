@@ -505,3 +505,40 @@ func TestPinholesRecordedByAFailingServiceAreClosedOnce(t *testing.T) {
 		})
 	}
 }
+
+// A pinhole this process closed for a Service whose status goes on recording
+// it, and which another process then opened again (a fail-over's overlap:
+// the previous CCM still saw the node's global address), is closed again by
+// a retry a renewal interval later: not left open until its lease ends with
+// no process holding it.
+func TestPinholeReopenedByAnotherProcessIsClosedAgainByALaterRetry(t *testing.T) {
+	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
+	for name, mode := range map[string]pinholeMode{"own node": ownNodePinholes, "any host": anyHostPinhole} {
+		t.Run(name, func(t *testing.T) {
+			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
+			svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			if _, err := e.ensure(t, svc, noGUA); err == nil {
+				t.Fatal("Ensure with no node to serve IPv6 succeeded")
+			}
+			diffStrings(t, "pinholes open once IPv6 cannot be served", nil, f.Open())
+
+			other, err := New(Config{Client: e.router.Client(addrA), Clock: e.clock, Pinholes: e.lb.cfg.Pinholes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other.seeNodes(dualNodes())
+			if _, err := other.EnsureLoadBalancer(context.Background(), testCluster, svc, dualNodes()); err != nil {
+				t.Fatalf("Ensure by the other process: %v", err)
+			}
+			diffStrings(t, "pinholes open after the other process served the Service", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+
+			// The other process is gone; this one retries.
+			e.clock.Step(e.lb.cfg.RenewInterval)
+			if _, err := e.ensure(t, svc, noGUA); err == nil {
+				t.Fatal("Ensure with no node to serve IPv6 succeeded")
+			}
+			diffStrings(t, fmt.Sprintf("pinholes open after a retry %s later (their lease is %s)", e.lb.cfg.RenewInterval, e.lb.cfg.pinholeLease()), nil, f.Open())
+		})
+	}
+}

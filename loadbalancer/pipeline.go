@@ -354,23 +354,29 @@ type operation struct {
 // one, in turn t: the family step. Its ports are planned once (an invalid
 // Service is withdrawn from every family); each family of the load
 // balancer (family.go) then serves it if its spec.ipFamilies name the
-// family, or removes what it holds there (a family dropped from the spec);
-// joinFamilies makes one status of what was served.
+// family, or removes what it holds there (a family dropped from the spec;
+// while that fails, the status keeps its ingress); joinFamilies makes one
+// status of what was served.
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	fams := families(svc)
 	plans, invalid := planServicePorts(t.owner, svc)
-	if served, _ := lb.servedFamilies(fams); invalid == nil && len(served) == 0 {
-		invalid = errNoFamily(t.owner, fams)
+	if served, _ := lb.servedFamilies(fams); len(served) == 0 {
+		invalid = errors.Join(errNoFamily(t.owner, fams), invalid) // every problem reported
 	}
 	if invalid != nil {
 		return nil, errors.Join(invalid, lb.withdrawIn(ctx, t, svc))
 	}
 	var got []familyStatus
 	var dropped []error
+	var kept []v1.LoadBalancerIngress // of dropped families not yet withdrawn
 	for _, f := range lb.families {
 		if !slices.Contains(fams, f.ipFamily()) {
-			if f.holds(t.owner, svc) {
-				dropped = append(dropped, f.withdraw(ctx, t, svc))
+			if !f.holds(t.owner, svc) {
+				continue
+			}
+			if err := f.withdraw(ctx, t, svc); err != nil {
+				dropped = append(dropped, err)
+				kept = append(kept, recordedIngress(svc, f.ipFamily())...)
 			}
 			continue
 		}
@@ -383,9 +389,27 @@ func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nod
 	}
 	st, err := lb.joinFamilies(t.owner, svc, fams, got)
 	if derr := errors.Join(dropped...); derr != nil {
+		if st != nil {
+			// The status a pass records goes on naming what a dropped
+			// family may still hold: the only record from which a
+			// restarted or failed-over process removes it.
+			st.Ingress = append(st.Ingress, kept...)
+		}
 		return st, errors.Join(err, derr)
 	}
 	return st, err
+}
+
+// recordedIngress returns the ingresses of svc's status of family fam.
+func recordedIngress(svc *v1.Service, fam v1.IPFamily) []v1.LoadBalancerIngress {
+	var out []v1.LoadBalancerIngress
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ing.IP)
+		if err == nil && ip.Unmap().Is4() == (fam == v1.IPv4Protocol) {
+			out = append(out, *ing.DeepCopy())
+		}
+	}
+	return out
 }
 
 // families returns svc's IP families in the order of spec.ipFamilies; none
@@ -822,8 +846,10 @@ func (lb *LoadBalancer) withdraw(ctx context.Context, o owner, svc *v1.Service) 
 }
 
 // withdrawIn removes everything svc holds on each family (its mappings, its
-// pinholes), in turn t.
+// pinholes), in turn t. Served on no family, svc has none to retry
+// (familyDown) nor warn about again.
 func (lb *LoadBalancer) withdrawIn(ctx context.Context, t *turn, svc *v1.Service) error {
+	lb.update(t.owner, func(s *serviceState) { s.familyDown, s.familyWarned = false, nil })
 	var errs []error
 	for _, f := range lb.families {
 		errs = append(errs, f.withdraw(ctx, t, svc))

@@ -43,9 +43,10 @@ type serviceState struct {
 	pinholes     map[pinholeKey]time.Time
 	familyWarned map[v1.IPFamily]string
 	// closed holds the pinholes this process closed for the Service since
-	// it last held them: its status may go on recording them (a failing
-	// sync writes none), and a failing Service's retries close each once.
-	closed map[pinholeKey]bool
+	// it last held them, with when: its status may go on recording them (a
+	// failing sync writes none), and a failing Service's retries close each
+	// at most once per renewal interval.
+	closed map[pinholeKey]time.Time
 	// familyDown says the last operation served one family of the Service
 	// and not the other: retried in the background as failed ports are.
 	familyDown bool
@@ -303,13 +304,13 @@ func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
 	delete(s.closed, k)
 }
 
-// closePinhole records that s closed k.
-func (s *serviceState) closePinhole(k pinholeKey) {
+// closePinhole records that s closed k at now.
+func (s *serviceState) closePinhole(k pinholeKey, now time.Time) {
 	delete(s.pinholes, k)
 	if s.closed == nil {
-		s.closed = make(map[pinholeKey]bool)
+		s.closed = make(map[pinholeKey]time.Time)
 	}
-	s.closed[k] = true
+	s.closed[k] = now
 }
 
 // familyDown reports whether o's last operation served one of its families

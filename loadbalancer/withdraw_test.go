@@ -80,6 +80,23 @@ func TestInvalidServiceWithdrawsOwnMappings(t *testing.T) {
 	}
 }
 
+// A Service whose spec is invalid is withdrawn, and refused naming the
+// field, also while the router does not answer for its external address:
+// the spec alone makes it invalid.
+func TestInvalidServiceWithdrawnWithoutTheExternalIP(t *testing.T) {
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := newService("default", "web")
+	e.mustEnsure(t, web, threeNodes())
+	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+		return netip.Addr{}, errRouterDown
+	}})
+	web.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"}
+	if _, err := e.ensure(t, web, threeNodes()); !errors.Is(err, ErrInvalidService) {
+		t.Fatalf("Ensure error = %v, want %v", err, ErrInvalidService)
+	}
+	diffRows(t, "table after the Service became invalid", e.table(), nil)
+}
+
 // When the withdrawal fails, both the field and the router's failure are
 // reported.
 func TestInvalidServiceWithdrawFailure(t *testing.T) {
