@@ -475,3 +475,44 @@ func TestPinholesKeptWithNoEligibleNodeAreClosedByARestartedProcess(t *testing.T
 	}
 	diffStrings(t, "pinholes open after a restarted process deleted the Service (status "+describeStatus(*st)+")", nil, f.Open())
 }
+
+// An IPv6-only Service that can no longer be served on IPv6 (its only ready
+// endpoint is gone) has its pinholes closed, and its status, as a pass
+// records it, no longer lists them: another Service that wants the same
+// port at that node is served it there. A status that went on listing them
+// would claim, for ever, pinholes no one holds (the sync of a Service with
+// no family served fails and writes no status).
+func TestPinholesClosedForWantOfANodeAreFreeForAnotherService(t *testing.T) {
+	for _, mode := range []pinholeMode{ownNodePinholes, anyHostPinhole} {
+		t.Run([]string{"", "own node", "any host"}[mode], func(t *testing.T) {
+			e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, mode)
+			nodes := dualNodes()
+			holder := lbService("default", "holder", withFamilies(v1.IPv6Protocol),
+				func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal })
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], holder, endpointSlice(holder, "node-a", true))
+			if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, r.service(t, "default", "holder").Status.LoadBalancer.Ingress); diff != "" {
+				t.Fatalf("holder's status after the first pass (-want +got):\n%s", diff)
+			}
+
+			endpointNotReady(t, e, r, holder, "node-a")
+			r.tick(t)
+			diffStrings(t, "pinholes open once the holder has no ready endpoint", nil, f.Open())
+			eventually(t, "the holder's status to no longer record the pinhole it no longer holds", func() bool {
+				_, w := e.lb.bg.now()
+				s, err := w.services.Services("default").Get("holder")
+				return err == nil && len(recordedPinholes(s)) == 0
+			})
+
+			taker := lbService("default", "taker", withFamilies(v1.IPv4Protocol, v1.IPv6Protocol))
+			st, err := e.ensure(t, taker, nodes)
+			if err != nil {
+				t.Fatalf("Ensure of a Service wanting the port the holder no longer holds: %v", err)
+			}
+			want := []v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080)), ingress(guaA.String(), tcp(8080))}
+			if diff := cmp.Diff(want, st.Ingress); diff != "" {
+				t.Errorf("taker's status (-want +got):\n%s", diff)
+			}
+			diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+		})
+	}
+}
