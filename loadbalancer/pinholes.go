@@ -428,6 +428,17 @@ func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) (name string,
 	return "", false
 }
 
+// pinholesGone reports whether o's IPv6 family, not served with err, holds
+// no pinhole: servePinholes found no node for it, or a port of it taken
+// (ErrNoEligibleNode, ErrPortInUse), and closed every pinhole this process
+// held for it or its status recorded (one that failed to close is still
+// held). Its status must then list none: pinholeClaims would read them as
+// its, and keep every other Service off them for as long as it is not
+// served.
+func (lb *LoadBalancer) pinholesGone(o owner, err error) bool {
+	return (errors.Is(err, ErrNoEligibleNode) || errors.Is(err, ErrPortInUse)) && !lb.holdsPinholes(o, nil)
+}
+
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded
 // (in its status).
 func (lb *LoadBalancer) pinholeAddrs(o owner, recorded []pinholeKey) []netip.Addr {

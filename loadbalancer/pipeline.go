@@ -987,6 +987,9 @@ func (lb *LoadBalancer) joinFamilies(o owner, fams []v1.IPFamily, st4 *v1.LoadBa
 		if hasV4 {
 			return st4, "", errors.Join(err4, err6)
 		}
+		if lb.pinholesGone(o, err6) {
+			return &v1.LoadBalancerStatus{}, "", err6 // for a pass to record: it lists no pinhole
+		}
 		return nil, "", err6
 	case !served6:
 		unserved = v1.IPv6Protocol
