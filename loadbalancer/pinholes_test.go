@@ -11,9 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
@@ -515,4 +517,49 @@ func TestPinholesClosedForWantOfANodeAreFreeForAnotherService(t *testing.T) {
 			diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 		})
 	}
+}
+
+// A restarted process whose Service cache has not synced yet cannot learn
+// the pinholes other Services' statuses record, so it leaves a dual-stack
+// Service's pinholes as they are and serves it on IPv4 only; the status it
+// returns then no longer records them. They are not forgotten: once the
+// cache has synced, the one its port no longer wants is closed, the other
+// kept.
+func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := dualService("web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080), port("alt", v1.ProtocolTCP, 9001, 30091)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	diffStrings(t, "pinholes open at first", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaA, 9001)}, f.Open())
+	svc.Spec.Ports = svc.Spec.Ports[:1] // TCP/9001 goes
+
+	restarted, err := New(Config{ClusterName: testCluster, Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	if err := restarted.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := restarted.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure before the Service cache synced: %v", err)
+	}
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Fatalf("status before the Service cache synced (-want +got):\n%s", diff)
+	}
+	svc.Status.LoadBalancer = *st // the service controller writes it
+	if _, err := client.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() {
+		defer close(done)
+		restarted.Run(ctx)
+	}()
+	eventually(t, "a pass of the restarted process", func() bool { return restarted.passes.Load() > 0 })
+	diffStrings(t, "pinholes open after the restarted process's first pass", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
