@@ -114,7 +114,18 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	}
 	claims, err := lb.pinholeClaims(o, req.recorded)
 	if err != nil {
-		return netip.Addr{}, nil, err // its pinholes stay: the statuses are not known yet
+		// Its pinholes stay: the statuses are not known yet. It holds
+		// the recorded ones, due at once: the status this operation
+		// returns (the other family's alone) no longer records them,
+		// and the next operation closes those no longer wanted.
+		lb.update(o, func(s *serviceState) {
+			for _, k := range req.recorded {
+				if _, held := s.pinholes[k]; !held {
+					s.holdPinhole(k, time.Time{})
+				}
+			}
+		})
+		return netip.Addr{}, nil, err
 	}
 	tgt, err := lb.ipv6Target(ctx, o, nodes, req, claims)
 	if err != nil {
