@@ -61,7 +61,11 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	if !lb.optedIn(service) {
 		lb.hintOptIn(service)
 		if !lb.untouched(o, service) {
-			if err := lb.withdraw(ctx, o, service); err != nil {
+			stale, err := lb.optedInSince(ctx, o, service)
+			if err == nil && !stale {
+				err = lb.withdraw(ctx, o, service)
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -319,6 +323,28 @@ func (lb *LoadBalancer) goneSinceDelete(ctx context.Context, o owner, svc *v1.Se
 		return false, fmt.Errorf("loadbalancer: ensure service %s: re-read it after its delete: %w", o.key(), err)
 	}
 	return live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.Serves(live), nil
+}
+
+// optedInSince reports whether svc, not opted in, is a stale copy: the API
+// server has it (same UID, not being deleted) served by this LoadBalancer.
+// The service controller's node sync calls UpdateLoadBalancer with the
+// Services of its cache, which may predate an opt-in; withdrawn, the
+// Service would lose its mappings, and the deleted mark would keep passes
+// off it until an Ensure that, the Service unchanged since, never comes.
+// Without an API client (no Initialize) it reports false.
+func (lb *LoadBalancer) optedInSince(ctx context.Context, o owner, svc *v1.Service) (bool, error) {
+	client := lb.bg.apiClient()
+	if client == nil {
+		return false, nil
+	}
+	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("loadbalancer: service %s: re-read it before withdrawing it (not opted in): %w", o.key(), err)
+	}
+	return live.UID == svc.UID && live.DeletionTimestamp == nil && lb.Serves(live), nil
 }
 
 // hintOptIn records on svc, not selected, a Normal event saying how to opt
