@@ -237,3 +237,34 @@ func TestSharedInformers(t *testing.T) {
 		})
 	}
 }
+
+// The service controller's node sync calls UpdateLoadBalancer with the
+// Service as its cache last had it, which may be from before it opted in.
+// Such a call withdraws nothing while the API server has the Service opted
+// in: its mapping stays, and the background work goes on serving it (a
+// withdrawal would keep passes off it until an Ensure that, with the
+// Service unchanged since, never comes).
+func TestStaleCallFromBeforeTheServiceOptedInWithdrawsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{})
+	nodes := threeNodes()
+	svc := lbService("default", "web")
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	if got := len(e.router.Mappings()); got != 1 {
+		t.Fatalf("table after the first pass = %q, want the Service's mapping", e.table())
+	}
+
+	stale := lbService("default", "web", unannotated)
+	if err := e.lb.UpdateLoadBalancer(ctx, testCluster, stale, nodes); err != cloudprovider.ImplementedElsewhere { //nolint:errorlint // upstream compares with ==
+		t.Errorf("Update with the Service as it was before it opted in = %v, want exactly ImplementedElsewhere", err)
+	}
+	if got := len(e.router.Mappings()); got != 1 {
+		t.Errorf("table after a stale Update = %q, want the Service's mapping", e.table())
+	}
+
+	e.router.Reboot() // the mapping is lost: the next pass repairs it
+	r.tick(t)
+	if got := len(e.router.Mappings()); got != 1 {
+		t.Errorf("table after the router lost the mapping and a pass = %q, want it repaired", e.table())
+	}
+}

@@ -115,7 +115,18 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	}
 	claims, err := lb.pinholeClaims(o, req.recorded)
 	if err != nil {
-		return netip.Addr{}, nil, err // its pinholes stay: the statuses are not known yet
+		// Its pinholes stay: the statuses are not known yet. It holds
+		// the recorded ones, due at once: the status this operation
+		// returns (the other family's alone) no longer records them,
+		// and the next operation closes those no longer wanted.
+		lb.update(o, func(s *serviceState) {
+			for _, k := range req.recorded {
+				if _, held := s.pinholes[k]; !held {
+					s.holdPinhole(k, time.Time{})
+				}
+			}
+		})
+		return netip.Addr{}, nil, err
 	}
 	tgt, err := lb.ipv6Target(ctx, o, nodes, req, claims)
 	if err != nil {
@@ -450,6 +461,17 @@ func (lb *LoadBalancer) pinholeHolderLocked(o owner, k pinholeKey) (name string,
 		}
 	}
 	return "", false
+}
+
+// pinholesGone reports whether o's IPv6 family, not served with err, holds
+// no pinhole: servePinholes found no node for it, or a port of it taken
+// (ErrNoEligibleNode, ErrPortInUse), and closed every pinhole this process
+// held for it or its status recorded (one that failed to close is still
+// held). Its status must then list none: pinholeClaims would read them as
+// its, and keep every other Service off them for as long as it is not
+// served.
+func (lb *LoadBalancer) pinholesGone(o owner, err error) bool {
+	return (errors.Is(err, ErrNoEligibleNode) || errors.Is(err, ErrPortInUse)) && !lb.holdsPinholes(o, nil)
 }
 
 // pinholeAddrs returns the addresses o's pinholes go to: held, or recorded

@@ -11,9 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
 	cloudprovider "k8s.io/cloud-provider"
 
 	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
@@ -541,4 +543,90 @@ func TestPinholeReopenedByAnotherProcessIsClosedAgainByALaterRetry(t *testing.T)
 			diffStrings(t, fmt.Sprintf("pinholes open after a retry %s later (their lease is %s)", e.lb.cfg.RenewInterval, e.lb.cfg.pinholeLease()), nil, f.Open())
 		})
 	}
+}
+
+// An IPv6-only Service that can no longer be served on IPv6 (its only ready
+// endpoint is gone) has its pinholes closed, and its status, as a pass
+// records it, no longer lists them: another Service that wants the same
+// port at that node is served it there. A status that went on listing them
+// would claim, for ever, pinholes no one holds (the sync of a Service with
+// no family served fails and writes no status).
+func TestPinholesClosedForWantOfANodeAreFreeForAnotherService(t *testing.T) {
+	for _, mode := range []pinholeMode{ownNodePinholes, anyHostPinhole} {
+		t.Run([]string{"", "own node", "any host"}[mode], func(t *testing.T) {
+			e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, mode)
+			nodes := dualNodes()
+			holder := lbService("default", "holder", withFamilies(v1.IPv6Protocol),
+				func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal })
+			r := startBackground(t, e, nodes[0], nodes[1], nodes[2], holder, endpointSlice(holder, "node-a", true))
+			if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, r.service(t, "default", "holder").Status.LoadBalancer.Ingress); diff != "" {
+				t.Fatalf("holder's status after the first pass (-want +got):\n%s", diff)
+			}
+
+			endpointNotReady(t, e, r, holder, "node-a")
+			r.tick(t)
+			diffStrings(t, "pinholes open once the holder has no ready endpoint", nil, f.Open())
+			eventually(t, "the holder's status to no longer record the pinhole it no longer holds", func() bool {
+				_, w := e.lb.bg.now()
+				s, err := w.services.Services("default").Get("holder")
+				return err == nil && len(recordedPinholes(s)) == 0
+			})
+
+			taker := lbService("default", "taker", withFamilies(v1.IPv4Protocol, v1.IPv6Protocol))
+			st, err := e.ensure(t, taker, nodes)
+			if err != nil {
+				t.Fatalf("Ensure of a Service wanting the port the holder no longer holds: %v", err)
+			}
+			want := []v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080)), ingress(guaA.String(), tcp(8080))}
+			if diff := cmp.Diff(want, st.Ingress); diff != "" {
+				t.Errorf("taker's status (-want +got):\n%s", diff)
+			}
+			diffStrings(t, "pinholes open", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+		})
+	}
+}
+
+// A restarted process whose Service cache has not synced yet cannot learn
+// the pinholes other Services' statuses record, so it leaves a dual-stack
+// Service's pinholes as they are and serves it on IPv4 only; the status it
+// returns then no longer records them. They are not forgotten: once the
+// cache has synced, the one its port no longer wants is closed, the other
+// kept.
+func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *testing.T) {
+	e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := dualService("web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080), port("alt", v1.ProtocolTCP, 9001, 30091)))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, nodes)
+	diffStrings(t, "pinholes open at first", []string{pin(igd.TCP, guaA, 8080), pin(igd.TCP, guaA, 9001)}, f.Open())
+	svc.Spec.Ports = svc.Spec.Ports[:1] // TCP/9001 goes
+
+	restarted, err := New(Config{ClusterName: testCluster, Client: e.router.Client(addrA), Clock: e.clock, Pinholes: anyHostPinholes{f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	if err := restarted.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := restarted.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure before the Service cache synced: %v", err)
+	}
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080))}, st.Ingress); diff != "" {
+		t.Fatalf("status before the Service cache synced (-want +got):\n%s", diff)
+	}
+	svc.Status.LoadBalancer = *st // the service controller writes it
+	if _, err := client.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() {
+		defer close(done)
+		restarted.Run(ctx)
+	}()
+	eventually(t, "a pass of the restarted process", func() bool { return restarted.passes.Load() > 0 })
+	diffStrings(t, "pinholes open after the restarted process's first pass", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }

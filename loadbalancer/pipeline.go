@@ -62,7 +62,11 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 	if !lb.optedIn(service) {
 		lb.hintOptIn(service)
 		if !lb.untouched(o, service) {
-			if err := lb.withdraw(ctx, o, service); err != nil {
+			stale, err := lb.optedInSince(ctx, o, service)
+			if err == nil && !stale {
+				err = lb.withdraw(ctx, o, service)
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -322,6 +326,28 @@ func (lb *LoadBalancer) goneSinceDelete(ctx context.Context, o owner, svc *v1.Se
 	return live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.Serves(live), nil
 }
 
+// optedInSince reports whether svc, not opted in, is a stale copy: the API
+// server has it (same UID, not being deleted) served by this LoadBalancer.
+// The service controller's node sync calls UpdateLoadBalancer with the
+// Services of its cache, which may predate an opt-in; withdrawn, the
+// Service would lose its mappings, and the deleted mark would keep passes
+// off it until an Ensure that, the Service unchanged since, never comes.
+// Without an API client (no Initialize) it reports false.
+func (lb *LoadBalancer) optedInSince(ctx context.Context, o owner, svc *v1.Service) (bool, error) {
+	client := lb.bg.apiClient()
+	if client == nil {
+		return false, nil
+	}
+	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("loadbalancer: service %s: re-read it before withdrawing it (not opted in): %w", o.key(), err)
+	}
+	return live.UID == svc.UID && live.DeletionTimestamp == nil && lb.Serves(live), nil
+}
+
 // hintOptIn records on svc, not selected, a Normal event saying how to opt
 // in: once per UID per process, while the background work runs.
 func (lb *LoadBalancer) hintOptIn(svc *v1.Service) {
@@ -567,7 +593,8 @@ func (lb *LoadBalancer) serveIPv4(ctx context.Context, t *turn, svc *v1.Service,
 // what the family needs of svc (the ports Config.Admit admits, the pinholes
 // its status records, for Local the nodes with a ready endpoint) and
 // servePinholes opens them. It returns the IPv6 ingress, each port that
-// could not be opened with its reason, or why the family cannot be served.
+// could not be opened with its reason, or why the family cannot be served,
+// with an empty status when it holds no pinhole any more (pinholesGone).
 func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service, plans []portPlan, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	if !op.pass {
 		lb.update(t.owner, func(s *serviceState) { s.deleted = false })
@@ -583,7 +610,10 @@ func (lb *LoadBalancer) serveIPv6(ctx context.Context, t *turn, svc *v1.Service,
 		req.local = withEndpoints
 	}
 	addr, failed, err := lb.servePinholes(ctx, t, req, nodes)
-	if err != nil {
+	switch {
+	case err != nil && lb.pinholesGone(t.owner, err):
+		return &v1.LoadBalancerStatus{}, err // for a pass to record: it lists no pinhole
+	case err != nil:
 		return nil, err
 	}
 	return status(addr, plans, portReasons(failed)), nil

@@ -464,7 +464,8 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	if err != nil {
 		return nil, err
 	}
-	pcfg := provider.Config{ClusterID: true}
+	logger := s.processLogger(s.procID + 1)
+	pcfg := provider.Config{ClusterID: true, Logger: logger} // the ccm deployment's background work logs there too
 	var classes []cluster.Class
 	recorded := soakLB{LoadBalancer: lb, retries: &s.retries}
 	if standalone { // the cloud has no load balancer: the service controller leaves Services alone
@@ -476,7 +477,6 @@ func (s *soak) newProcess(ctx context.Context, objs []k8sruntime.Object) (*soakP
 	if err != nil {
 		return nil, err
 	}
-	logger := s.processLogger(s.procID + 1)
 	h, err := cluster.Start(ctx, cluster.Config{Cloud: cloud, ClusterName: testCluster, Objects: objs, Client: s.client,
 		Classes: classes, Logger: logger})
 	if err != nil {

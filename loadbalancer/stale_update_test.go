@@ -85,3 +85,27 @@ func TestUpdateAfterDeleteWithStaleServiceAddsNothing(t *testing.T) {
 		})
 	}
 }
+
+// The deleted mark outlives the passes that follow the delete: a pass forgets
+// the state of a Service the API server no longer has, but not the mark that
+// a stale UpdateLoadBalancer of it (the node sync's list, taken before the
+// delete) is checked against, or that Update would put its mappings back,
+// for no one to remove before their lease ends.
+func TestUpdateAfterDeleteWithStaleServiceAddsNothingAfterAPass(t *testing.T) {
+	ctx := context.Background()
+	nodes := threeNodes()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2]) // web is gone from the API server
+	e.mustEnsure(t, web, nodes)
+	if err := e.lb.EnsureLoadBalancerDeleted(ctx, testCluster, web); err != nil {
+		t.Fatalf("EnsureLoadBalancerDeleted: %v", err)
+	}
+	r.tick(t)
+	if err := e.lb.UpdateLoadBalancer(ctx, testCluster, web, nodes); err != nil {
+		t.Fatalf("UpdateLoadBalancer: %v", err)
+	}
+	if got := e.table(); len(got) != 0 {
+		t.Errorf("router's table after a pass and a stale Update = %q, want empty", got)
+	}
+}

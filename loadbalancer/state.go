@@ -223,7 +223,9 @@ func (lb *LoadBalancer) pruneDeleted() {
 // list) and, read live, not in the API server either: deleted with their
 // finalizer removed by hand, so no EnsureLoadBalancerDeleted came. Their held
 // keys would otherwise reserve ports and be probed forever; their mappings
-// run out with their leases.
+// run out with their leases. A deleted mark that holds nothing more stays
+// (pruneDeleted drops it): a stale UpdateLoadBalancer of the Service, from a
+// list taken before its delete, is checked against it (goneSinceDelete).
 func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
 	client := lb.bg.apiClient()
 	if client == nil {
@@ -236,7 +238,7 @@ func (lb *LoadBalancer) forgetGone(ctx context.Context, svcs []*v1.Service) {
 	lb.mu.Lock()
 	var names []string
 	for _, s := range lb.services {
-		if s.gate == nil && !listed[s.name] { // deleted-marked too: no pass serves them
+		if s.gate == nil && !listed[s.name] && !(s.deleted && len(s.held) == 0 && len(s.pinholes) == 0) {
 			names = append(names, s.name)
 		}
 	}
