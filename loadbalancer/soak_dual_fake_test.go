@@ -115,31 +115,9 @@ func (w *fakeWorld) serveIPv6(host netip.Addr) (string, error) {
 	return hs.URL + "/rootDesc.xml", nil
 }
 
-// dialFrom dials over loopback and reports from as the connection's local
-// address: a request that leaves from that host's global address.
-func dialFrom(from netip.Addr) func(ctx context.Context, network, address string) (net.Conn, error) {
-	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, address)
-		if err != nil {
-			return nil, err
-		}
-		return fromConn{Conn: c, from: from}, nil
-	}
-}
-
-type fromConn struct {
-	net.Conn
-	from netip.Addr
-}
-
-func (c fromConn) LocalAddr() net.Addr {
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(c.from, 50000))
-}
-
 // upnpPinholeClient is a UPnP pinhole client of host through the Server at url.
 func upnpPinholeClient(host netip.Addr, url string) (*pinhole.UPnPClient, error) {
-	return pinhole.New(pinhole.Config{LocalAddr: host, RootDescURL: url, DialContext: dialFrom(host)})
+	return pinhole.New(pinhole.Config{LocalAddr: host, RootDescURL: url, DialContext: fake.DialAs(host)})
 }
 
 func (w *fakeWorld) pinholeClient(t *testing.T) PinholeClient {
