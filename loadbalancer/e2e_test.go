@@ -18,6 +18,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 	"github.com/ccmkit/ccmkit/provider"
 )
 
@@ -184,7 +185,7 @@ func TestServiceControllerEndToEndFakeRouter(t *testing.T) {
 
 func TestServiceControllerEndToEndMiniupnpd(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
-	client := labClient(t, lab, 0)
+	client := pcplab.UPnPClient(t, lab, 0)
 	runServiceController(t, scenario{
 		client: client,
 		table: func(t *testing.T) []igd.Mapping {

@@ -23,6 +23,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // IPv6 lab tests: the LoadBalancer serving dual-stack Services against
@@ -72,7 +73,7 @@ func newLab6(t testing.TB, opts igdtest.Options, proto pinholeProtocol, cfg Conf
 	dial := n.DialContextFrom(n.GUA)
 	switch proto {
 	case upnpPinholes:
-		cfg.Client = labClient(t, lab, 0)
+		cfg.Client = pcplab.UPnPClient(t, lab, 0)
 		c, err := pinhole.New(pinhole.Config{
 			LocalAddr:   n.GUA,
 			RootDescURL: lab.IPv6.RootDescURL,
@@ -90,7 +91,7 @@ func newLab6(t testing.TB, opts igdtest.Options, proto pinholeProtocol, cfg Conf
 		cfg.Pinholes = c
 	case pcpPinholes:
 		ipv4 := labPCP(t, lab, 0, nil)
-		cfg.Client = labBackend(t, labClient(t, lab, 0), ipv4, pcpSecret)
+		cfg.Client = labBackend(t, pcplab.UPnPClient(t, lab, 0), ipv4, pcpSecret)
 		cfg.Announcer = ipv4 // ANNOUNCE arrives over IPv4
 		c, err := pcp.NewClient(pcp.Config{
 			Server: netip.AddrPortFrom(lab.IPv6.RouterLinkLocal.WithZone(lab.IPv6.NodeInterface), pcp.Port),

@@ -16,6 +16,7 @@ import (
 	fakecluster "github.com/ccmkit/ccmkit/fake/cluster"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // The service controller's workers delete several Services at once from an
@@ -24,14 +25,14 @@ import (
 func TestLabConcurrentDeletesOnIGD1LeaveNothing(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, ForceIGDv1: true})
 	ctx := labContext(t)
-	lb, err := New(Config{Client: labClient(t, lab, 0)})
+	lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes := labNodes(lab)
 	for round := range 4 {
 		ensureThenDeleteConcurrently(t, lb, nodes, fmt.Sprintf("r%ds", round), 21000)
-		if ms, err := igd.ReadTable(ctx, labClient(t, lab, 0)); err != nil || len(ms) != 0 {
+		if ms, err := igd.ReadTable(ctx, pcplab.UPnPClient(t, lab, 0)); err != nil || len(ms) != 0 {
 			t.Fatalf("round %d: table after every delete returned = %v, %v; want empty", round, ms, err)
 		}
 	}
@@ -55,7 +56,7 @@ func TestLabTwoLoadBalancersServeOnlyTheHolderOfAContendedKey(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
-		lb, err := New(Config{Client: &barrierClient{UPnPClient: labClient(t, lab, i), adds: &adds}})
+		lb, err := New(Config{Client: &barrierClient{UPnPClient: pcplab.UPnPClient(t, lab, i), adds: &adds}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func TestLabTwoLoadBalancersServeOnlyTheHolderOfAContendedKey(t *testing.T) {
 	}
 	wg.Wait()
 	wantServed(t, "default/holder", map[string]error{"default/holder": errs[0], "default/newcomer": errs[1]})
-	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100)
+	m, err := pcplab.UPnPClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44100)
 	if err != nil || m.Description != desc("default", "holder", "http") || m.InternalPort != 30080 {
 		t.Errorf("router holds %v, %v; want the holder's mapping", m, err)
 	}
@@ -99,7 +100,7 @@ func TestLabResyncReadsOnlyEachServicesKeys(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1, Daemonize: true})
 	ctx := labContext(t)
 	nodes := labNodes(lab)
-	setup, err := New(Config{Client: labClient(t, lab, 0)})
+	setup, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestLabResyncReadsOnlyEachServicesKeys(t *testing.T) {
 		svc.Status.LoadBalancer = *st
 		svcs = append(svcs, svc)
 	}
-	counter := &entryCounter{UPnPClient: labClient(t, lab, 0)}
+	counter := &entryCounter{UPnPClient: pcplab.UPnPClient(t, lab, 0)}
 	restarted, err := New(Config{Client: counter})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestLabRebootGivesAContendedKeyBackToItsHolder(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1})
 	ctx := labContext(t)
 	nodes := labNodes(lab)
-	lb, err := New(Config{Client: labClient(t, lab, 0)})
+	lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestLabRebootGivesAContendedKeyBackToItsHolder(t *testing.T) {
 		_, errs[s.Namespace+"/"+s.Name] = lb.EnsureLoadBalancer(ctx, testCluster, s, nodes)
 	}
 	wantServed(t, "default/a", errs)
-	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44200)
+	m, err := pcplab.UPnPClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44200)
 	if err != nil || m.Description != desc("default", "a", "http") {
 		t.Errorf("router holds %v, %v; want a's mapping", m, err)
 	}
@@ -229,10 +230,10 @@ func TestLabTwoLoadBalancersNeverBothTakeAKeyWantedDuringTheOthersAdd(t *testing
 		}
 		return lb
 	}
-	p2 := process(labClient(t, lab, 1))
+	p2 := process(pcplab.UPnPClient(t, lab, 1))
 	var errA error
 	a.Spec.Ports[0].Port = 44300
-	p1 := process(&hookClient{UPnPClient: labClient(t, lab, 0), before: func() {
+	p1 := process(&hookClient{UPnPClient: pcplab.UPnPClient(t, lab, 0), before: func() {
 		updateSpec(t, cluster, a)
 		_, errA = p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node})
 	}})
@@ -241,7 +242,7 @@ func TestLabTwoLoadBalancersNeverBothTakeAKeyWantedDuringTheOthersAdd(t *testing
 	if _, err := p2.EnsureLoadBalancer(ctx, testCluster, a, []*v1.Node{node}); err != nil {
 		t.Fatalf("a's next Ensure: %v", err)
 	}
-	m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44300)
+	m, err := pcplab.UPnPClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 44300)
 	if err != nil || m.Description != desc("default", "a", "http") {
 		t.Errorf("router holds %v, %v; want a's mapping", m, err)
 	}

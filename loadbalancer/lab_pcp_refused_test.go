@@ -9,6 +9,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // TestLabPCPRefusedPortIsNotAuthorized: through PCP, reading through UPnP
@@ -31,7 +32,7 @@ func TestLabPCPRefusedPortIsNotAuthorized(t *testing.T) {
 			}
 			var upnp igd.Client
 			if mode.reads {
-				upnp = labClient(t, lab, 0)
+				upnp = pcplab.UPnPClient(t, lab, 0)
 			}
 			b, err := pcp.NewBackend(pcp.BackendConfig{UPnP: upnp, PCP: labPCP(t, lab, 0, nil), Secret: pcpSecret})
 			if err != nil {

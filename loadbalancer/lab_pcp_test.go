@@ -17,6 +17,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 	"github.com/ccmkit/ccmkit/internal/pcpwire"
 )
 
@@ -60,7 +61,7 @@ func labBackend(t testing.TB, upnp igd.Client, c *pcp.Client, secret []byte) *pc
 func TestLabServedThroughPCP(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
 	ctx := labContext(t)
-	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	lb, err := New(Config{Client: labBackend(t, pcplab.UPnPClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestLabServedThroughPCP(t *testing.T) {
 	}
 	key := igd.Key{Protocol: igd.TCP, ExternalPort: 8080}
 	nonce := pcpwire.NonceFor(pcpSecret, newOwner(testCluster, "default", "web").token, key)
-	peer := labClient(t, lab, 1)
+	peer := pcplab.UPnPClient(t, lab, 1)
 	m, err := peer.GetPortMapping(ctx, igd.TCP, 8080)
 	if err != nil {
 		t.Fatalf("the mapping, read by a peer: %v", err)
@@ -137,7 +138,7 @@ func TestLabPCPWithoutThirdParty(t *testing.T) {
 			svc = newService("default", name, withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 		}
 	}
-	b := labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)
+	b := labBackend(t, pcplab.UPnPClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)
 	lb, err := New(Config{Client: b})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func TestLabPCPWithoutThirdParty(t *testing.T) {
 	if !b.SelfOnly() {
 		t.Error("the backend does not say the router maps to this host only")
 	}
-	m, err := labClient(t, lab, 1).GetPortMapping(ctx, igd.TCP, 8080)
+	m, err := pcplab.UPnPClient(t, lab, 1).GetPortMapping(ctx, igd.TCP, 8080)
 	if err != nil || m.InternalClient != lab.Nodes[0].Addr || !strings.HasPrefix(m.Description, "PCP MAP ") {
 		t.Fatalf("mapping = %v, %v; want a PCP mapping to node 0 (%s), the CCM's own", m, err, lab.Nodes[0].Addr)
 	}
@@ -168,7 +169,7 @@ func benchPCPEnsure(b *testing.B, blind bool) {
 	lab := igdtest.Start(b, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true, Daemonize: true})
 	ctx := context.Background()
 	var dials atomic.Int64
-	cc := newCounting(labClient(b, lab, 0))
+	cc := newCounting(pcplab.UPnPClient(b, lab, 0))
 	pc := labPCP(b, lab, 0, &dials)
 	client := igd.Client(labBackend(b, cc, pc, pcpSecret))
 	if blind {
@@ -255,7 +256,7 @@ func TestLabServedBlind(t *testing.T) {
 		t.Errorf("status %+v, want %s", st, lab.ExternalIP)
 	}
 	svc.Status.LoadBalancer = *st
-	peer := labClient(t, lab, 2)
+	peer := pcplab.UPnPClient(t, lab, 2)
 	mappedTo := func(want netip.Addr) {
 		t.Helper()
 		m, err := peer.GetPortMapping(ctx, igd.TCP, 8080)
@@ -316,7 +317,7 @@ func TestLabBlindFollowsANodePortChangeAndDeletesFromAFreshProcess(t *testing.T)
 				return lb
 			}
 			all := labNodes(lab)
-			peer := labClient(t, lab, 2)
+			peer := pcplab.UPnPClient(t, lab, 2)
 			svc := newService("default", "web", withPorts(port("http", v1.ProtocolTCP, 8080, 30080)))
 			first := blind()
 			st, err := first.EnsureLoadBalancer(ctx, testCluster, svc, all)
@@ -351,12 +352,12 @@ func TestLabBlindFollowsANodePortChangeAndDeletesFromAFreshProcess(t *testing.T)
 func TestLabPCPNodePortChanges(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2, PCPAllowThirdParty: true})
 	ctx := labContext(t)
-	lb, err := New(Config{Client: labBackend(t, labClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
+	lb, err := New(Config{Client: labBackend(t, pcplab.UPnPClient(t, lab, 0), labPCP(t, lab, 0, nil), pcpSecret)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes := labNodes(lab)[1:]
-	peer := labClient(t, lab, 1)
+	peer := pcplab.UPnPClient(t, lab, 1)
 	check := func(what string, want map[uint16]uint16) {
 		t.Helper()
 		for ext, np := range want {

@@ -16,6 +16,7 @@ import (
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
 	"github.com/ccmkit/ccmkit/igd/pcp"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // BenchmarkLabRepairInSeconds runs the background work with the default
@@ -43,7 +44,7 @@ func benchRepair(b *testing.B, mode string) {
 	lab := igdtest.Start(b, igdtest.Options{Nodes: 1, PCPAllowThirdParty: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cc := newCounting(labClient(b, lab, 0))
+	cc := newCounting(pcplab.UPnPClient(b, lab, 0))
 	cfg := Config{Client: cc}
 	var dials atomic.Int64
 	if mode != "probe" {
@@ -96,7 +97,7 @@ func benchRepair(b *testing.B, mode string) {
 		return time.Since(start)
 	}
 	waitFor("first pass", time.Minute, func() bool { return lb.passes.Load() > 0 })
-	peer := labClient(b, lab, 0) // counts nothing of the LoadBalancer's
+	peer := pcplab.UPnPClient(b, lab, 0) // counts nothing of the LoadBalancer's
 	restored := func() bool {
 		ms, err := igd.ReadTable(ctx, peer)
 		return err == nil && len(ms) == 20

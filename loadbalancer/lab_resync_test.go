@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 )
 
 // BenchmarkLabResync measures the service controller's resync after a CCM
@@ -32,7 +33,7 @@ func BenchmarkLabResync(b *testing.B) {
 			lab := igdtest.Start(b, tc.opts)
 			ctx := context.Background()
 			nodes := labNodes(lab)
-			setup, err := New(Config{Client: labClient(b, lab, 0)})
+			setup, err := New(Config{Client: pcplab.UPnPClient(b, lab, 0)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -55,7 +56,7 @@ func BenchmarkLabResync(b *testing.B) {
 				var total time.Duration
 				calls := tally{}
 				for range b.N {
-					cc := newCounting(labClient(b, lab, 0))
+					cc := newCounting(pcplab.UPnPClient(b, lab, 0))
 					lb, err := New(Config{Client: cc})
 					if err != nil {
 						b.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/igdtest"
+	"github.com/ccmkit/ccmkit/internal/pcplab"
 	"github.com/ccmkit/ccmkit/internal/upnp"
 )
 
@@ -26,16 +27,6 @@ import (
 // miniupnpd (igdtest), acting from the lab's node namespaces. They need root,
 // miniupnpd, upnpc, nft and ip; without them they skip, except when CI=true,
 // where they fail.
-
-// labClient is the real client acting from node i.
-func labClient(t testing.TB, lab *igdtest.Lab, i int) *igd.UPnPClient {
-	t.Helper()
-	c, err := igd.NewClient(lab.ClientConfig(i))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // labNodes are Ready cluster nodes for the lab's node namespaces.
 func labNodes(lab *igdtest.Lab) []*v1.Node {
@@ -78,7 +69,7 @@ func serveNodePort(t *testing.T, lab *igdtest.Lab, i int, nodePort int, body str
 func TestLabForeignMappingsSurviveAndDataPath(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
-	client := labClient(t, lab, 0)
+	client := pcplab.UPnPClient(t, lab, 0)
 	lb, err := New(Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +190,7 @@ func TestLabForeignMappingsSurviveAndDataPath(t *testing.T) {
 func TestLabRouterRefusesLowPort(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1})
 	ctx := labContext(t)
-	lb, err := New(Config{Client: labClient(t, lab, 0)})
+	lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +213,7 @@ func TestLabRouterRefusesLowPort(t *testing.T) {
 func TestLabRebootRepairedByBackgroundWork(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 2})
 	ctx := labContext(t)
-	client := labClient(t, lab, 0)
+	client := pcplab.UPnPClient(t, lab, 0)
 	clk := clocktesting.NewFakeClock(time.Now())
 	e := &env{clock: clk}
 	lb, err := New(Config{Client: client, Clock: clk})
@@ -289,7 +280,7 @@ func TestLabSecureMode(t *testing.T) {
 	nodes := labNodes(lab)
 
 	t.Run("maps to its own node", func(t *testing.T) {
-		lb, err := New(Config{Client: labClient(t, lab, 0), SecureMode: true, NodeName: "node-a"})
+		lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0), SecureMode: true, NodeName: "node-a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +290,7 @@ func TestLabSecureMode(t *testing.T) {
 				t.Fatalf("Ensure s%d: %v", i, err)
 			}
 		}
-		ms, err := igd.ReadTable(ctx, labClient(t, lab, 0))
+		ms, err := igd.ReadTable(ctx, pcplab.UPnPClient(t, lab, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +303,7 @@ func TestLabSecureMode(t *testing.T) {
 	t.Run("finds its own node without a node name", func(t *testing.T) {
 		// The process runs on node-b; nothing tells it so but its address
 		// toward the router.
-		lb, err := New(Config{Client: labClient(t, lab, 1), SecureMode: true})
+		lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 1), SecureMode: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +311,7 @@ func TestLabSecureMode(t *testing.T) {
 		if _, err := lb.EnsureLoadBalancer(ctx, testCluster, svc, nodes); err != nil {
 			t.Fatalf("Ensure: %v", err)
 		}
-		m, err := labClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 43500)
+		m, err := pcplab.UPnPClient(t, lab, 0).GetPortMapping(ctx, igd.TCP, 43500)
 		if err != nil || m.InternalClient != lab.Nodes[1].Addr {
 			t.Fatalf("mapping = %v, %v; want one to node-b (%s)", m, err, lab.Nodes[1].Addr)
 		}
@@ -333,7 +324,7 @@ func TestLabSecureMode(t *testing.T) {
 		if out, err := lab.Upnpc(ctx, 1, "-e", desc("default", "old", "http"), "-a", lab.Nodes[1].Addr.String(), "30080", "44000", "TCP", "120"); err != nil {
 			t.Fatalf("upnpc -a: %v\n%s", err, out)
 		}
-		lb, err := New(Config{Client: labClient(t, lab, 0), SecureMode: true, NodeName: "node-a"})
+		lb, err := New(Config{Client: pcplab.UPnPClient(t, lab, 0), SecureMode: true, NodeName: "node-a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +366,7 @@ func BenchmarkLabEnsureVsBareAdds(b *testing.B) {
 func benchEnsureVsBare(b *testing.B, opts igdtest.Options) {
 	lab := igdtest.Start(b, opts)
 	ctx := context.Background()
-	client := labClient(b, lab, 0)
+	client := pcplab.UPnPClient(b, lab, 0)
 	cc := newCounting(client)
 	lb, err := New(Config{Client: cc})
 	if err != nil {
@@ -502,7 +493,7 @@ func benchEnsureVsBare(b *testing.B, opts igdtest.Options) {
 func BenchmarkLabRepairAfterReboot(b *testing.B) {
 	lab := igdtest.Start(b, igdtest.Options{Nodes: 1})
 	ctx := context.Background()
-	cc := newCounting(labClient(b, lab, 0))
+	cc := newCounting(pcplab.UPnPClient(b, lab, 0))
 	lb, err := New(Config{Client: cc})
 	if err != nil {
 		b.Fatal(err)
@@ -545,7 +536,7 @@ func median(ds []time.Duration) time.Duration {
 func TestLabRenamedPortRelabels(t *testing.T) {
 	lab := igdtest.Start(t, igdtest.Options{Nodes: 1})
 	ctx := labContext(t)
-	client := newCounting(labClient(t, lab, 0))
+	client := newCounting(pcplab.UPnPClient(t, lab, 0))
 	lb, err := New(Config{Client: client})
 	if err != nil {
 		t.Fatal(err)

@@ -478,6 +478,16 @@ func TestPinholesKeptWithNoEligibleNodeAreClosedByARestartedProcess(t *testing.T
 	diffStrings(t, "pinholes open after a restarted process deleted the Service (status "+describeStatus(*st)+")", nil, f.Open())
 }
 
+// servedIPv6Only is an IPv6-only Service web served through a LoadBalancer
+// with pinholes of mode, its status as the Ensure returned it.
+func servedIPv6Only(t *testing.T, mode pinholeMode) (*env, *fakePinholes, *v1.Service) {
+	t.Helper()
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+	return e, f, svc
+}
+
 // A Service whose IPv6 cannot be served, and whose status still records the
 // pinholes it had (its sync fails and writes none), has each closed once:
 // the retries that follow do not close them again (through UPnP a close
@@ -487,9 +497,7 @@ func TestPinholesRecordedByAFailingServiceAreClosedOnce(t *testing.T) {
 	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
 	for name, mode := range map[string]pinholeMode{"own node": ownNodePinholes, "any host": anyHostPinhole} {
 		t.Run(name, func(t *testing.T) {
-			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
-			svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
-			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			e, f, svc := servedIPv6Only(t, mode)
 			f.Calls()
 			closes := []string{"close " + pin(igd.TCP, guaA, 8080)}
 			for i, want := range [][]string{closes, nil, nil} {
@@ -517,9 +525,7 @@ func TestPinholeReopenedByAnotherProcessIsClosedAgainByALaterRetry(t *testing.T)
 	noGUA := []*v1.Node{newNode("node-a", addrA, withIPv6(ulaB))}
 	for name, mode := range map[string]pinholeMode{"own node": ownNodePinholes, "any host": anyHostPinhole} {
 		t.Run(name, func(t *testing.T) {
-			e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, mode)
-			svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
-			svc.Status.LoadBalancer = *e.mustEnsure(t, svc, dualNodes())
+			e, f, svc := servedIPv6Only(t, mode)
 			if _, err := e.ensure(t, svc, noGUA); err == nil {
 				t.Fatal("Ensure with no node to serve IPv6 succeeded")
 			}

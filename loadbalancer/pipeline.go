@@ -31,6 +31,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
@@ -316,14 +317,23 @@ func (lb *LoadBalancer) goneSinceDelete(ctx context.Context, o owner, svc *v1.Se
 	if !marked || client == nil {
 		return false, nil
 	}
-	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	live, err := reread(ctx, client, svc)
 	switch {
-	case apierrors.IsNotFound(err):
-		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("loadbalancer: ensure service %s: re-read it after its delete: %w", o.key(), err)
+	case live == nil:
+		return true, nil
 	}
 	return live.UID != svc.UID || live.DeletionTimestamp != nil || !lb.Serves(live), nil
+}
+
+// reread returns svc as the API server has it now; nil when it has none.
+func reread(ctx context.Context, client kubernetes.Interface, svc *v1.Service) (*v1.Service, error) {
+	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return live, err
 }
 
 // optedInSince reports whether svc, not opted in, is a stale copy: the API
@@ -338,14 +348,11 @@ func (lb *LoadBalancer) optedInSince(ctx context.Context, o owner, svc *v1.Servi
 	if client == nil {
 		return false, nil
 	}
-	live, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
+	live, err := reread(ctx, client, svc)
+	if err != nil {
 		return false, fmt.Errorf("loadbalancer: service %s: re-read it before withdrawing it (not opted in): %w", o.key(), err)
 	}
-	return live.UID == svc.UID && live.DeletionTimestamp == nil && lb.Serves(live), nil
+	return live != nil && live.UID == svc.UID && live.DeletionTimestamp == nil && lb.Serves(live), nil
 }
 
 // hintOptIn records on svc, not selected, a Normal event saying how to opt

@@ -1,10 +1,10 @@
-// Package pcplab holds what the lab tests of ccmkit's PCP packages
-// (internal/pcpwire and igd/pcp, both against miniupnpd in igdtest's
-// namespaces) share: a bounded context, the PCP client's configuration
-// acting from a node, and igd's UPnP client as a peer's view of the
-// router's table, with a check of one mapping in it. Only those packages' external tests import it: igd/pcp
-// and igdtest cannot (the one is built on pcpwire, whose internal tests
-// import the other).
+// Package pcplab holds what ccmkit's lab tests against miniupnpd in
+// igdtest's namespaces share: a bounded context, the PCP client's
+// configuration acting from a node, and igd's UPnP client acting from a
+// node (a peer's view of the router's table, or the load balancer's
+// client), with a check of one mapping. Only tests import it; it is not in
+// igdtest because igd/pcp is built on pcpwire, whose internal tests import
+// igdtest.
 package pcplab
 
 import (
