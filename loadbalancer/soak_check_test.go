@@ -112,7 +112,8 @@ func (s *soak) eligible(svc *v1.Service, nodes []v1.Node, eps []discoveryv1.Endp
 // check returns what does not hold now, nil when every invariant does, and
 // how many of the mappings it names are left to their lease: in pcp-only
 // mode, where blind mode leaves to its lease what it cannot find (see the
-// package documentation), a wrong mapping of ours that no one renewed since
+// package documentation), and in both PCP modes a Service's MAP the router
+// granted at another port than asked (see igd/pcp), a wrong mapping of ours that no one renewed since
 // the quiet point began (its lease, on the router's clock, ends within
 // soakLease of began). One whose lease ends later was written after began,
 // and is named so.
@@ -214,6 +215,22 @@ func (s *soak) check(ctx context.Context, began time.Time) (_ []string, leftToLe
 			continue
 		}
 		w, ok := owners[m.Description]
+		if ok && w.key != m.Key() && (s.mode == "pcp" || s.mode == "pcp-only") {
+			// The documented limit (igd/pcp): miniupnpd grants the next
+			// free port to a MAP with PREFER_FAILURE when another mapping
+			// holds the one asked, and the client deletes it again; a MAP
+			// whose answer was lost, or whose process ended before the
+			// delete, leaves it at a port no process knows: its lease
+			// ends it.
+			why := fmt.Sprintf("mapping %s -> %s:%d %q, the Service's MAP of %s granted at another port", m.Key(), m.InternalClient, m.InternalPort, m.Description, w.key)
+			if m.Lease > 0 && !time.Now().Add(m.Lease).After(began.Add(soakLease+time.Second)) {
+				leftToLease++
+				fail("%s (its answer lost: left to its lease, %s left)", why, m.Lease)
+			} else {
+				fail("%s (lease %s: written after the quiet point began)", why, m.Lease)
+			}
+			continue
+		}
 		if !ok || w.key != m.Key() {
 			failMapping(m, "mapping %s -> %s:%d %q belongs to no live Service that wants it", m.Key(), m.InternalClient, m.InternalPort, m.Description)
 			continue

@@ -34,7 +34,9 @@
 //     client enforces it, not the router: a router that grants another port
 //     gets that mapping deleted again, and one on a later port to the same
 //     internal address and port is lost
-//     (TestLabPreferFailureTakesTheNextPortsMapping).
+//     (TestLabPreferFailureTakesTheNextPortsMapping). One granted while the
+//     answer is lost, or the process ends before the delete, stays at a
+//     port no caller asked for until its lease ends.
 //
 // # What it does not enforce
 //
