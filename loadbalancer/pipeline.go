@@ -50,7 +50,8 @@ func (lb *LoadBalancer) GetLoadBalancerName(_ context.Context, clusterName strin
 // and returns the status. A Service not selected by Config.Services loses the
 // mappings its status or this process records (no router call when none),
 // then gets cloudprovider.ImplementedElsewhere and, once, an opt-in event.
-// A call after EnsureLoadBalancerDeleted of the same Service (same UID) is
+// A Service being deleted (deletionTimestamp set) is not served: nothing is
+// written and its status is returned. A call after EnsureLoadBalancerDeleted of the same Service (same UID) is
 // served only if the API server (once Initialize gave a client) still has it
 // wanting a load balancer from this LoadBalancer; otherwise it writes nothing
 // and returns the status service records.
@@ -72,6 +73,12 @@ func (lb *LoadBalancer) EnsureLoadBalancer(ctx context.Context, clusterName stri
 			}
 		}
 		return nil, cloudprovider.ImplementedElsewhere
+	}
+	if service.DeletionTimestamp != nil {
+		// Being deleted: EnsureLoadBalancerDeleted removes its mappings.
+		// The node sync still calls Update for it, also in a process
+		// that took over after another removed them: its status, nothing written.
+		return service.Status.LoadBalancer.DeepCopy(), nil
 	}
 	t, err := lb.acquire(ctx, o)
 	if err != nil {

@@ -109,3 +109,22 @@ func TestUpdateAfterDeleteWithStaleServiceAddsNothingAfterAPass(t *testing.T) {
 		t.Errorf("router's table after a pass and a stale Update = %q, want empty", got)
 	}
 }
+
+// A Service being deleted (deletionTimestamp set, its finalizer still on) is
+// not served: the service controller's node sync still calls
+// UpdateLoadBalancer for it, also in a process that took over after another
+// removed its mappings and never saw that delete; served, it would put them
+// back for no one to remove before their lease ends.
+func TestUpdateOfServiceBeingDeletedAddsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, fake.RouterConfig{})
+	web := lbService("default", "web", withPorts(port("http", v1.ProtocolTCP, 80, 30080)))
+	now := metav1.Now()
+	web.DeletionTimestamp = &now
+	if err := e.lb.UpdateLoadBalancer(ctx, testCluster, web, threeNodes()); err != nil {
+		t.Fatalf("UpdateLoadBalancer: %v", err)
+	}
+	if got := e.table(); len(got) != 0 {
+		t.Errorf("router's table after an Update of a Service being deleted = %q, want empty", got)
+	}
+}
