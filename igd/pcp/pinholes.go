@@ -65,7 +65,9 @@ func NewPinholes(cfg PinholesConfig) (*Pinholes, error) {
 // p.InternalPort as the external port, for p.Lease. The delete first makes
 // every renewal a new pinhole, which keeps its nonce: miniupnpd before
 // 2.3.6 drops the nonce of a pinhole a MAP renews in place, after which no
-// close is authorized until its lease ends (DESIGN.md). Between the two
+// close is authorized until its lease ends (DESIGN.md); for the same
+// reason the MAP is sent once, not retransmitted (a lost answer fails the
+// call, and the next OpenPinhole deletes and maps again). Between the two
 // answers the router holds no pinhole: a new connection from the internet
 // in that round trip is dropped (and retried by its sender). p is
 // validated first (an error matching pinhole.ErrInvalidPinhole names the
@@ -96,6 +98,12 @@ func (p *Pinholes) OpenPinhole(ctx context.Context, ph pinhole.Pinhole) error {
 	res, err := p.pcp.wire().Map(ctx, pcpwire.MapRequest{
 		Protocol: ph.Protocol, InternalAddr: ph.InternalClient, InternalPort: ph.InternalPort,
 		ExternalPort: ph.InternalPort, Lifetime: ph.Lease, Nonce: p.nonce(ph),
+		// Sent once: a retransmitted MAP the router already carried out
+		// (its answer lost, or slower than the retransmission time) would
+		// renew the pinhole in place, and miniupnpd < 2.3.6 then drops its
+		// nonce, so no close is authorized until its lease ends. A lost
+		// one fails the call; the next OpenPinhole deletes and maps again.
+		Once: true,
 	})
 	if err != nil {
 		return fmt.Errorf("pcp: open pinhole %s: %w", ph, notAuthorized(err))

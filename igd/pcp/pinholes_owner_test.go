@@ -2,11 +2,13 @@ package pcp_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pcp"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
 
@@ -30,5 +32,38 @@ func TestOpenPinholeHeldUnderAnotherNonceIsRefusedAndLeftToItsOwner(t *testing.T
 	}
 	if err := theirs.ClosePinhole(pctx(t), ph); err != nil {
 		t.Errorf("its owner's ClosePinhole after ours = %v, want nil", err)
+	}
+}
+
+// A pinhole whose MAP answer is lost (or comes after the client's first
+// retransmission) still closes: the router made it on the first MAP, and
+// the retransmitted MAP must not renew it in place, which on a router that
+// then drops its nonce (miniupnpd 2.3.1, as the fake models it) refuses
+// every close until its lease ends.
+func TestPinholeWhoseMapAnswerIsLostStillCloses(t *testing.T) {
+	var lost atomic.Bool
+	s := pinholeServer(t, fake.PCPConfig{AllowThirdParty: true, OnAnswer: func(call fake.PCPCall, answer []byte) []byte {
+		if call.Lifetime > 0 && lost.CompareAndSwap(false, true) {
+			return nil // the first MAP's answer is lost
+		}
+		return answer
+	}})
+	c, err := pcp.NewClient(pcp.Config{Server: s.Addr(), CallTimeout: time.Second}) // the lost answer costs a call
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pcp.NewPinholes(pcp.PinholesConfig{PCP: c, Secret: backendSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := pinhole.Pinhole{InternalClient: nodeGUA, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Hour}
+	if err := p.OpenPinhole(pctx(t), ph); err != nil {
+		t.Logf("OpenPinhole with its MAP answer lost: %v", err) // either way, it must close
+	}
+	if err := p.ClosePinhole(pctx(t), ph); err != nil {
+		t.Errorf("ClosePinhole after an open whose MAP answer was lost = %v, want nil", err)
+	}
+	if got := open(s); len(got) != 0 {
+		t.Errorf("open pinholes after ClosePinhole: %v", got)
 	}
 }

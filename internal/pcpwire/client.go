@@ -176,6 +176,15 @@ type MapRequest struct {
 	// Nonce identifies the mapping's owner to the server: a change or
 	// delete of the mapping must carry it. See NonceFor.
 	Nonce [12]byte
+	// Once sends the request once and waits for its answer until the call
+	// ends, with no retransmission: a MAP the server carried out whose
+	// answer was lost, or slower than the retransmission time, is not
+	// sent again. Set it where a repeated MAP is not idempotent: miniupnpd
+	// before 2.3.6 renews an IPv6 pinhole in place on the second MAP and
+	// drops its nonce, after which no delete is authorized (igd/pcp's
+	// Pinholes). A lost request or answer then costs the whole call
+	// (CallTimeout) and an error; the caller retries.
+	Once bool
 }
 
 // MapResult is what the server granted.
@@ -224,7 +233,7 @@ func (c *Client) Map(ctx context.Context, req MapRequest) (MapResult, error) {
 		ExternalPort:  req.ExternalPort,
 		PreferFailure: req.PreferFailure,
 	}
-	a, err := c.call(ctx, "map", m, req.InternalAddr.Unmap())
+	a, err := c.call(ctx, "map", m, req.InternalAddr.Unmap(), !req.Once)
 	if err != nil {
 		return MapResult{}, err
 	}
@@ -270,7 +279,7 @@ func (c *Client) Delete(ctx context.Context, proto igd.Protocol, internalAddr ne
 		return fmt.Errorf("pcp: delete: %w", err)
 	}
 	m := mapMessage{Nonce: nonce, Protocol: wireProto(proto), InternalPort: internalPort}
-	_, err := c.call(ctx, "delete", m, internalAddr.Unmap())
+	_, err := c.call(ctx, "delete", m, internalAddr.Unmap(), true)
 	return err
 }
 
@@ -287,8 +296,9 @@ func wireProto(p igd.Protocol) uint8 {
 // comes or ctx or CallTimeout ends, and returns the answer, with
 // ClientAddr set to the address the request was sent from, when its result
 // is SUCCESS. An internal address of the other family than the server's is
-// a *igderr.FieldError.
-func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr) (_ mapMessage, err error) {
+// a *igderr.FieldError. Without retransmit, m is sent once (see
+// MapRequest.Once).
+func (c *Client) call(ctx context.Context, op string, m mapMessage, internal netip.Addr, retransmit bool) (_ mapMessage, err error) {
 	defer func(start time.Time) { igdmetrics.ObserveRequest("MAP", start, errorCode(err)) }(time.Now())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
@@ -311,7 +321,7 @@ func (c *Client) call(ctx context.Context, op string, m mapMessage, internal net
 		m.ThirdParty = internal
 	}
 	var a mapMessage
-	err = exchange(ctx, conn, server, op, encodeMap(m), func(b []byte) (bool, error) {
+	err = exchange(ctx, conn, server, op, encodeMap(m), retransmit, func(b []byte) (bool, error) {
 		if isUnsupportedVersion(b) {
 			return true, &ResultError{Op: op, Code: UnsuppVersion}
 		}
@@ -359,7 +369,7 @@ func (c *Client) EpochLost(ctx context.Context) (_ bool, err error) {
 		return false, err
 	}
 	var epoch uint32
-	err = exchange(ctx, conn, server, op, encodeAnnounceRequest(client), func(b []byte) (bool, error) {
+	err = exchange(ctx, conn, server, op, encodeAnnounceRequest(client), true, func(b []byte) (bool, error) {
 		e, result, ok := decodeAnnounceAnswer(b)
 		switch {
 		case !ok:
@@ -383,20 +393,23 @@ func (c *Client) EpochLost(ctx context.Context) (_ bool, err error) {
 }
 
 // exchange sends req on conn to server, again after each retransmission
-// time (RFC 6887 §8.1.1), until answer takes a datagram (done) or ctx
-// ends, and returns answer's error. ICMP port unreachable ends it at once:
+// time (RFC 6887 §8.1.1; only once without retransmit), until answer takes
+// a datagram (done) or ctx ends, and returns answer's error. ICMP port unreachable ends it at once:
 // nothing listens on the server's port (a router without PCP, or one
 // restarting); callers retry later.
-func exchange(ctx context.Context, conn net.Conn, server netip.AddrPort, op string, req []byte, answer func(b []byte) (done bool, err error)) error {
+func exchange(ctx context.Context, conn net.Conn, server netip.AddrPort, op string, req []byte, retransmit bool, answer func(b []byte) (done bool, err error)) error {
 	// A read blocks until its deadline; cancelling ctx moves the deadline
 	// to now so that the loop below sees ctx.Err at once.
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	defer stop()
 
 	buf := make([]byte, maxMessageLen+1)
-	for rt := jitter(initialRT); ctx.Err() == nil; rt = jitter(min(2*rt, maxRT)) {
-		if _, err := conn.Write(req); err != nil {
-			return fmt.Errorf("pcp: %s: send to %s: %w", op, server, err)
+	for rt, sent := jitter(initialRT), false; ctx.Err() == nil; rt = jitter(min(2*rt, maxRT)) {
+		if !sent || retransmit {
+			if _, err := conn.Write(req); err != nil {
+				return fmt.Errorf("pcp: %s: send to %s: %w", op, server, err)
+			}
+			sent = true
 		}
 		if err := conn.SetReadDeadline(time.Now().Add(rt)); err != nil {
 			return fmt.Errorf("pcp: %s: %w", op, err)

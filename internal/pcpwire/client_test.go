@@ -209,6 +209,40 @@ func TestMapRetransmits(t *testing.T) {
 	}
 }
 
+// A MAP with Once is sent once: an answer slower than the retransmission
+// time is waited for, and a lost one fails the call, with no second MAP
+// (which miniupnpd < 2.3.6 would take as a renewal in place of an IPv6
+// pinhole, dropping its nonce).
+func TestMapOnceIsNotRetransmitted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lost    bool
+		wantErr error
+	}{
+		{name: "slow answer"},
+		{name: "lost answer", lost: true, wantErr: context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFake(t, func(_ int, req []byte) [][]byte {
+				if tc.lost {
+					return nil
+				}
+				time.Sleep(600 * time.Millisecond) // past two retransmission times
+				return [][]byte{mapReply(req, Success, 3600, 100, extAddr)}
+			})
+			c := newTestClient(t, f, Config{CallTimeout: 2 * time.Second})
+			_, err := c.Map(context.Background(), MapRequest{Protocol: igd.TCP, InternalPort: 30080, Lifetime: time.Hour, Nonce: testNonce, Once: true})
+			if !errors.Is(err, tc.wantErr) {
+				t.Errorf("Map = %v, want %v", err, tc.wantErr)
+			}
+			time.Sleep(100 * time.Millisecond) // a retransmission queued behind the slow answer is read by now
+			if n := len(f.requests()); n != 1 {
+				t.Errorf("server got %d requests, want 1", n)
+			}
+		})
+	}
+}
+
 func TestMapTimesOut(t *testing.T) {
 	f := startFake(t, func(int, []byte) [][]byte { return nil })
 	c := newTestClient(t, f, Config{CallTimeout: 400 * time.Millisecond})

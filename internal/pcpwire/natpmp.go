@@ -26,7 +26,7 @@ func (c *Client) ExternalAddr(ctx context.Context) (_ netip.Addr, err error) {
 	}
 	defer conn.Close()
 	var addr netip.Addr
-	err = exchange(ctx, conn, server, "external address", []byte{0, 0}, func(b []byte) (bool, error) {
+	err = exchange(ctx, conn, server, "external address", []byte{0, 0}, true, func(b []byte) (bool, error) {
 		a, ok := decodeNATPMPAddress(b)
 		if !ok {
 			return false, nil // not the answer
