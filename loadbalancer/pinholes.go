@@ -404,7 +404,8 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 	var errs []error
 	for _, k := range stale {
 		err := lb.cfg.Pinholes.ClosePinhole(ctx, k.pinhole(lb.cfg.pinholeLease()))
-		if err != nil && portRefusal(&PortError{Err: err}) != nil {
+		refused := err != nil && portRefusal(&PortError{Err: err}) != nil
+		if refused {
 			// The router will not close it for this host (UPnP: another
 			// node's, opened by a process that ran there): its lease ends it.
 			klog.FromContext(ctx).V(2).Info("Router refused to close an IPv6 pinhole; left to its lease", "service", o.key(), "address", k.Addr, "port", k.Port, "err", err)
@@ -421,7 +422,9 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 			errs = append(errs, fmt.Errorf("close IPv6 pinhole %s %s: %w", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
 			continue
 		}
-		klog.FromContext(ctx).V(2).Info("Closed IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+		if !refused {
+			klog.FromContext(ctx).V(2).Info("Closed IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("loadbalancer: service %s: %w", o.key(), err)
