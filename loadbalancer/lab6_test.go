@@ -188,26 +188,6 @@ func waitUntil(t testing.TB, what string, limit time.Duration, cond func() bool)
 	return time.Since(start)
 }
 
-// serve listens on addr in node n until the test ends, closing each
-// connection it takes: kube-proxy's stand-in.
-func serve(t testing.TB, n *igdtest.Node, addr netip.AddrPort) {
-	t.Helper()
-	ln, err := n.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-}
-
 // dualStack is a PreferDualStack Service of families fams with TCP ports
 // 8443 and 9443 (UPnP pinholes start at 1024).
 func dualStack(name string, fams ...v1.IPFamily) *v1.Service {
@@ -267,8 +247,8 @@ func TestLabDualStackServedThroughPinholes(t *testing.T) {
 					t.Errorf("UPnP pinholes go to %s, want node 0's %s (the process's own)", gua, l.lab.Nodes[0].GUA)
 				}
 				https, alt := netip.AddrPortFrom(n.GUA, 8443), netip.AddrPortFrom(n.GUA, 9443)
-				serve(t, n, https)
-				serve(t, n, alt)
+				n.Serve(t, https)
+				n.Serve(t, alt)
 				l.wantReach(t, https, true, "after Ensure")
 				l.wantReach(t, alt, true, "after Ensure")
 
@@ -333,7 +313,7 @@ func TestLabCGNATDualStackServedOnIPv6Only(t *testing.T) {
 				t.Errorf("ingress IPs behind CGNAT (-want +got):\n%s", diff)
 			}
 			addr := netip.AddrPortFrom(gua, 8443)
-			serve(t, l.lab.Nodes[0], addr)
+			l.lab.Nodes[0].Serve(t, addr)
 			l.wantReach(t, addr, true, "served on IPv6 behind CGNAT")
 			waitUntil(t, "a Warning "+EventReasonIPFamilyNotServed+" naming IPv4", 10*time.Second, func() bool {
 				evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
@@ -367,7 +347,7 @@ func TestLabPCPServiceDeletedAfterARenewalIsClosed(t *testing.T) {
 	}
 	svc.Status.LoadBalancer = *st
 	addr := netip.AddrPortFrom(l.node(t, st.Ingress[0].IP).GUA, 443)
-	serve(t, l.node(t, st.Ingress[0].IP), addr)
+	l.node(t, st.Ingress[0].IP).Serve(t, addr)
 	l.wantReach(t, addr, true, "after Ensure")
 
 	before := l.pinholeCalls.Load()
@@ -412,8 +392,8 @@ func benchDualStack(b *testing.B, proto pinholeProtocol) {
 	l := newLab6(b, igdtest.Options{Nodes: 2, Daemonize: true}, proto, Config{Clock: clk})
 	ctx := context.Background()
 	for _, n := range l.lab.Nodes {
-		serve(b, n, netip.AddrPortFrom(n.GUA, 8443))
-		serve(b, n, netip.AddrPortFrom(n.GUA, 9443))
+		n.Serve(b, netip.AddrPortFrom(n.GUA, 8443))
+		n.Serve(b, netip.AddrPortFrom(n.GUA, 9443))
 	}
 	var ensure, renew, del []time.Duration
 	var adds, renews, deletes int64
@@ -501,7 +481,7 @@ func benchDualStackRepair(b *testing.B, proto pinholeProtocol, cfg Config) {
 		objs = append(objs, svc)
 		n := l.node(b, st.Ingress[1].IP)
 		a := netip.AddrPortFrom(n.GUA, uint16(p))
-		serve(b, n, a)
+		n.Serve(b, a)
 		ports = append(ports, a)
 	}
 	l.run(b, objs...)

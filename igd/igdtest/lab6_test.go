@@ -40,20 +40,7 @@ func TestIPv6LabReachesTheNodeOnlyThroughAPinhole(t *testing.T) {
 		t.Errorf("node 0 ULA = %s, want fd00:1::10", got)
 	}
 
-	ln, err := n.Listen("tcp", netip.AddrPortFrom(n.GUA, 8443).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	n.Serve(t, netip.AddrPortFrom(n.GUA, 8443))
 	target := netip.AddrPortFrom(n.GUA, 8443)
 	if err := internetReaches(ctx, lab, target); err == nil {
 		t.Fatalf("the internet reaches the node with no pinhole: dial to %s succeeded, want it to fail", target)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"runtime"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -135,4 +136,26 @@ func inNetns(ns string, fn func() error) error {
 		}()
 	}()
 	return <-errc
+}
+
+// Serve listens on addr in the node's namespace until t ends, accepting
+// each connection and closing it at once: the stand-in for a service a
+// reachability check connects to (kube-proxy behind a pinhole). It fails t
+// if it cannot listen.
+func (n *Node) Serve(t testing.TB, addr netip.AddrPort) {
+	t.Helper()
+	ln, err := n.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }

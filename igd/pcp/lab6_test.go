@@ -40,25 +40,6 @@ func labPinholes(t *testing.T, lab *igdtest.Lab, i int) *pcp.Pinholes {
 	return p
 }
 
-// serve listens on addr in node n, closing each connection it takes.
-func serve(t *testing.T, n *igdtest.Node, addr netip.AddrPort) {
-	t.Helper()
-	ln, err := n.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-}
-
 func wantReach(t *testing.T, lab *igdtest.Lab, addr netip.AddrPort, want bool, why string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), unreachableWithin)
@@ -89,7 +70,7 @@ func TestLabPinholeOpensTheWayInOnlyWhileOpen(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := lab.Nodes[tt.node]
 			addr := netip.AddrPortFrom(n.GUA, tt.port)
-			serve(t, n, addr)
+			n.Serve(t, addr)
 			ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: tt.port, Protocol: igd.TCP, Lease: 10 * time.Minute}
 			wantReach(t, lab, addr, false, "before the pinhole")
 			if err := ccm.OpenPinhole(pcplab.Context(t), ph); err != nil {
@@ -123,7 +104,7 @@ func TestLabRenewedPinholeCloses(t *testing.T) {
 	ccm := labPinholes(t, lab, 0)
 	n := lab.Nodes[1]
 	addr := netip.AddrPortFrom(n.GUA, 8443)
-	serve(t, n, addr)
+	n.Serve(t, addr)
 	ph := pinhole.Pinhole{InternalClient: n.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: 10 * time.Minute}
 	for range 3 {
 		if err := ccm.OpenPinhole(pcplab.Context(t), ph); err != nil {
@@ -155,7 +136,7 @@ func TestLabIPv6ClientFindsTheDefaultRouter(t *testing.T) {
 	}
 	target := lab.Nodes[1]
 	addr := netip.AddrPortFrom(target.GUA, 8443)
-	serve(t, target, addr)
+	target.Serve(t, addr)
 	ph := pinhole.Pinhole{InternalClient: target.GUA, InternalPort: 8443, Protocol: igd.TCP, Lease: time.Minute}
 	// The route table read is the calling thread's: call from inside the
 	// node's namespace, as a controller runs in its own.

@@ -64,25 +64,12 @@ func labClient(t *testing.T, lab *igdtest.Lab, i int, discover bool) *pinhole.UP
 	return c
 }
 
-// listen accepts (and closes) connections on [node GUA]:port until the test
-// ends: the stand-in for kube-proxy.
+// listen serves [node GUA]:port until the test ends (igdtest's Serve):
+// the stand-in for kube-proxy.
 func listen(t *testing.T, n *igdtest.Node, port uint16) netip.AddrPort {
 	t.Helper()
 	addr := netip.AddrPortFrom(n.GUA, port)
-	ln, err := n.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	n.Serve(t, addr)
 	return addr
 }
 

@@ -94,7 +94,7 @@ func labBackend6() pcpconformance.Backend6 {
 				n := lab.Nodes[i]
 				tg.Hosts[i] = pcpconformance.Host{Addr: n.GUA, DialContext: n.DialContextFrom(n.GUA)}
 				for _, port := range pcpconformance.Ports6 {
-					accept(t, n, netip.AddrPortFrom(n.GUA, port))
+					n.Serve(t, netip.AddrPortFrom(n.GUA, port))
 				}
 			}
 			return tg
@@ -113,23 +113,3 @@ func TestConformance6Lab(t *testing.T) {
 // unreachableWithin bounds a dial that should fail: the lab router's
 // firewall drops the SYN, so the dial ends only with this bound.
 const unreachableWithin = 500 * time.Millisecond
-
-// accept listens on addr in node n and closes every connection it takes,
-// until the test ends.
-func accept(t *testing.T, n *igdtest.Node, addr netip.AddrPort) {
-	t.Helper()
-	ln, err := n.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-}

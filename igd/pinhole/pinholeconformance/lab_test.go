@@ -49,20 +49,7 @@ func TestConformanceLab(t *testing.T) {
 			})
 			a := lab.Nodes[0]
 			for _, port := range []uint16{pinholeconformance.PortA, pinholeconformance.PortB} {
-				ln, err := a.Listen("tcp", netip.AddrPortFrom(a.GUA, port).String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { ln.Close() })
-				go func() {
-					for {
-						c, err := ln.Accept()
-						if err != nil {
-							return
-						}
-						c.Close()
-					}
-				}()
+				a.Serve(t, netip.AddrPortFrom(a.GUA, port))
 			}
 			return pinholeconformance.Router{
 				A: labClient(t, lab, 0), B: labClient(t, lab, 1),
