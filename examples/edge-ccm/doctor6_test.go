@@ -115,11 +115,7 @@ func TestDoctorChecksIPv6(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
-			config := "gateway:\n" + strings.ReplaceAll(tc.ipv6, "%URL%", url6) + "loadBalancer:\n  allowNonPublicExternalIP: false\n"
-			if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := cloudConfig(t, "gateway:\n"+strings.ReplaceAll(tc.ipv6, "%URL%", url6)+"loadBalancer:\n  allowNonPublicExternalIP: false\n")
 			var out, errOut bytes.Buffer
 			code := doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443", "--output", "json"}, &out, &errOut, dn)
 			var rep routercheck.Report
@@ -196,10 +192,7 @@ func TestDoctorChecksIPv6WithoutAnIPv4Router(t *testing.T) {
 				pinhole:   func(c pinhole.Config) pinhole.Config { c.DialContext = fake.DialAs(nodeGUA); return c },
 				ipv6Addrs: func(string) ([]netip.Addr, error) { return []netip.Addr{nodeGUA}, nil },
 			}
-			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
-			if err := os.WriteFile(path, []byte(gateway+strings.ReplaceAll(tc.ipv6, "%URL%", url6)), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := cloudConfig(t, gateway+strings.ReplaceAll(tc.ipv6, "%URL%", url6))
 			var out, errOut bytes.Buffer
 			code := doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443", "--output", "json"}, &out, &errOut, dn)
 			if code != tc.want {
@@ -319,10 +312,7 @@ func TestLabDoctorIPv6(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
-			if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := cloudConfig(t, config)
 			var out, errOut bytes.Buffer
 			code := doctor(t.Context(), []string{"--cloud-config", path, "--ports", "8443", "--output", "json"}, &out, &errOut, dn)
 			var rep routercheck.Report
@@ -360,14 +350,22 @@ func TestStandaloneReadsGatewayIPv6(t *testing.T) {
 		{"url over IPv4", "gateway:\n  ipv6:\n    enabled: true\n    url: http://192.168.1.1:5000/rootDesc.xml\n", "gateway.ipv6.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
-			if err := os.WriteFile(path, []byte(tc.config), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := cloudConfig(t, tc.config)
 			_, err := buildEdge(path, edge.Options{Class: DefaultClass, Classless: true})
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("buildEdge = %v, want an error naming %q (none: nil)", err, tc.wantErr)
 			}
 		})
 	}
+}
+
+// cloudConfig writes text as a cloud config file for the test and returns
+// its path.
+func cloudConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cloud-config.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

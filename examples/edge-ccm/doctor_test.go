@@ -52,10 +52,7 @@ func TestLabDoctor(t *testing.T) {
 				t.Fatal(err)
 			}
 			dial := doctorNet{igd: func(igd.Config) igd.Config { return lab.ClientConfig(0) }, pcp: pcpClient}
-			path := filepath.Join(t.TempDir(), "cloud-config.yaml")
-			if err := os.WriteFile(path, []byte(tc.cloudConfig), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := cloudConfig(t, tc.cloudConfig)
 			var out, errOut bytes.Buffer
 			code := doctor(t.Context(), []string{"--cloud-config", path, "--output", "json"}, &out, &errOut, dial)
 			if code != tc.wantExit {
