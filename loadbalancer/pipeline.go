@@ -400,7 +400,7 @@ type operation struct {
 func (lb *LoadBalancer) serve(ctx context.Context, t *turn, svc *v1.Service, nodes []*v1.Node, op operation) (*v1.LoadBalancerStatus, error) {
 	fams := families(svc)
 	plans, invalid := planServicePorts(t.owner, svc)
-	if served, _ := lb.servedFamilies(fams); len(served) == 0 {
+	if !lb.servesAny(fams) {
 		invalid = errors.Join(errNoFamily(t.owner, fams), invalid) // every problem reported
 	}
 	if invalid != nil {
@@ -461,15 +461,9 @@ func families(svc *v1.Service) []v1.IPFamily {
 	return svc.Spec.IPFamilies
 }
 
-// servedFamilies returns the families of lb that serve one of fams, and
-// whether every one of fams has a family.
-func (lb *LoadBalancer) servedFamilies(fams []v1.IPFamily) (served []family, all bool) {
-	for _, f := range lb.families {
-		if slices.Contains(fams, f.ipFamily()) {
-			served = append(served, f)
-		}
-	}
-	return served, len(served) == len(fams)
+// servesAny reports whether lb has a family for one of fams.
+func (lb *LoadBalancer) servesAny(fams []v1.IPFamily) bool {
+	return slices.ContainsFunc(lb.families, func(f family) bool { return slices.Contains(fams, f.ipFamily()) })
 }
 
 // ipv4Mappings is the IPv4 family: one port mapping per port of the
