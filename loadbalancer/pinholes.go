@@ -68,9 +68,20 @@ type PinholeProber interface {
 	PinholeHeld(ctx context.Context, p pinhole.Pinhole) (bool, error)
 }
 
-// pinholeLease is the lease of every pinhole: the mappings', at most
-// MaxPinholeLease.
+// pinholeLease is the lease of every pinhole a status records: the
+// mappings', at most MaxPinholeLease.
 func (c Config) pinholeLease() time.Duration { return min(c.effectiveLease(), MaxPinholeLease) }
+
+// firstPinholeLease is the lease of a pinhole opened while background work
+// runs and no status records it yet: four renewal intervals (at most
+// pinholeLease). A pinhole has no description on the router, so until a
+// status records it no other process can find it: one whose opening answer
+// was lost, or whose process stopped before the status was written, ends
+// with this lease when its Service is not served there afterwards. The
+// pass that renews it (due after a renewal interval and a half; a pass runs
+// every interval and lasts at most one) opens it for pinholeLease once the
+// status records it.
+func (c Config) firstPinholeLease() time.Duration { return min(c.pinholeLease(), 4*c.RenewInterval) }
 
 // pinholeKey is a pinhole without its lease.
 type pinholeKey struct {
@@ -158,7 +169,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 		if !due {
 			continue
 		}
-		if err := lb.openPinhole(ctx, o, k); err != nil {
+		if err := lb.openPinhole(ctx, o, k, slices.Contains(req.recorded, k)); err != nil {
 			if pe := portRefusal(&PortError{Service: o.key(), Key: p.key, Err: err}); pe != nil {
 				failed[p.key] = pe
 				delete(keep, k)
@@ -339,12 +350,17 @@ func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *Port
 	return !held || !lb.cfg.Clock.Now().Before(renewAt), nil
 }
 
-// openPinhole opens (or renews) k for o: one router call. Done, it is due
-// for renewal when less than half its lease and half a renewal interval is
+// openPinhole opens (or renews) k for o: one router call, for the lease
+// (recorded: o's status records k), else, while background work runs to
+// lengthen it, for the first lease (firstPinholeLease). Done, it is due for
+// renewal when less than half its lease and half a renewal interval is
 // left, counted from when the call was sent; refused, o no longer holds it;
 // failed otherwise, o holds it (a lost reply may have opened it), due at once.
-func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) error {
+func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey, recorded bool) error {
 	lease := lb.cfg.pinholeLease()
+	if ph, _ := lb.bg.now(); !recorded && ph == phaseRunning {
+		lease = lb.cfg.firstPinholeLease()
+	}
 	sent := lb.cfg.Clock.Now()
 	err := lb.cfg.Pinholes.OpenPinhole(ctx, k.pinhole(lease))
 	refused := err != nil && portRefusal(&PortError{Err: err}) != nil
@@ -359,7 +375,7 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey) 
 		}
 	})
 	if err == nil {
-		klog.FromContext(ctx).V(2).Info("Opened IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port)
+		klog.FromContext(ctx).V(2).Info("Opened IPv6 pinhole", "service", o.key(), "protocol", k.Protocol, "address", k.Addr, "port", k.Port, "lease", lease)
 	}
 	return err
 }

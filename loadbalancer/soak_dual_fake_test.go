@@ -62,7 +62,12 @@ func (w *fakeWorld) startPinholes() error {
 		if err != nil {
 			return fmt.Errorf("the dual-stack soak needs the IPv6 loopback: %w", err)
 		}
-		p.pcp6, err = fake.NewPCPServer(fake.PCPConfig{Router: w.router, Conn: conn, AllowThirdParty: true, MinLifetime: soakLease, OnAnswer: w.onPCPAnswer})
+		// Its minimum lifetime is below a pinhole's first lease (four
+		// renewal intervals): a pinhole no status records, left by a
+		// process that stopped, ends with that lease within the quiet
+		// point's bound (soak.bound), as on a router whose min_lifetime
+		// allows it; miniupnpd's default of 120 s would grant it longer.
+		p.pcp6, err = fake.NewPCPServer(fake.PCPConfig{Router: w.router, Conn: conn, AllowThirdParty: true, MinLifetime: soakRenew, OnAnswer: w.onPCPAnswer})
 		if err != nil {
 			return err
 		}

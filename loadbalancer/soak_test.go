@@ -632,7 +632,9 @@ func (s *soak) run(seed uint64, baseline int) {
 // process started: that process may never have read it while the node was
 // a node, and cannot prove it ours. A Service whose last sync
 // failed is waited for until its controller retries it (see soakRetryMin),
-// then base again.
+// then base again. A pinhole no status records (its opening answer lost,
+// its process stopped) ends with its first lease, four renewal intervals,
+// within base.
 func (s *soak) bound() (base, most time.Duration) {
 	base = 2*(soakRenew+soakProbe) + 10*time.Second
 	return base, base + soakLease + time.Second

@@ -1,0 +1,129 @@
+package loadbalancer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ccmkit/ccmkit/fake"
+	"github.com/ccmkit/ccmkit/igd"
+	"github.com/ccmkit/ccmkit/igd/pinhole"
+)
+
+// lostOpenAnswers is a router that opens every pinhole asked and whose
+// answer never arrives: the caller sees a timeout.
+type lostOpenAnswers struct{ anyHostPinholes }
+
+func (l lostOpenAnswers) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
+	if err := l.anyHostPinholes.OpenPinhole(ctx, p); err != nil {
+		return err
+	}
+	return fmt.Errorf("open pinhole %s: the answer was lost: %w", pinholeRow(p), context.DeadlineExceeded)
+}
+
+// leaseLeft returns how long the router keeps p's pinhole open from now
+// (zero: not open).
+func (f *fakePinholes) leaseLeft(proto igd.Protocol, p pinholeKey) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	end, ok := f.open[pinholeKey{Protocol: proto, Addr: p.Addr, Port: p.Port}]
+	if !ok {
+		return 0
+	}
+	return max(end.Sub(f.clock.Now()), 0)
+}
+
+// firstLeaseConfig is the configuration of the first-lease tests: an hour's
+// lease renewed every five minutes, so a first lease of four renewal
+// intervals (20 minutes) is shorter than a lease.
+func firstLeaseConfig(e *env, p PinholeClient) Config {
+	return Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute,
+		Client: e.router.Client(addrA), Clock: e.clock, Pinholes: p}
+}
+
+// A pinhole whose opening answer was lost, by a process that then stopped
+// before any status recorded it, is known to no process: when its Service
+// is served elsewhere afterwards (here its node's prefix changed, and the
+// next process serves it at the new address only), nothing closes it. It
+// was opened for a first lease, not a whole one: it ends within four
+// renewal intervals, not an hour.
+func TestUnrecordedPinholeOfAStoppedProcessEndsWithItsFirstLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lbA, err := New(firstLeaseConfig(e, lostOpenAnswers{anyHostPinholes{f}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lbA
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	rA := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	diffStrings(t, "pinholes open after the first process's pass", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+	rA.stop(t)
+	live, err := rA.client.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recordedPinholes(live)) != 0 {
+		t.Fatalf("the status records %v after the lost answer; the test needs it to record none", recordedPinholes(live))
+	}
+
+	lbB, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eB := &env{lb: lbB, router: e.router, clock: e.clock}
+	renumbered := newNode("node-a", addrA, withIPv6(guaA2))
+	rB := startBackground(t, eB, renumbered, nodes[1], nodes[2], live)
+	for range 4 { // 20 minutes: four renewal intervals
+		rB.tick(t)
+	}
+	rB.clock.Step(time.Second)
+	diffStrings(t, "pinholes open four renewal intervals later", []string{pin(igd.TCP, guaA2, 8080)}, f.Open())
+}
+
+// A pinhole opened while no status records it is lengthened to the whole
+// lease once the Service's status records it: the pass that opened it
+// patched the status, and the pass that renews it sees the record.
+func TestPinholeLengthenedToTheLeaseOnceItsStatusRecordsIt(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	if got, most := f.leaseLeft(igd.TCP, k), 4*lb.cfg.RenewInterval; got == 0 || got > most {
+		t.Errorf("lease of the pinhole the first pass opened: %s, want at most four renewal intervals (%s)", got, most)
+	}
+	live, err := r.client.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffStrings(t, "pinholes the status records after the first pass", []string{pin(igd.TCP, guaA, 8080)}, pinholeRows(recordedPinholes(live)))
+	for range 2 {
+		r.tick(t)
+	}
+	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
+		t.Errorf("lease of the pinhole two renewal intervals later: %s, want the lease (%s) renewed within the last interval", got, time.Hour)
+	}
+	for range 12 { // an hour more
+		r.tick(t)
+	}
+	diffStrings(t, "pinholes open an hour later", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// pinholeRows is ks as pin rows.
+func pinholeRows(ks []pinholeKey) []string {
+	out := []string{}
+	for _, k := range ks {
+		out = append(out, pin(k.Protocol, k.Addr, k.Port))
+	}
+	return out
+}
