@@ -280,4 +280,21 @@ func TestOwnNodeUnknownByEitherFamily(t *testing.T) {
 			}
 		}
 	})
+	t.Run("two nodes report the global address", func(t *testing.T) {
+		e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		nodes := append([]*v1.Node{newNode("node-a", guaA), newNode("node-a2", guaA)}, others...)
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), nodes)
+		if !errors.Is(err, ErrOwnNodeUnknown) || !strings.Contains(err.Error(), "node-a, node-a2") {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown naming node-a and node-a2", err)
+		}
+	})
+	t.Run("pinhole client fails", func(t *testing.T) {
+		e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		f.Fail(errRouterDown)
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), others)
+		var re *api.RetryError
+		if !errors.Is(err, errRouterDown) || errors.As(err, &re) || !strings.Contains(err.Error(), addrA.String()) {
+			t.Fatalf("error = %v; want the pinhole client's error, naming %s, without a RetryError (back off)", err, addrA)
+		}
+	})
 }
