@@ -158,10 +158,15 @@ type Config struct {
 	// NodeName is the node this process runs on (the downward API's
 	// spec.nodeName), used only with SecureMode (mappings target its
 	// InternalIP) and with a Pinholes client that opens pinholes only to
-	// this host (they go to its global IPv6 address). Empty means the one node reporting this host's address
-	// toward the router (Client.LocalAddr) as InternalIP or ExternalIP, found
-	// on first need and kept, and mappings target that address; until one
-	// matches, Services fail with ErrOwnNodeUnknown and an api.RetryError.
+	// this host (they go to its global IPv6 address). Empty means it is
+	// found on first need, and kept: the one node reporting this host's
+	// address toward the router (Client.LocalAddr) as InternalIP or
+	// ExternalIP, and mappings target that address; else, through a
+	// Pinholes client that says this host's IPv6 addresses
+	// (OwnHostPinholes), the one reporting one of them, and mappings
+	// target Client.LocalAddr still (its InternalIP when the router client
+	// gives none). Until one matches, Services fail with ErrOwnNodeUnknown
+	// and an api.RetryError.
 	NodeName string
 
 	// SecureMode says the router only lets a host map ports to itself

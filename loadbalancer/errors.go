@@ -22,8 +22,9 @@ var (
 	// ErrNoEligibleNode means no node can receive the Service's traffic (see
 	// the package documentation on node choice).
 	ErrNoEligibleNode = errors.New("loadbalancer: no eligible node")
-	// ErrOwnNodeUnknown means a secure-mode router needs this process's node,
-	// and with Config.NodeName empty, no single node has this host's address.
+	// ErrOwnNodeUnknown means a secure-mode router, or pinholes for this host
+	// only, need this process's node, and with Config.NodeName empty, no
+	// single node has this host's address (see Config.NodeName).
 	ErrOwnNodeUnknown = errors.New("loadbalancer: own node unknown")
 	// ErrExternalIPNotUsable means the router's external IP is not IPv4, is
 	// unspecified (WAN down), or not public (see Config.AllowNonPublicExternalIP).

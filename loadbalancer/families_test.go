@@ -31,6 +31,12 @@ const (
 // noPinholes), whose own address is node-a's GUA.
 func newDualEnv(t *testing.T, cfg Config, rc fake.RouterConfig, mode pinholeMode) (*env, *fakePinholes) {
 	t.Helper()
+	return newDualEnvAt(t, addrA, cfg, rc, mode)
+}
+
+// newDualEnvAt is newDualEnv with the router client acting from host local.
+func newDualEnvAt(t *testing.T, local netip.Addr, cfg Config, rc fake.RouterConfig, mode pinholeMode) (*env, *fakePinholes) {
+	t.Helper()
 	var f *fakePinholes
 	e := newEnv(t, Config{}, rc) // for the clock only
 	f = newFakePinholes(e.clock, guaA)
@@ -42,7 +48,7 @@ func newDualEnv(t *testing.T, cfg Config, rc fake.RouterConfig, mode pinholeMode
 	case checkingPinhole:
 		cfg.Pinholes = checkingPinholes{anyHostPinholes{f}}
 	}
-	cfg.Client = e.router.Client(addrA)
+	cfg.Client = e.router.Client(local)
 	cfg.Clock = e.clock
 	lb, err := New(cfg)
 	if err != nil {

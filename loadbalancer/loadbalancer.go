@@ -22,6 +22,7 @@ type LoadBalancer struct {
 	families       []family        // chosen in New: IPv4 mappings, then IPv6 pinholes (family.go)
 	pinholeScope   AnyHostPinholes // cfg.Pinholes, when it says whom it opens for (nil: its own host only)
 	pinholeProber  PinholeProber   // cfg.Pinholes, when it can check a pinhole (nil: it cannot)
+	pinholeHost    OwnHostPinholes // cfg.Pinholes, when it says this host's IPv6 addresses (nil: it cannot)
 
 	// mu guards the fields below; never held across a router or API call.
 	mu        sync.Mutex
@@ -30,7 +31,7 @@ type LoadBalancer struct {
 	nodeAddrs map[netip.Addr]string    // every node address seen, to its node
 	services  map[string]*serviceState // by owner token
 	self      string                   // this process's node when Config.NodeName is empty ("" until found)
-	selfAddr  netip.Addr               // self's address toward the router, by which it was found
+	selfAddr  netip.Addr               // this host's IPv4 address toward the router when self was found (invalid: none)
 	probeSeq  int                      // picks the mapping the next probe reads
 }
 
@@ -46,6 +47,7 @@ func New(cfg Config) (*LoadBalancer, error) {
 	lb.families = newFamilies(lb)
 	lb.pinholeScope, _ = cfg.Pinholes.(AnyHostPinholes)
 	lb.pinholeProber, _ = cfg.Pinholes.(PinholeProber)
+	lb.pinholeHost, _ = cfg.Pinholes.(OwnHostPinholes)
 	return lb, nil
 }
 

@@ -57,6 +57,24 @@ type AnyHostPinholes interface {
 	PinholesForAnyHost() bool
 }
 
+// OwnHostPinholes is a PinholeClient that opens pinholes only for its own
+// host (see AnyHostPinholes) and says which addresses that host has. With
+// Config.NodeName empty, the load balancer then finds its node by them too
+// (see Config.NodeName): Nodes that report only their IPv6 address are
+// found. igd/pinhole's UPnPClient is one.
+type OwnHostPinholes interface {
+	// LocalAddrs returns this host's global IPv6 addresses the client
+	// opens pinholes to (UPnP: those its requests may be sent from). A
+	// Node reporting one of them is this host's: no other host has it.
+	LocalAddrs(ctx context.Context) ([]netip.Addr, error)
+}
+
+var _ interface {
+	PinholeClient
+	PinholeProber
+	OwnHostPinholes
+} = (*pinhole.UPnPClient)(nil)
+
 // PinholeProber is a PinholeClient that can ask the router whether it still
 // holds a pinhole (UPnP: GetPinholePackets by the pinhole's UniqueID). When
 // this process holds no mapping to probe (IPv6-only Services), the

@@ -112,6 +112,17 @@ func (f *fakePinholes) closeFor(p pinhole.Pinhole, anyHost bool) error {
 	return nil
 }
 
+// LocalAddrs returns self, the host's global address (UPnP: the address its
+// requests come from), or fails as every call does.
+func (f *fakePinholes) LocalAddrs(context.Context) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return []netip.Addr{f.self}, nil
+}
+
 func keyOf(p pinhole.Pinhole) pinholeKey {
 	return pinholeKey{Protocol: p.Protocol, Addr: p.InternalClient, Port: p.InternalPort}
 }

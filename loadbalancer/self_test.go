@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cloud-provider/api"
@@ -171,4 +173,128 @@ func TestSeeNodesForgetsOldAddresses(t *testing.T) {
 	if owner != "n3" {
 		t.Errorf("%s is recorded as %q's, want n3's (the later node that reports it)", b, owner)
 	}
+}
+
+// Without Config.NodeName, through a pinhole client that opens pinholes for
+// its own host only and says that host's global IPv6 addresses (UPnP), the
+// LoadBalancer also finds its node by them: the one Node reporting one, when
+// none reports its IPv4 address toward the router (Nodes that list only their
+// IPv6 address, kubelet's --node-ip being it). Its IPv6 family is served at
+// that address; in secure mode its IPv4 mappings still target the address
+// toward the router, the only one the router maps to.
+func TestFindsOwnNodeByItsGlobalIPv6Address(t *testing.T) {
+	stranger := netip.MustParseAddr("192.0.2.99") // no node reports it
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	ext := fake.DefaultExternalIP.String()
+	tests := []struct {
+		name     string
+		local    netip.Addr // the router client's address toward the router
+		secure   bool
+		families []v1.IPFamily
+		nodes    []*v1.Node
+		want     []v1.LoadBalancerIngress
+		wantOpen []string
+		wantMaps []netip.Addr // the mappings' targets
+	}{
+		{name: "nodes report only their IPv6 address", local: addrA, families: []v1.IPFamily{v6},
+			nodes: []*v1.Node{newNode("node-a", guaA), newNode("node-b", guaB)},
+			want:  []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, wantOpen: []string{pin(igd.TCP, guaA, 8080)}},
+		{name: "no node reports the IPv4 address toward the router", local: stranger, families: []v1.IPFamily{v6},
+			nodes: []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))},
+			want:  []v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, wantOpen: []string{pin(igd.TCP, guaA, 8080)}},
+		{name: "secure mode: IPv4 mappings target the address toward the router", local: stranger, secure: true, families: []v1.IPFamily{v4, v6},
+			nodes:    []*v1.Node{newNode("node-a", addrA, withIPv6(guaA)), newNode("node-b", addrB, withIPv6(guaB))},
+			want:     []v1.LoadBalancerIngress{ingress(ext, tcp(8080)), ingress(guaA.String(), tcp(8080))},
+			wantOpen: []string{pin(igd.TCP, guaA, 8080)}, wantMaps: []netip.Addr{stranger}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, f := newDualEnvAt(t, tt.local, Config{SecureMode: tt.secure}, fake.RouterConfig{SecureMode: tt.secure}, ownNodePinholes)
+			st := e.mustEnsure(t, newService("default", "web", withFamilies(tt.families...)), tt.nodes)
+			if diff := cmp.Diff(tt.want, st.Ingress); diff != "" {
+				t.Errorf("status ingress (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantOpen, f.Open()); diff != "" {
+				t.Errorf("pinholes open (-want +got):\n%s", diff)
+			}
+			var maps []netip.Addr
+			for _, m := range e.router.Mappings() {
+				maps = append(maps, m.InternalClient)
+			}
+			if diff := cmp.Diff(tt.wantMaps, maps, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("mappings' targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// When neither this host's IPv4 address toward the router nor its global
+// IPv6 address is a node's, the error names both, the nodes' addresses and
+// Config.NodeName, and asks to retry: the node may register later. A
+// router client that gives no IPv4 address does not stop the IPv6 match.
+func TestOwnNodeUnknownByEitherFamily(t *testing.T) {
+	boom := &igd.UPnPError{Action: "LocalAddr", Code: 501, Description: "ActionFailed"}
+	others := []*v1.Node{newNode("node-b", addrB, withIPv6(guaB)), newNode("node-c", addrC)}
+	t.Run("neither matches", func(t *testing.T) {
+		e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), others)
+		var re *api.RetryError
+		if !errors.Is(err, ErrOwnNodeUnknown) || !errors.As(err, &re) {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown with an api.RetryError", err)
+		}
+		for _, s := range []string{"default/web", "NodeName", addrA.String(), guaA.String(), "node-b", guaB.String(), "node-c", addrC.String()} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+		if open := f.Open(); len(open) != 0 {
+			t.Errorf("pinholes open: %v, want none", open)
+		}
+	})
+	t.Run("no IPv4 address toward the router, IPv6 matches", func(t *testing.T) {
+		e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		e.router.Intercept(fake.RouterHooks{LocalAddr: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+			return netip.Addr{}, boom
+		}})
+		nodes := append([]*v1.Node{newNode("node-a", guaA)}, others...)
+		st := e.mustEnsure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), nodes)
+		if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(guaA.String(), tcp(8080))}, st.Ingress); diff != "" {
+			t.Errorf("status ingress (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{pin(igd.TCP, guaA, 8080)}, f.Open()); diff != "" {
+			t.Errorf("pinholes open (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("no IPv4 address toward the router, IPv6 matches none", func(t *testing.T) {
+		e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		e.router.Intercept(fake.RouterHooks{LocalAddr: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
+			return netip.Addr{}, boom
+		}})
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), others)
+		if !errors.Is(err, ErrOwnNodeUnknown) || !errors.Is(err, boom) {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown and the client's error", err)
+		}
+		for _, s := range []string{"NodeName", guaA.String(), "node-b"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+	})
+	t.Run("two nodes report the global address", func(t *testing.T) {
+		e, _ := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		nodes := append([]*v1.Node{newNode("node-a", guaA), newNode("node-a2", guaA)}, others...)
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), nodes)
+		if !errors.Is(err, ErrOwnNodeUnknown) || !strings.Contains(err.Error(), "node-a, node-a2") {
+			t.Fatalf("error = %v; want ErrOwnNodeUnknown naming node-a and node-a2", err)
+		}
+	})
+	t.Run("pinhole client fails", func(t *testing.T) {
+		e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, ownNodePinholes)
+		f.Fail(errRouterDown)
+		_, err := e.ensure(t, newService("default", "web", withFamilies(v1.IPv6Protocol)), others)
+		var re *api.RetryError
+		if !errors.Is(err, errRouterDown) || errors.As(err, &re) || !strings.Contains(err.Error(), addrA.String()) {
+			t.Fatalf("error = %v; want the pinhole client's error, naming %s, without a RetryError (back off)", err, addrA)
+		}
+	})
 }

@@ -10,8 +10,8 @@ import (
 )
 
 // This file is the UPnPClient as a load balancer uses it: pinholes named by
-// what they open, not by the router's UniqueID (loadbalancer.PinholeClient
-// and PinholeProber).
+// what they open, not by the router's UniqueID (loadbalancer.PinholeClient,
+// PinholeProber and OwnHostPinholes).
 
 // opening names a pinhole without its lease: what a UniqueID stands for.
 type opening struct {
@@ -87,4 +87,11 @@ func (c *UPnPClient) PinholeHeld(ctx context.Context, p Pinhole) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// LocalAddrs returns Config.LocalAddr, the one address this client sends
+// from and so the one it opens pinholes to (loadbalancer.OwnHostPinholes).
+// It sends nothing.
+func (c *UPnPClient) LocalAddrs(context.Context) ([]netip.Addr, error) {
+	return []netip.Addr{c.cfg.LocalAddr}, nil
 }

@@ -136,3 +136,21 @@ func TestDescriptionInLatin1(t *testing.T) {
 		t.Errorf("the router holds %d pinholes, want 1", got)
 	}
 }
+
+// TestLocalAddrsIsTheAddressRequestsLeaveFrom: LocalAddrs answers
+// Config.LocalAddr, the one address the client opens pinholes to, without
+// a call to the router.
+func TestLocalAddrsIsTheAddressRequestsLeaveFrom(t *testing.T) {
+	r := fake.NewRouter(fake.RouterConfig{})
+	c, err := pinhole.New(pinhole.Config{LocalAddr: gua, RootDescURL: fakeRouter(t, r), DialContext: asGUA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.LocalAddrs(t.Context())
+	if err != nil || len(got) != 1 || got[0] != gua {
+		t.Errorf("LocalAddrs = %v, %v; want [%s], nil", got, err, gua)
+	}
+	if calls := r.Calls(); len(calls) != 0 {
+		t.Errorf("the router received %v, want nothing", calls)
+	}
+}

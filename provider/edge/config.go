@@ -182,7 +182,9 @@ type LoadBalancerConfig struct {
 	// pinholes (gateway.ipv6) and no secureMode, first the node whose
 	// address is the IPv4 address on the interface holding this host's
 	// global IPv6 address (gateway.ipv6.interface when set), which works
-	// where the IPv4 router is not found.
+	// where the IPv4 router is not found. With UPnP pinholes, when no node
+	// reports that IPv4 address: the node reporting one of this host's
+	// global IPv6 addresses (Nodes listing only their IPv6 address).
 	NodeName string `json:"nodeName"`
 
 	// The operator's limits. Each refused port is not mapped (a mapping the

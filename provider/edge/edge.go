@@ -151,6 +151,10 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		secret = s
 	}
+	interfaces := opts.interfaces
+	if interfaces == nil {
+		interfaces = hostinfo.Interfaces
+	}
 	client := opts.Client
 	if client == nil {
 		upnp, err := igd.NewClient(cfg.Gateway.ClientConfig())
@@ -159,10 +163,6 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 		}
 		client = upnp
 		if cfg.Gateway.IPv6.Enabled && !cfg.Gateway.usesPCP() && cfg.LoadBalancer.NodeName == "" && !cfg.LoadBalancer.SecureMode {
-			interfaces := opts.interfaces
-			if interfaces == nil {
-				interfaces = hostinfo.Interfaces
-			}
 			client = selfByAddress{UPnPClient: upnp, iface: cfg.Gateway.IPv6.Interface, interfaces: interfaces}
 		}
 		if cfg.Gateway.usesPCP() {
@@ -179,7 +179,7 @@ func New(cfg Config, opts Options) (*provider.Cloud, error) {
 	}
 	var pinholes loadbalancer.PinholeClient // nil: IPv6 not served
 	if cfg.Gateway.IPv6.Enabled {
-		p, err := newPinholes(cfg.Gateway, secret, opts.pinholeDial)
+		p, err := newPinholes(cfg.Gateway, secret, opts.pinholeDial, interfaces)
 		if err != nil {
 			return nil, err
 		}

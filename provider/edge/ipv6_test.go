@@ -35,7 +35,8 @@ var nodeGUA = netip.MustParseAddr("2001:db8:1::10")
 // on the interface that holds this host's global IPv6 address, even when
 // the IPv4 router's client gives no address a node reports (the fake
 // router on 127.0.0.1) or none at all (no IPv4 router found, as behind a
-// carrier's NAT).
+// carrier's NAT); and the one reporting this host's global IPv6 address
+// when it reports no IPv4 address (in secure mode too).
 func TestIPv6ServesDualStackServices(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString([]byte(randomBytes(32)))), 0o600); err != nil {
@@ -61,7 +62,12 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 		// noNodeName leaves loadBalancer.nodeName out (else n1); noIPv4
 		// makes gateway.url name a port nothing listens on.
 		noNodeName, noIPv4 bool
-		want               []v1.LoadBalancerIngress
+		// secure sets loadBalancer.secureMode.
+		secure bool
+		// ipv6Only makes n1 report only its global IPv6 address (kubelet's
+		// --node-ip the IPv6 one).
+		ipv6Only bool
+		want     []v1.LoadBalancerIngress
 		// wantPinholes are the router's open pinholes ("TCP [addr]:port").
 		wantPinholes []string
 	}{
@@ -73,6 +79,8 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 		{name: "upnp behind CGNAT", ipv6: "    enabled: true\n    url: %URL%\n", cgnat: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
 		{name: "upnp without nodeName", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, want: dual, wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
 		{name: "upnp without nodeName or IPv4 router", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, noIPv4: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
+		{name: "upnp without nodeName, the node reporting only its IPv6 address", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, ipv6Only: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
+		{name: "upnp in secure mode without nodeName, the node reporting only its IPv6 address", ipv6: "    enabled: true\n    url: %URL%\n", noNodeName: true, ipv6Only: true, secure: true, want: dual[1:], wantPinholes: []string{"TCP [2001:db8:1::10]:8443"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var wan netip.Addr // the default, public
@@ -113,8 +121,12 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 				t.Cleanup(s6.Close)
 				config += "  ipv6:\n" + strings.ReplaceAll(tt.ipv6, "%URL%", s6.RootDescURL)
 			}
+			config += "loadBalancer:\n"
 			if !tt.noNodeName {
-				config += "loadBalancer:\n  nodeName: n1\n"
+				config += "  nodeName: n1\n"
+			}
+			if tt.secure {
+				config += "  secureMode: true\n"
 			}
 			cfg, err := ParseConfig(strings.NewReader(config))
 			if err != nil {
@@ -125,7 +137,11 @@ func TestIPv6ServesDualStackServices(t *testing.T) {
 				t.Fatal(err)
 			}
 			lb, _ := cloud.LoadBalancer()
-			st, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", svc, []*v1.Node{node})
+			n := node
+			if tt.ipv6Only {
+				n = cluster.Node("n1", cluster.Initialized(), cluster.InternalIP(nodeGUA.String()))
+			}
+			st, err := lb.EnsureLoadBalancer(context.Background(), "kubernetes", svc, []*v1.Node{n})
 			if err != nil {
 				t.Fatalf("EnsureLoadBalancer: %v", err)
 			}

@@ -2,14 +2,19 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/internal/hostinfo"
+	"github.com/ccmkit/ccmkit/loadbalancer"
 )
 
 // TestOwnNodeAddressWithoutNodeName checks the address the load balancer
@@ -92,4 +97,40 @@ func addrs(s ...string) []netip.Addr {
 		out[i] = netip.MustParseAddr(a)
 	}
 	return out
+}
+
+// TestOwnPinholesSayThisHostsGlobalAddresses: the UPnP pinhole client gives
+// the load balancer this host's global IPv6 addresses (not ULA, link-local
+// or loopback), on gateway.ipv6.interface when set, to find its node by.
+func TestOwnPinholesSayThisHostsGlobalAddresses(t *testing.T) {
+	lo := hostinfo.Interface{Name: "lo", Index: 1, Addrs: addrs("127.0.0.1", "::1")}
+	eth0 := hostinfo.Interface{Name: "eth0", Index: 2, Addrs: addrs("192.168.1.2", "fe80::10", "fd00:1::10", nodeGUA.String())}
+	eth1 := hostinfo.Interface{Name: "eth1", Index: 3, Addrs: addrs("192.168.2.2", "2001:db8:2::10")}
+	broken := errors.New("netlink: permission denied")
+	for _, tt := range []struct {
+		name    string
+		iface   string // gateway.ipv6.interface
+		ifsErr  error
+		want    []netip.Addr
+		wantErr error
+	}{
+		{name: "every interface", want: []netip.Addr{nodeGUA, netip.MustParseAddr("2001:db8:2::10")}},
+		{name: "on gateway.ipv6.interface", iface: "eth0", want: []netip.Addr{nodeGUA}},
+		{name: "interfaces unreadable", ifsErr: broken, wantErr: broken},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := GatewayConfig{IPv6: IPv6Config{Enabled: true, Interface: tt.iface}}
+			c, err := newPinholes(g, nil, nil, func() ([]hostinfo.Interface, error) { return []hostinfo.Interface{lo, eth0, eth1}, tt.ifsErr })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.(loadbalancer.OwnHostPinholes).LocalAddrs(context.Background())
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("LocalAddrs error = %v, want %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+				t.Errorf("LocalAddrs (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

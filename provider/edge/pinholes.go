@@ -51,8 +51,9 @@ func (g GatewayConfig) PCPConfig6() pcp.Config {
 
 // newPinholes returns the pinhole client gateway.ipv6 asks for: through PCP
 // (when mappings are, with secret) or UPnP. dial, when set, opens the UPnP
-// client's connections.
-func newPinholes(g GatewayConfig, secret []byte, dial func(ctx context.Context, network, address string) (net.Conn, error)) (loadbalancer.PinholeClient, error) {
+// client's connections; interfaces returns this host's interfaces and their
+// addresses.
+func newPinholes(g GatewayConfig, secret []byte, dial func(ctx context.Context, network, address string) (net.Conn, error), interfaces func() ([]hostinfo.Interface, error)) (loadbalancer.PinholeClient, error) {
 	if g.usesPCP() {
 		c, err := pcp.NewClient(g.PCPConfig6())
 		if err != nil {
@@ -64,7 +65,7 @@ func newPinholes(g GatewayConfig, secret []byte, dial func(ctx context.Context, 
 		}
 		return p, nil
 	}
-	return &ownPinholes{gw: g, dial: dial, clients: make(map[netip.Addr]*pinhole.UPnPClient)}, nil
+	return &ownPinholes{gw: g, dial: dial, interfaces: interfaces, clients: make(map[netip.Addr]*pinhole.UPnPClient)}, nil
 }
 
 // ownPinholes opens pinholes through UPnP, which opens them only to the
@@ -74,9 +75,13 @@ func newPinholes(g GatewayConfig, secret []byte, dial func(ctx context.Context, 
 // its own node only). One pinhole.UPnPClient per such address, made on
 // first use: a node whose prefix changed gets a new one, and the old one
 // still closes what was opened from the old address while the host has it.
+// It says this host's global IPv6 addresses (LocalAddrs), by which the load
+// balancer finds its node when the Nodes report no IPv4 address it knows.
 type ownPinholes struct {
 	gw   GatewayConfig
 	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// interfaces returns this host's interfaces and their addresses.
+	interfaces func() ([]hostinfo.Interface, error)
 
 	// mu guards clients, by the address they send from.
 	mu      sync.Mutex
@@ -84,8 +89,9 @@ type ownPinholes struct {
 }
 
 var (
-	_ loadbalancer.PinholeClient = (*ownPinholes)(nil)
-	_ loadbalancer.PinholeProber = (*ownPinholes)(nil)
+	_ loadbalancer.PinholeClient   = (*ownPinholes)(nil)
+	_ loadbalancer.PinholeProber   = (*ownPinholes)(nil)
+	_ loadbalancer.OwnHostPinholes = (*ownPinholes)(nil)
 )
 
 // client returns the client that sends from local.
@@ -151,6 +157,28 @@ func (o *ownPinholes) PinholeHeld(ctx context.Context, p pinhole.Pinhole) (bool,
 	return c.PinholeHeld(ctx, p)
 }
 
+// LocalAddrs implements loadbalancer.OwnHostPinholes: this host's global
+// IPv6 addresses (on gateway.ipv6.interface when set), in the host's order,
+// each one a pinhole's request can be sent from.
+func (o *ownPinholes) LocalAddrs(context.Context) ([]netip.Addr, error) {
+	ifs, err := o.interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("edge: gateway.ipv6: this host's interfaces: %w", err)
+	}
+	var out []netip.Addr
+	for _, i := range ifs {
+		if !i.Is(o.gw.IPv6.Interface) {
+			continue
+		}
+		for _, a := range i.Addrs {
+			if pinhole.ValidateInternalClient(a) == nil && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
 // selfByAddress is the router client the load balancer finds its own node
 // by (Client.LocalAddr, when loadBalancer.nodeName is empty) where UPnP
 // pinholes serve IPv6 and the router maps IPv4 to any host (no
@@ -160,7 +188,9 @@ func (o *ownPinholes) PinholeHeld(ctx context.Context, p pinhole.Pinhole) (bool,
 // to the address a request comes from), and that address is the better
 // guide: the UPnP client's address toward the router names the node only
 // while the IPv4 router is found, which behind a carrier's NAT it may not
-// be. Every other method is the UPnP client's.
+// be. A node that reports only its IPv6 address the load balancer finds by
+// the pinhole client's (ownPinholes.LocalAddrs). Every other method is the
+// UPnP client's.
 type selfByAddress struct {
 	*igd.UPnPClient
 	// iface is gateway.ipv6.interface: "" = every interface.

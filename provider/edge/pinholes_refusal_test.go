@@ -22,7 +22,7 @@ import (
 // send from that address.
 func TestClosePinholeAtAnAddressThisHostLacksIsARefusal(t *testing.T) {
 	g := GatewayConfig{IPv6: IPv6Config{Enabled: true, URL: "http://[::1]:1/rootDesc.xml"}}
-	c, err := newPinholes(g, nil, nil)
+	c, err := newPinholes(g, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
