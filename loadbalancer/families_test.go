@@ -425,6 +425,7 @@ func TestEnsureServingOneFamilyAfterADeleteLetsPassesServeIt(t *testing.T) {
 	if err := e.lb.EnsureLoadBalancerDeleted(context.Background(), testCluster, svc); err != nil {
 		t.Fatal(err)
 	}
+	svc.Status.LoadBalancer = v1.LoadBalancerStatus{} // the service controller clears it
 	e.router.Intercept(fake.RouterHooks{ExternalIP: func(context.Context, netip.Addr, fake.AddrFunc) (netip.Addr, error) {
 		return netip.Addr{}, errRouterDown
 	}})

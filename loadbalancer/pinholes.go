@@ -145,9 +145,9 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 	claims, err := lb.pinholeClaims(o, req.recorded)
 	if err != nil {
 		// Its pinholes stay: the statuses are not known yet. It holds
-		// the recorded ones, due at once: the status this operation
-		// returns (the other family's alone) no longer records them,
-		// and the next operation closes those no longer wanted.
+		// the recorded ones, due at once (the status this operation
+		// returns keeps recording them, joinFamilies), and the next
+		// operation closes those no longer wanted.
 		lb.update(o, func(s *serviceState) {
 			for _, k := range req.recorded {
 				if _, held := s.pinholes[k]; !held {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -126,4 +127,30 @@ func pinholeRows(ks []pinholeKey) []string {
 		out = append(out, pin(k.Protocol, k.Addr, k.Port))
 	}
 	return out
+}
+
+// A family whose router call fails while the other family is served keeps
+// its part of the status as it was: for IPv6 the status is the only record
+// of the Service's pinholes, and a renewal whose answer was lost may have
+// opened them again, so a status written without them would leave them to a
+// whole lease once this process stops. The family is still reported down
+// (a Warning event, retried in the background).
+func TestFailingFamilyKeepsItsRecordedIngressWhileTheOtherIsServed(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	nodes := dualNodes()
+	svc := dualService("web")
+	before := e.mustEnsure(t, svc, nodes)
+	svc.Status.LoadBalancer = *before
+	e.clock.Step(e.lb.cfg.pinholeLease() / 2) // the pinholes are due for renewal
+	f.Fail(fmt.Errorf("open pinhole: %w", context.DeadlineExceeded))
+	got, err := e.ensure(t, svc, nodes)
+	if err != nil {
+		t.Fatalf("Ensure with the IPv6 router failing and IPv4 served: %v", err)
+	}
+	if diff := cmp.Diff(before, got); diff != "" {
+		t.Errorf("status while IPv6 renewals fail (-want +got):\n%s", diff)
+	}
+	if !e.lb.familyDown(newOwner(testCluster, svc.Namespace, svc.Name)) {
+		t.Errorf("IPv6 not reported down while its renewals fail")
+	}
 }

@@ -595,9 +595,8 @@ func TestPinholesClosedForWantOfANodeAreFreeForAnotherService(t *testing.T) {
 // A restarted process whose Service cache has not synced yet cannot learn
 // the pinholes other Services' statuses record, so it leaves a dual-stack
 // Service's pinholes as they are and serves it on IPv4 only; the status it
-// returns then no longer records them. They are not forgotten: once the
-// cache has synced, the one its port no longer wants is closed, the other
-// kept.
+// returns keeps recording them as they were. Once the cache has synced, the
+// one its port no longer wants is closed, the other kept.
 func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *testing.T) {
 	e, f := newDualEnv(t, Config{ClusterName: testCluster}, fake.RouterConfig{}, anyHostPinhole)
 	nodes := dualNodes()
@@ -612,16 +611,16 @@ func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *tes
 	}
 	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(cancel)
 	if err := restarted.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
 		t.Fatal(err)
 	}
+	recorded := svc.Status.LoadBalancer.Ingress[1]
 	st, err := restarted.EnsureLoadBalancer(ctx, testCluster, svc, nodes)
 	if err != nil {
 		t.Fatalf("Ensure before the Service cache synced: %v", err)
 	}
-	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080))}, st.Ingress); diff != "" {
+	if diff := cmp.Diff([]v1.LoadBalancerIngress{ingress(e.router.ExternalIP().String(), tcp(8080)), recorded}, st.Ingress); diff != "" {
 		t.Fatalf("status before the Service cache synced (-want +got):\n%s", diff)
 	}
 	svc.Status.LoadBalancer = *st // the service controller writes it
@@ -629,6 +628,8 @@ func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *tes
 		t.Fatal(err)
 	}
 
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
 		restarted.Run(ctx)

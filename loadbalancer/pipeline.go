@@ -1077,8 +1077,12 @@ type familyStatus struct {
 // family not served while another is (one that failed, or one the load
 // balancer has no family for) gets a Warning event saying why
 // (familyNotServed); one that failed is retried in the background
-// (familyDown). With none served, the Service fails with each family's
-// error, and the first family's status (for a pass to record).
+// (familyDown). A family that failed without a status of its own (a router
+// that failed: what it holds is not known) keeps its part of svc's status as
+// it is (recordedIngress): for IPv6 the status is the only record of its
+// pinholes, which a lost answer may have opened. With none served, the
+// Service fails with each family's error, and a status for a pass to record
+// when a family returned one.
 func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamily, got []familyStatus) (*v1.LoadBalancerStatus, error) {
 	var errs []error
 	var down, served []v1.IPFamily
@@ -1092,14 +1096,20 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 	}
 	if len(served) == 0 {
 		lb.update(o, func(s *serviceState) { s.familyDown = false }) // the caller retries
-		var st *v1.LoadBalancerStatus
-		if len(got) > 0 {
-			st = got[0].status
-		}
+		err := errors.Join(errs...)
 		if len(errs) == 1 {
-			return st, errs[0]
+			err = errs[0]
 		}
-		return st, errors.Join(errs...)
+		if !slices.ContainsFunc(got, func(g familyStatus) bool { return g.status != nil }) {
+			return nil, err
+		}
+		st := &v1.LoadBalancerStatus{}
+		for _, f := range fams {
+			if i := slices.IndexFunc(got, func(g familyStatus) bool { return g.family == f }); i >= 0 {
+				st.Ingress = append(st.Ingress, got[i].keptIngress(svc)...)
+			}
+		}
+		return st, err
 	}
 	lb.update(o, func(s *serviceState) {
 		s.familyDown = len(down) > 0
@@ -1120,7 +1130,19 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 			st.Ingress = append(st.Ingress, got[i].status.Ingress...)
 		default:
 			lb.familyNotServed(o, svc, f, got[i].err)
+			if got[i].status == nil {
+				st.Ingress = append(st.Ingress, got[i].keptIngress(svc)...)
+			}
 		}
 	}
 	return st, nil
+}
+
+// keptIngress is g's part of the status of svc, g not served: the status it
+// returned, or, with none, svc's status's ingress of its family as it is.
+func (g familyStatus) keptIngress(svc *v1.Service) []v1.LoadBalancerIngress {
+	if g.status != nil {
+		return g.status.Ingress
+	}
+	return recordedIngress(svc, g.family)
 }
