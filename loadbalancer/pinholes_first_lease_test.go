@@ -127,3 +127,33 @@ func pinholeRows(ks []pinholeKey) []string {
 	}
 	return out
 }
+
+// A pinhole opened for its first lease is lengthened to the lease by the
+// first pass that sees its status record it, not only when it is due for
+// renewal (an interval and a half after it opened): a process that stops
+// in between with no other taking over for a while (a crash loop, an
+// upgrade, a router whose control point stopped answering) leaves the
+// pinhole its status records, which its Service still wants, open for the
+// lease, as it leaves every mapping, and not for the rest of its first
+// lease.
+func TestPinholeLengthenedByTheFirstPassThatSeesItsRecord(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	diffStrings(t, "pinholes the status records after the first pass", []string{pin(igd.TCP, guaA, 8080)},
+		pinholeRows(recordedPinholes(r.service(t, svc.Namespace, svc.Name))))
+	r.tick(t) // the first pass that sees the record
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
+		t.Errorf("lease of the pinhole after the pass that saw its record: %s, want the lease (%s) renewed by that pass", got, time.Hour)
+	}
+	r.stop(t)
+	r.clock.Step(4 * lb.cfg.RenewInterval)
+	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
