@@ -157,3 +157,36 @@ func TestPinholeLengthenedByTheFirstPassThatSeesItsRecord(t *testing.T) {
 	r.clock.Step(4 * lb.cfg.RenewInterval)
 	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
+
+// An Ensure whose Service is stale (its status does not record the
+// pinhole yet) renews a pinhole that is due for its first lease, and the
+// router shortens it to that; the next pass, which reads the status that
+// records it, opens it for the lease again.
+func TestPinholeShortenedByAStaleEnsureLengthenedByTheNextPass(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	stale := svc.DeepCopy() // as the service controller's cache had it, before any status
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	for range 2 {
+		r.tick(t)
+	}
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	lb.expirePinholes() // due: as after a router restart
+	e.mustEnsure(t, stale, nodes)
+	if got, most := f.leaseLeft(igd.TCP, k), firstLeaseConfig(e, nil).firstPinholeLease(); got > most {
+		t.Fatalf("lease of the pinhole the stale Ensure renewed: %s, want its first lease (%s) at most; the test needs it shortened", got, most)
+	}
+	r.tick(t)
+	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
+		t.Errorf("lease of the pinhole after the next pass: %s, want the lease (%s) renewed by that pass", got, time.Hour)
+	}
+	r.stop(t)
+	r.clock.Step(4 * lb.cfg.RenewInterval)
+	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
