@@ -3,6 +3,7 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,4 +190,61 @@ func TestPinholeShortenedByAStaleEnsureLengthenedByTheNextPass(t *testing.T) {
 	r.stop(t)
 	r.clock.Step(4 * lb.cfg.RenewInterval)
 	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// losingAnswers is a router that, once lose is set, opens every pinhole
+// asked and loses the answer (the caller sees a timeout).
+type losingAnswers struct {
+	anyHostPinholes
+	lose *atomic.Bool
+}
+
+func (l losingAnswers) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
+	if l.lose.Load() {
+		return lostOpenAnswers{l.anyHostPinholes}.OpenPinhole(ctx, p)
+	}
+	return l.anyHostPinholes.OpenPinhole(ctx, p)
+}
+
+// A dual-stack Service whose IPv6 family fails in a pass (here the
+// renewal's answers are lost; the router renewed the pinholes for the
+// lease) is recorded with its IPv4 ingress alone, while the pinholes may be
+// open: when its process then stops and the Service is served elsewhere
+// afterwards (its node's prefix changed), no process knows them. They must
+// end within the first lease, as one whose opening answer was lost does.
+func TestPinholesOfAFailedFamilyEndWithTheFirstLeaseWhenTheirProcessStops(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	var lose atomic.Bool
+	lbA, err := New(firstLeaseConfig(e, losingAnswers{anyHostPinholes{f}, &lose}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lbA
+	nodes := dualNodes()
+	svc := dualService("web")
+	rA := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	rA.tick(t) // lengthened to the lease
+	lose.Store(true)
+	for range 6 { // 35 minutes: the renewal, its answers lost
+		rA.tick(t)
+	}
+	rA.stop(t)
+	live := rA.service(t, svc.Namespace, svc.Name)
+	if len(recordedPinholes(live)) != 0 {
+		t.Fatalf("the status records %v after the failed renewal; the test needs it to record none", recordedPinholes(live))
+	}
+	diffStrings(t, "pinholes open when the first process stopped", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
+
+	lbB, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eB := &env{lb: lbB, router: e.router, clock: e.clock}
+	renumbered := newNode("node-a", addrA, withIPv6(guaA2))
+	rB := startBackground(t, eB, renumbered, nodes[1], nodes[2], live)
+	for range 4 { // 20 minutes: four renewal intervals
+		rB.tick(t)
+	}
+	rB.clock.Step(time.Second)
+	diffStrings(t, "pinholes open four renewal intervals later", []string{pin(igd.TCP, guaA2, 8080), pin(igd.UDP, guaA2, 5353)}, f.Open())
 }
