@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -247,4 +251,32 @@ func TestPinholesOfAFailedFamilyEndWithTheFirstLeaseWhenTheirProcessStops(t *tes
 	}
 	rB.clock.Step(time.Second)
 	diffStrings(t, "pinholes open four renewal intervals later", []string{pin(igd.TCP, guaA2, 8080), pin(igd.UDP, guaA2, 5353)}, f.Open())
+}
+
+// A pinhole whose status is never written (here every patch of it fails)
+// stays open while its Service is served: each renewal opens it for the
+// first lease again, due after a renewal interval and a half.
+func TestPinholeNoStatusRecordsStaysOpenRenewedForItsFirstLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
+	client.PrependReactor("patch", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, nil, errors.New("services/status: forbidden")
+	})
+	r := startBackgroundOn(t, e, client)
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	f.Calls()
+	for range 24 { // two hours
+		r.tick(t)
+		if got := f.leaseLeft(igd.TCP, k); got == 0 {
+			t.Fatalf("pinhole closed at %s (calls %v)", r.clock.Now(), f.Calls())
+		}
+	}
+	t.Logf("opens in two hours: %d", len(f.Calls()))
 }
