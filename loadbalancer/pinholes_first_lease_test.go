@@ -280,3 +280,51 @@ func TestPinholeNoStatusRecordsStaysOpenRenewedForItsFirstLease(t *testing.T) {
 	}
 	t.Logf("opens in two hours: %d", len(f.Calls()))
 }
+
+// grantingAtMost is a router whose lifetimes end at most: a longer lease
+// asked is granted for most, and the call fails, as igd/pcp's OpenPinhole
+// does when the router's max_lifetime cut it.
+type grantingAtMost struct {
+	anyHostPinholes
+	most time.Duration
+}
+
+func (g grantingAtMost) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
+	asked := p.Lease
+	p.Lease = min(p.Lease, g.most)
+	if err := g.anyHostPinholes.OpenPinhole(ctx, p); err != nil {
+		return err
+	}
+	if p.Lease < asked {
+		return fmt.Errorf("open pinhole %s: the router granted %v of the %v asked (its max_lifetime)", pinholeRow(p), p.Lease, asked)
+	}
+	return nil
+}
+
+// A router that grants a pinhole less than the lease (a PCP max_lifetime
+// below it) fails every open for the lease. The first lease, shorter, is
+// granted: a dual-stack Service's status must not then list its IPv6
+// ingress after one pass and drop it after the next (each time a patch,
+// and a Warning that IPv6 is not served), for as long as it is served.
+func TestDualStackStatusSteadyWhenTheRouterGrantsOnlyTheFirstLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, grantingAtMost{anyHostPinholes{f}, 30 * time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := dualService("web")
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	var got []string
+	for range 6 {
+		r.tick(t)
+		got = append(got, fmt.Sprint(pinholeRows(recordedPinholes(r.service(t, svc.Namespace, svc.Name)))))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] != got[i-1] {
+			t.Errorf("pinholes the status records after each of six passes: %q, want the same after each", got)
+			break
+		}
+	}
+}
