@@ -614,8 +614,8 @@ func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *tes
 	}
 	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failure before Run starts waits for no Run
 	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
 	if err := restarted.Initialize(ctx, cluster.ClientBuilder(client)); err != nil {
 		t.Fatal(err)
 	}
@@ -635,6 +635,7 @@ func TestPinholesKeptWhileTheServiceCacheSyncsAreClosedWhenNoLongerWanted(t *tes
 		defer close(done)
 		restarted.Run(ctx)
 	}()
+	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "a pass of the restarted process", func() bool { return restarted.passes.Load() > 0 })
 	diffStrings(t, "pinholes open after the restarted process's first pass", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
