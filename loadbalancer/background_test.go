@@ -71,7 +71,12 @@ func endpointNotReady(t testing.TB, e *env, r *running, svc *v1.Service, node st
 // its ticker waits on the fake clock, and stops it at cleanup.
 func startBackground(t testing.TB, e *env, objs ...k8sruntime.Object) *running {
 	t.Helper()
-	client := k8sfake.NewClientset(objs...)
+	return startBackgroundOn(t, e, k8sfake.NewClientset(objs...))
+}
+
+// startBackgroundOn is startBackground on client (given reactors, say).
+func startBackgroundOn(t testing.TB, e *env, client *k8sfake.Clientset) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{env: e, client: client, cancel: cancel, done: make(chan struct{})}
 	before := e.lb.passes.Load()

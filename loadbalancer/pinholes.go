@@ -96,9 +96,11 @@ func (c Config) pinholeLease() time.Duration { return min(c.effectiveLease(), Ma
 // status records it no other process can find it: one whose opening answer
 // was lost, or whose process stopped before the status was written, ends
 // with this lease when its Service is not served there afterwards. The
-// pass that renews it (due after a renewal interval and a half; a pass runs
-// every interval and lasts at most one) opens it for pinholeLease once the
-// status records it.
+// first operation that sees the status record it (the next pass, a renewal
+// interval later at most) opens it for pinholeLease, so a process that
+// stops after the status recorded it leaves it open for the lease, as its
+// mappings; one whose status never records it is renewed when due (after a
+// renewal interval and a half), for the first lease again.
 func (c Config) firstPinholeLease() time.Duration { return min(c.pinholeLease(), 4*c.RenewInterval) }
 
 // pinholeKey is a pinhole without its lease.
@@ -178,7 +180,8 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 		// since (another Service of this process reserved it in between)
 		// fails the family, and the next try chooses again: the status
 		// never lists the address with a port another is served at.
-		due, pe := lb.reservePinhole(o, k)
+		recorded := slices.Contains(req.recorded, k)
+		due, pe := lb.reservePinhole(o, k, recorded)
 		if pe != nil {
 			errs = append(errs, lb.retry(pe))
 			continue
@@ -187,7 +190,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 		if !due {
 			continue
 		}
-		if err := lb.openPinhole(ctx, o, k, slices.Contains(req.recorded, k)); err != nil {
+		if err := lb.openPinhole(ctx, o, k, recorded); err != nil {
 			if pe := portRefusal(&PortError{Service: o.key(), Key: p.key, Err: err}); pe != nil {
 				failed[p.key] = pe
 				delete(keep, k)
@@ -352,8 +355,9 @@ func (lb *LoadBalancer) pinholeClaims(o owner, own []pinholeKey) (map[pinholeKey
 
 // reservePinhole makes o the holder of k in this process, unless another
 // Service holds it (ErrPortInUse naming it), and reports whether k is due to
-// be opened: not held yet, or due for renewal.
-func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *PortError) {
+// be opened: not held yet, due for renewal, or opened for its first lease
+// and now recorded (o's status records it), to be opened for the lease.
+func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey, recorded bool) (due bool, _ *PortError) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if holder, other := lb.pinholeHolderLocked(o, k); other {
@@ -365,12 +369,13 @@ func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey) (due bool, _ *Port
 	if !held {
 		s.holdPinhole(k, time.Time{})
 	}
-	return !held || !lb.cfg.Clock.Now().Before(renewAt), nil
+	return !held || !lb.cfg.Clock.Now().Before(renewAt) || recorded && s.firstLease[k], nil
 }
 
 // openPinhole opens (or renews) k for o: one router call, for the lease
 // (recorded: o's status records k), else, while background work runs to
-// lengthen it, for the first lease (firstPinholeLease). Done, it is due for
+// lengthen it, for the first lease (firstPinholeLease; due again as soon as
+// the status records it, see reservePinhole). Done, it is due for
 // renewal when less than half its lease and half a renewal interval is
 // left, counted from when the call was sent; refused, o no longer holds it;
 // failed otherwise, o holds it (a lost reply may have opened it), due at once.
@@ -386,8 +391,17 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey, 
 		switch {
 		case err == nil:
 			s.holdPinhole(k, sent.Add(lease/2-lb.cfg.RenewInterval/2))
+			if lease < lb.cfg.pinholeLease() {
+				if s.firstLease == nil {
+					s.firstLease = make(map[pinholeKey]bool)
+				}
+				s.firstLease[k] = true
+			} else {
+				delete(s.firstLease, k)
+			}
 		case refused:
 			delete(s.pinholes, k)
+			delete(s.firstLease, k)
 		default:
 			s.holdPinhole(k, time.Time{})
 		}

@@ -2,13 +2,18 @@ package loadbalancer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ccmkit/ccmkit/fake"
 	"github.com/ccmkit/ccmkit/igd"
@@ -152,5 +157,195 @@ func TestFailingFamilyKeepsItsRecordedIngressWhileTheOtherIsServed(t *testing.T)
 	}
 	if !e.lb.familyDown(newOwner(testCluster, svc.Namespace, svc.Name)) {
 		t.Errorf("IPv6 not reported down while its renewals fail")
+	}
+}
+
+// A pinhole opened for its first lease is lengthened to the lease by the
+// first pass that sees its status record it, not only when it is due for
+// renewal (an interval and a half after it opened): a process that stops
+// in between with no other taking over for a while (a crash loop, an
+// upgrade, a router whose control point stopped answering) leaves the
+// pinhole its status records, which its Service still wants, open for the
+// lease, as it leaves every mapping, and not for the rest of its first
+// lease.
+func TestPinholeLengthenedByTheFirstPassThatSeesItsRecord(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	diffStrings(t, "pinholes the status records after the first pass", []string{pin(igd.TCP, guaA, 8080)},
+		pinholeRows(recordedPinholes(r.service(t, svc.Namespace, svc.Name))))
+	r.tick(t) // the first pass that sees the record
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
+		t.Errorf("lease of the pinhole after the pass that saw its record: %s, want the lease (%s) renewed by that pass", got, time.Hour)
+	}
+	r.stop(t)
+	r.clock.Step(4 * lb.cfg.RenewInterval)
+	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// An Ensure whose Service is stale (its status does not record the
+// pinhole yet) renews a pinhole that is due for its first lease, and the
+// router shortens it to that; the next pass, which reads the status that
+// records it, opens it for the lease again.
+func TestPinholeShortenedByAStaleEnsureLengthenedByTheNextPass(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	stale := svc.DeepCopy() // as the service controller's cache had it, before any status
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	for range 2 {
+		r.tick(t)
+	}
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	lb.expirePinholes() // due: as after a router restart
+	e.mustEnsure(t, stale, nodes)
+	if got, most := f.leaseLeft(igd.TCP, k), firstLeaseConfig(e, nil).firstPinholeLease(); got > most {
+		t.Fatalf("lease of the pinhole the stale Ensure renewed: %s, want its first lease (%s) at most; the test needs it shortened", got, most)
+	}
+	r.tick(t)
+	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
+		t.Errorf("lease of the pinhole after the next pass: %s, want the lease (%s) renewed by that pass", got, time.Hour)
+	}
+	r.stop(t)
+	r.clock.Step(4 * lb.cfg.RenewInterval)
+	diffStrings(t, "pinholes open four renewal intervals after the process stopped", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
+}
+
+// losingAnswers is a router that, once lose is set, opens every pinhole
+// asked and loses the answer (the caller sees a timeout).
+type losingAnswers struct {
+	anyHostPinholes
+	lose *atomic.Bool
+}
+
+func (l losingAnswers) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
+	if l.lose.Load() {
+		return lostOpenAnswers{l.anyHostPinholes}.OpenPinhole(ctx, p)
+	}
+	return l.anyHostPinholes.OpenPinhole(ctx, p)
+}
+
+// A dual-stack Service whose IPv6 family fails in a pass (here the
+// renewal's answers are lost; the router renewed the pinholes for the
+// lease) goes on recording its pinholes in its status, as they were, while
+// they may be open: when its process then stops and the Service is served
+// elsewhere afterwards (its node's prefix changed), the next process closes
+// them from that record at once.
+func TestPinholesOfAFailedFamilyClosedByTheNextProcessFromTheirRecord(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	var lose atomic.Bool
+	lbA, err := New(firstLeaseConfig(e, losingAnswers{anyHostPinholes{f}, &lose}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lbA
+	nodes := dualNodes()
+	svc := dualService("web")
+	rA := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	rA.tick(t) // lengthened to the lease
+	lose.Store(true)
+	for range 6 { // 35 minutes: the renewal, its answers lost
+		rA.tick(t)
+	}
+	rA.stop(t)
+	live := rA.service(t, svc.Namespace, svc.Name)
+	diffStrings(t, "pinholes the status records after the failed renewal", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, pinholeRows(recordedPinholes(live)))
+	diffStrings(t, "pinholes open when the first process stopped", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
+
+	lbB, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eB := &env{lb: lbB, router: e.router, clock: e.clock}
+	renumbered := newNode("node-a", addrA, withIPv6(guaA2))
+	startBackground(t, eB, renumbered, nodes[1], nodes[2], live)
+	diffStrings(t, "pinholes open after the next process's first pass", []string{pin(igd.TCP, guaA2, 8080), pin(igd.UDP, guaA2, 5353)}, f.Open())
+}
+
+// A pinhole whose status is never written (here every patch of it fails)
+// stays open while its Service is served: each renewal opens it for the
+// first lease again, due after a renewal interval and a half.
+func TestPinholeNoStatusRecordsStaysOpenRenewedForItsFirstLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
+	client := k8sfake.NewClientset(nodes[0], nodes[1], nodes[2], svc)
+	client.PrependReactor("patch", "services", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, nil, errors.New("services/status: forbidden")
+	})
+	r := startBackgroundOn(t, e, client)
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	f.Calls()
+	for range 24 { // two hours
+		r.tick(t)
+		if got := f.leaseLeft(igd.TCP, k); got == 0 {
+			t.Fatalf("pinhole closed at %s (calls %v)", r.clock.Now(), f.Calls())
+		}
+	}
+	t.Logf("opens in two hours: %d", len(f.Calls()))
+}
+
+// grantingAtMost is a router whose lifetimes end at most: a longer lease
+// asked is granted for most, and the call fails, as igd/pcp's OpenPinhole
+// does when the router's max_lifetime cut it.
+type grantingAtMost struct {
+	anyHostPinholes
+	most time.Duration
+}
+
+func (g grantingAtMost) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error {
+	asked := p.Lease
+	p.Lease = min(p.Lease, g.most)
+	if err := g.anyHostPinholes.OpenPinhole(ctx, p); err != nil {
+		return err
+	}
+	if p.Lease < asked {
+		return fmt.Errorf("open pinhole %s: the router granted %v of the %v asked (its max_lifetime)", pinholeRow(p), p.Lease, asked)
+	}
+	return nil
+}
+
+// A router that grants a pinhole less than the lease (a PCP max_lifetime
+// below it) fails every open for the lease. The first lease, shorter, is
+// granted: a dual-stack Service's status must not then list its IPv6
+// ingress after one pass and drop it after the next (each time a patch,
+// and a Warning that IPv6 is not served), for as long as it is served.
+func TestDualStackStatusSteadyWhenTheRouterGrantsOnlyTheFirstLease(t *testing.T) {
+	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
+	lb, err := New(firstLeaseConfig(e, grantingAtMost{anyHostPinholes{f}, 30 * time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lb = lb
+	nodes := dualNodes()
+	svc := dualService("web")
+	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	var got []string
+	for range 6 {
+		r.tick(t)
+		got = append(got, fmt.Sprint(pinholeRows(recordedPinholes(r.service(t, svc.Namespace, svc.Name)))))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] != got[i-1] {
+			t.Errorf("pinholes the status records after each of six passes: %q, want the same after each", got)
+			break
+		}
 	}
 }

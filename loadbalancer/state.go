@@ -42,6 +42,10 @@ type serviceState struct {
 	// last warned as not served with.
 	pinholes     map[pinholeKey]time.Time
 	familyWarned map[v1.IPFamily]string
+	// firstLease holds the pinholes of pinholes last opened for the first
+	// lease (firstPinholeLease): each is due as soon as its status records
+	// it, to be opened for the lease.
+	firstLease map[pinholeKey]bool
 	// closed holds the pinholes this process closed for the Service since
 	// it last held them, with when: its status may go on recording them (a
 	// failing sync writes none), and a failing Service's retries close each
@@ -309,6 +313,7 @@ func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
 // closePinhole records that s closed k at now.
 func (s *serviceState) closePinhole(k pinholeKey, now time.Time) {
 	delete(s.pinholes, k)
+	delete(s.firstLease, k)
 	if s.closed == nil {
 		s.closed = make(map[pinholeKey]time.Time)
 	}
