@@ -43,12 +43,17 @@ func (f *fakePinholes) leaseLeft(proto igd.Protocol, p pinholeKey) time.Duration
 	return max(end.Sub(f.clock.Now()), 0)
 }
 
-// firstLeaseConfig is the configuration of the first-lease tests: an hour's
-// lease renewed every five minutes, so a first lease of four renewal
-// intervals (20 minutes) is shorter than a lease.
-func firstLeaseConfig(e *env, p PinholeClient) Config {
-	return Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute,
-		Client: e.router.Client(addrA), Clock: e.clock, Pinholes: p}
+// firstLeaseProcess is a LoadBalancer on e's router and clock through
+// pinholes p, with an hour's lease renewed every five minutes, so a first
+// lease of four renewal intervals (20 minutes) is shorter than a lease.
+func firstLeaseProcess(t *testing.T, e *env, p PinholeClient) *LoadBalancer {
+	t.Helper()
+	lb, err := New(Config{ClusterName: testCluster, Lease: time.Hour, RenewInterval: 5 * time.Minute,
+		Client: e.router.Client(addrA), Clock: e.clock, Pinholes: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lb
 }
 
 // A pinhole whose opening answer was lost, by a process that then stopped
@@ -59,10 +64,7 @@ func firstLeaseConfig(e *env, p PinholeClient) Config {
 // renewal intervals, not an hour.
 func TestUnrecordedPinholeOfAStoppedProcessEndsWithItsFirstLease(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lbA, err := New(firstLeaseConfig(e, lostOpenAnswers{anyHostPinholes{f}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lbA := firstLeaseProcess(t, e, lostOpenAnswers{anyHostPinholes{f}})
 	e.lb = lbA
 	nodes := dualNodes()
 	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
@@ -77,10 +79,7 @@ func TestUnrecordedPinholeOfAStoppedProcessEndsWithItsFirstLease(t *testing.T) {
 		t.Fatalf("the status records %v after the lost answer; the test needs it to record none", recordedPinholes(live))
 	}
 
-	lbB, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lbB := firstLeaseProcess(t, e, anyHostPinholes{f})
 	eB := &env{lb: lbB, router: e.router, clock: e.clock}
 	renumbered := newNode("node-a", addrA, withIPv6(guaA2))
 	rB := startBackground(t, eB, renumbered, nodes[1], nodes[2], live)
@@ -89,40 +88,6 @@ func TestUnrecordedPinholeOfAStoppedProcessEndsWithItsFirstLease(t *testing.T) {
 	}
 	rB.clock.Step(time.Second)
 	diffStrings(t, "pinholes open four renewal intervals later", []string{pin(igd.TCP, guaA2, 8080)}, f.Open())
-}
-
-// A pinhole opened while no status records it is lengthened to the whole
-// lease once the Service's status records it: the pass that opened it
-// patched the status, and the pass that renews it sees the record.
-func TestPinholeLengthenedToTheLeaseOnceItsStatusRecordsIt(t *testing.T) {
-	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.lb = lb
-	nodes := dualNodes()
-	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
-	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
-	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
-	if got, most := f.leaseLeft(igd.TCP, k), 4*lb.cfg.RenewInterval; got == 0 || got > most {
-		t.Errorf("lease of the pinhole the first pass opened: %s, want at most four renewal intervals (%s)", got, most)
-	}
-	live, err := r.client.CoreV1().Services(svc.Namespace).Get(context.Background(), svc.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	diffStrings(t, "pinholes the status records after the first pass", []string{pin(igd.TCP, guaA, 8080)}, pinholeRows(recordedPinholes(live)))
-	for range 2 {
-		r.tick(t)
-	}
-	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
-		t.Errorf("lease of the pinhole two renewal intervals later: %s, want the lease (%s) renewed within the last interval", got, time.Hour)
-	}
-	for range 12 { // an hour more
-		r.tick(t)
-	}
-	diffStrings(t, "pinholes open an hour later", []string{pin(igd.TCP, guaA, 8080)}, f.Open())
 }
 
 // pinholeRows is ks as pin rows.
@@ -160,7 +125,8 @@ func TestFailingFamilyKeepsItsRecordedIngressWhileTheOtherIsServed(t *testing.T)
 	}
 }
 
-// A pinhole opened for its first lease is lengthened to the lease by the
+// A pinhole a pass opened while no status recorded it gets a first lease
+// (four renewal intervals at most), and is lengthened to the lease by the
 // first pass that sees its status record it, not only when it is due for
 // renewal (an interval and a half after it opened): a process that stops
 // in between with no other taking over for a while (a crash loop, an
@@ -170,18 +136,18 @@ func TestFailingFamilyKeepsItsRecordedIngressWhileTheOtherIsServed(t *testing.T)
 // lease.
 func TestPinholeLengthenedByTheFirstPassThatSeesItsRecord(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := firstLeaseProcess(t, e, anyHostPinholes{f})
 	e.lb = lb
 	nodes := dualNodes()
 	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
 	r := startBackground(t, e, nodes[0], nodes[1], nodes[2], svc)
+	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
+	if got, most := f.leaseLeft(igd.TCP, k), 4*lb.cfg.RenewInterval; got == 0 || got > most {
+		t.Errorf("lease of the pinhole the first pass opened: %s, want at most four renewal intervals (%s)", got, most)
+	}
 	diffStrings(t, "pinholes the status records after the first pass", []string{pin(igd.TCP, guaA, 8080)},
 		pinholeRows(recordedPinholes(r.service(t, svc.Namespace, svc.Name))))
 	r.tick(t) // the first pass that sees the record
-	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
 	if got, least := f.leaseLeft(igd.TCP, k), time.Hour-lb.cfg.RenewInterval; got < least {
 		t.Errorf("lease of the pinhole after the pass that saw its record: %s, want the lease (%s) renewed by that pass", got, time.Hour)
 	}
@@ -196,10 +162,7 @@ func TestPinholeLengthenedByTheFirstPassThatSeesItsRecord(t *testing.T) {
 // records it, opens it for the lease again.
 func TestPinholeShortenedByAStaleEnsureLengthenedByTheNextPass(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := firstLeaseProcess(t, e, anyHostPinholes{f})
 	e.lb = lb
 	nodes := dualNodes()
 	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
@@ -211,7 +174,7 @@ func TestPinholeShortenedByAStaleEnsureLengthenedByTheNextPass(t *testing.T) {
 	k := pinholeKey{Protocol: igd.TCP, Addr: guaA, Port: 8080}
 	lb.expirePinholes() // due: as after a router restart
 	e.mustEnsure(t, stale, nodes)
-	if got, most := f.leaseLeft(igd.TCP, k), firstLeaseConfig(e, nil).firstPinholeLease(); got > most {
+	if got, most := f.leaseLeft(igd.TCP, k), lb.cfg.firstPinholeLease(); got > most {
 		t.Fatalf("lease of the pinhole the stale Ensure renewed: %s, want its first lease (%s) at most; the test needs it shortened", got, most)
 	}
 	r.tick(t)
@@ -246,10 +209,7 @@ func (l losingAnswers) OpenPinhole(ctx context.Context, p pinhole.Pinhole) error
 func TestPinholesOfAFailedFamilyClosedByTheNextProcessFromTheirRecord(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
 	var lose atomic.Bool
-	lbA, err := New(firstLeaseConfig(e, losingAnswers{anyHostPinholes{f}, &lose}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lbA := firstLeaseProcess(t, e, losingAnswers{anyHostPinholes{f}, &lose})
 	e.lb = lbA
 	nodes := dualNodes()
 	svc := dualService("web")
@@ -264,10 +224,7 @@ func TestPinholesOfAFailedFamilyClosedByTheNextProcessFromTheirRecord(t *testing
 	diffStrings(t, "pinholes the status records after the failed renewal", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, pinholeRows(recordedPinholes(live)))
 	diffStrings(t, "pinholes open when the first process stopped", []string{pin(igd.TCP, guaA, 8080), pin(igd.UDP, guaA, 5353)}, f.Open())
 
-	lbB, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lbB := firstLeaseProcess(t, e, anyHostPinholes{f})
 	eB := &env{lb: lbB, router: e.router, clock: e.clock}
 	renumbered := newNode("node-a", addrA, withIPv6(guaA2))
 	startBackground(t, eB, renumbered, nodes[1], nodes[2], live)
@@ -279,10 +236,7 @@ func TestPinholesOfAFailedFamilyClosedByTheNextProcessFromTheirRecord(t *testing
 // first lease again, due after a renewal interval and a half.
 func TestPinholeNoStatusRecordsStaysOpenRenewedForItsFirstLease(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lb, err := New(firstLeaseConfig(e, anyHostPinholes{f}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := firstLeaseProcess(t, e, anyHostPinholes{f})
 	e.lb = lb
 	nodes := dualNodes()
 	svc := lbService("default", "web", withFamilies(v1.IPv6Protocol))
@@ -329,10 +283,7 @@ func (g grantingAtMost) OpenPinhole(ctx context.Context, p pinhole.Pinhole) erro
 // and a Warning that IPv6 is not served), for as long as it is served.
 func TestDualStackStatusSteadyWhenTheRouterGrantsOnlyTheFirstLease(t *testing.T) {
 	e, f := newDualEnv(t, Config{}, fake.RouterConfig{}, anyHostPinhole)
-	lb, err := New(firstLeaseConfig(e, grantingAtMost{anyHostPinholes{f}, 30 * time.Minute}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := firstLeaseProcess(t, e, grantingAtMost{anyHostPinholes{f}, 30 * time.Minute})
 	e.lb = lb
 	nodes := dualNodes()
 	svc := dualService("web")
