@@ -1104,8 +1104,8 @@ func (lb *LoadBalancer) joinFamilies(o owner, svc *v1.Service, fams []v1.IPFamil
 			return nil, err
 		}
 		st := &v1.LoadBalancerStatus{}
-		for _, f := range fams {
-			if i := slices.IndexFunc(got, func(g familyStatus) bool { return g.family == f }); i >= 0 {
+		for _, fam := range fams {
+			if i := slices.IndexFunc(got, func(g familyStatus) bool { return g.family == fam }); i >= 0 {
 				st.Ingress = append(st.Ingress, got[i].keptIngress(svc)...)
 			}
 		}
