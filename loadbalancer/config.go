@@ -125,7 +125,11 @@ type Config struct {
 	// client that does not declare AnyHostPinholes (UPnP), pinholes are
 	// opened only to this process's own node (see NodeName), from port
 	// 1024. With Pinholes, RenewInterval must be at most half a pinhole's
-	// lease (Lease, at most MaxPinholeLease).
+	// lease (Lease, at most MaxPinholeLease). A Service's status is the only
+	// record of its pinholes: while background work runs, one its status
+	// does not record yet is opened for four renewal intervals (at most the
+	// lease), and for the lease once the status records it, so one that a
+	// stopped process opened and no status recorded ends within minutes.
 	Pinholes PinholeClient
 
 	// AllowNonPublicExternalIP lets Services report a private or CGNAT
