@@ -153,7 +153,7 @@ func (lb *LoadBalancer) servePinholes(ctx context.Context, t *turn, req pinholeR
 		lb.update(o, func(s *serviceState) {
 			for _, k := range req.recorded {
 				if _, held := s.pinholes[k]; !held {
-					s.holdPinhole(k, time.Time{})
+					s.holdPinhole(k, heldPinhole{})
 				}
 			}
 		})
@@ -365,11 +365,11 @@ func (lb *LoadBalancer) reservePinhole(o owner, k pinholeKey, recorded bool) (du
 			Err: fmt.Errorf("%w: on IPv6 at %s", ErrPortInUse, k.Addr)}
 	}
 	s := lb.stateLocked(o)
-	renewAt, held := s.pinholes[k]
+	h, held := s.pinholes[k]
 	if !held {
-		s.holdPinhole(k, time.Time{})
+		s.holdPinhole(k, heldPinhole{})
 	}
-	return !held || !lb.cfg.Clock.Now().Before(renewAt) || recorded && s.firstLease[k], nil
+	return !held || !lb.cfg.Clock.Now().Before(h.renewAt) || recorded && h.first, nil
 }
 
 // openPinhole opens (or renews) k for o: one router call, for the lease
@@ -390,20 +390,11 @@ func (lb *LoadBalancer) openPinhole(ctx context.Context, o owner, k pinholeKey, 
 	lb.update(o, func(s *serviceState) {
 		switch {
 		case err == nil:
-			s.holdPinhole(k, sent.Add(lease/2-lb.cfg.RenewInterval/2))
-			if lease < lb.cfg.pinholeLease() {
-				if s.firstLease == nil {
-					s.firstLease = make(map[pinholeKey]bool)
-				}
-				s.firstLease[k] = true
-			} else {
-				delete(s.firstLease, k)
-			}
+			s.holdPinhole(k, heldPinhole{renewAt: sent.Add(lease/2 - lb.cfg.RenewInterval/2), first: lease < lb.cfg.pinholeLease()})
 		case refused:
 			delete(s.pinholes, k)
-			delete(s.firstLease, k)
 		default:
-			s.holdPinhole(k, time.Time{})
+			s.holdPinhole(k, heldPinhole{})
 		}
 	})
 	if err == nil {
@@ -444,7 +435,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 	// retried) instead of opening it for the close to remove.
 	lb.updateLocked(o, func(s *serviceState) {
 		for _, k := range stale {
-			s.holdPinhole(k, time.Time{})
+			s.holdPinhole(k, heldPinhole{})
 		}
 	})
 	lb.mu.Unlock()
@@ -464,7 +455,7 @@ func (lb *LoadBalancer) closePinholes(ctx context.Context, t *turn, recorded []p
 				s.closePinhole(k, lb.cfg.Clock.Now())
 				return
 			}
-			s.holdPinhole(k, time.Time{})
+			s.holdPinhole(k, heldPinhole{})
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("close IPv6 pinhole %s %s: %w", k.Protocol, netip.AddrPortFrom(k.Addr, k.Port), err))
@@ -563,8 +554,9 @@ func (lb *LoadBalancer) expirePinholes() {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for _, s := range lb.services {
-		for k := range s.pinholes {
-			s.pinholes[k] = time.Time{}
+		for k, h := range s.pinholes {
+			h.renewAt = time.Time{}
+			s.pinholes[k] = h
 		}
 	}
 }
@@ -585,8 +577,8 @@ func (lb *LoadBalancer) probePinhole(ctx context.Context) bool {
 	lb.mu.Lock()
 	var opened []pinholeKey
 	for _, s := range lb.services {
-		for k, renewAt := range s.pinholes {
-			if !renewAt.IsZero() {
+		for k, h := range s.pinholes {
+			if !h.renewAt.IsZero() {
 				opened = append(opened, k)
 			}
 		}

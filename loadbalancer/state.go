@@ -37,15 +37,10 @@ type serviceState struct {
 	// what a sweep finds was written before it, so one a lease is enough.
 	swept map[igd.Key]sweep
 	// pinholes holds the IPv6 pinholes this process opened for the Service
-	// (or is opening, or failed to close), each with when it is due for
-	// renewal (zero: at once); familyWarned, the reason each IP family was
-	// last warned as not served with.
-	pinholes     map[pinholeKey]time.Time
+	// (or is opening, or failed to close); familyWarned, the reason each IP
+	// family was last warned as not served with.
+	pinholes     map[pinholeKey]heldPinhole
 	familyWarned map[v1.IPFamily]string
-	// firstLease holds the pinholes of pinholes last opened for the first
-	// lease (firstPinholeLease): each is due as soon as its status records
-	// it, to be opened for the lease.
-	firstLease map[pinholeKey]bool
 	// closed holds the pinholes this process closed for the Service since
 	// it last held them, with when: its status may go on recording them (a
 	// failing sync writes none), and a failing Service's retries close each
@@ -301,19 +296,26 @@ func (lb *LoadBalancer) reserve(o owner, k igd.Key, recorded []igd.Key) error {
 // protocols maps the Service port protocols a router can map.
 var protocols = map[v1.Protocol]igd.Protocol{"": igd.TCP, v1.ProtocolTCP: igd.TCP, v1.ProtocolUDP: igd.UDP}
 
-// holdPinhole records that s holds k, due for renewal at renewAt (zero: at once).
-func (s *serviceState) holdPinhole(k pinholeKey, renewAt time.Time) {
+// heldPinhole is a pinhole a Service holds in this process.
+type heldPinhole struct {
+	renewAt time.Time // when it is due for renewal (zero: at once)
+	// first: last opened for the first lease (firstPinholeLease), so due
+	// as soon as its status records it, to be opened for the lease.
+	first bool
+}
+
+// holdPinhole records that s holds k as h.
+func (s *serviceState) holdPinhole(k pinholeKey, h heldPinhole) {
 	if s.pinholes == nil {
-		s.pinholes = make(map[pinholeKey]time.Time)
+		s.pinholes = make(map[pinholeKey]heldPinhole)
 	}
-	s.pinholes[k] = renewAt
+	s.pinholes[k] = h
 	delete(s.closed, k)
 }
 
 // closePinhole records that s closed k at now.
 func (s *serviceState) closePinhole(k pinholeKey, now time.Time) {
 	delete(s.pinholes, k)
-	delete(s.firstLease, k)
 	if s.closed == nil {
 		s.closed = make(map[pinholeKey]time.Time)
 	}
