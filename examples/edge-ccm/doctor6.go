@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -58,12 +57,7 @@ func ipv6Findings(ctx context.Context, g edge.GatewayConfig, dn doctorNet) []rou
 		addrs = hostinfo.InterfaceAddrs
 	}
 	host, err := addrs(g.IPv6.Interface)
-	var all []netip.Addr // the global ones, in the host's order
-	for _, a := range host {
-		if a.Is6() && !a.Is4In6() && pinhole.ValidateInternalClient(a) == nil && !slices.Contains(all, a) {
-			all = append(all, a)
-		}
-	}
+	all := pinhole.GlobalAddrs(host) // in the host's order
 	if err != nil || len(all) == 0 {
 		where := "this host"
 		if g.IPv6.Interface != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ccmkit/ccmkit/igd"
@@ -65,6 +66,19 @@ func (p Pinhole) Validate() error {
 		return fmt.Errorf("%w: Pinhole.Protocol %q: must be TCP or UDP", ErrInvalidPinhole, p.Protocol)
 	}
 	return validateLease("Pinhole.Lease", p.Lease)
+}
+
+// GlobalAddrs returns the addresses of addrs a pinhole can let through to
+// (ValidateInternalClient passes), each once, in the order of addrs: of a
+// host's addresses, those a pinhole to it may name.
+func GlobalAddrs(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ValidateInternalClient(a) == nil && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // ValidateInternalClient returns an error matching ErrInvalidPinhole unless

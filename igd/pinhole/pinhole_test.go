@@ -7,9 +7,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ccmkit/ccmkit/igd"
 	"github.com/ccmkit/ccmkit/igd/pinhole"
 )
+
+func TestGlobalAddrsKeepsEachAddressAPinholeMayNameOnceInOrder(t *testing.T) {
+	in := []netip.Addr{
+		netip.MustParseAddr("fe80::1"),          // link-local
+		netip.MustParseAddr("2001:db8:1::10"),   // global
+		netip.MustParseAddr("192.0.2.10"),       // IPv4
+		netip.MustParseAddr("fd00:1::10"),       // ULA
+		netip.MustParseAddr("::ffff:192.0.2.1"), // IPv4-mapped
+		netip.MustParseAddr("2001:db8:2::10"),   // global
+		netip.MustParseAddr("2001:db8:1::10"),   // again
+	}
+	want := []netip.Addr{netip.MustParseAddr("2001:db8:1::10"), netip.MustParseAddr("2001:db8:2::10")}
+	if diff := cmp.Diff(want, pinhole.GlobalAddrs(in), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("GlobalAddrs (-want +got):\n%s", diff)
+	}
+}
 
 func TestValidateNamesTheField(t *testing.T) {
 	gua := netip.MustParseAddr("2001:db8:1::10")

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -165,18 +164,13 @@ func (o *ownPinholes) LocalAddrs(context.Context) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: gateway.ipv6: this host's interfaces: %w", err)
 	}
-	var out []netip.Addr
+	var all []netip.Addr
 	for _, i := range ifs {
-		if !i.Is(o.gw.IPv6.Interface) {
-			continue
-		}
-		for _, a := range i.Addrs {
-			if pinhole.ValidateInternalClient(a) == nil && !slices.Contains(out, a) {
-				out = append(out, a)
-			}
+		if i.Is(o.gw.IPv6.Interface) {
+			all = append(all, i.Addrs...)
 		}
 	}
-	return out, nil
+	return pinhole.GlobalAddrs(all), nil
 }
 
 // selfByAddress is the router client the load balancer finds its own node
@@ -231,7 +225,7 @@ func (c selfByAddress) besideGlobalIPv6() (netip.Addr, string) {
 	}
 	var holders []hostinfo.Interface // the interfaces with a global IPv6 address
 	for _, i := range ifs {
-		if i.Is(c.iface) && slices.ContainsFunc(i.Addrs, func(a netip.Addr) bool { return pinhole.ValidateInternalClient(a) == nil }) {
+		if i.Is(c.iface) && len(pinhole.GlobalAddrs(i.Addrs)) > 0 {
 			holders = append(holders, i)
 		}
 	}
